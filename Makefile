@@ -1,0 +1,33 @@
+# Every target sets itself up: a fresh machine needs only Python 3.10-3.12 and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The stamp makes a second `make test` skip the install; it is redone when pyproject.toml changes.
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first: a plain dependency resolve would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/verl-avspo demo
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_advantage.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache runs

@@ -1,0 +1,172 @@
+"""The AVSPO outcome advantage (SPEC §3, step 6).
+
+Framework-free: this is the estimator itself; ``verl_avspo.register`` only adapts it to verl's
+registry. Groups that AVSPO does not augment get exactly verl's GRPO advantage (singletons
+included: mean 0, std 1); augmented groups are normalised with the mean and unbiased std of their
+n real plus K virtual rewards. Only real samples get advantages.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verl_avspo.collapse import (
+    Collapse,
+    GroupStats,
+    acr_metrics,
+    detect_collapse,
+    effective_collapse_rate,
+    group_ids,
+    group_stats,
+)
+from verl_avspo.config import AVSPOConfig
+from verl_avspo.controller import AdaptiveController, Decision
+from verl_avspo.virtual import virtual_counts, virtual_rewards
+
+__all__ = ["AdvantageOutput", "response_scores", "compute_avspo_outcome_advantage"]
+
+
+@dataclass(frozen=True)
+class AdvantageOutput:
+    advantages: torch.Tensor  # (bs, L), masked by response_mask
+    scalar_advantages: torch.Tensor  # (bs,)
+    stats: GroupStats
+    collapse: Collapse
+    decision: Decision
+    augmented: torch.Tensor  # (num_groups,) bool
+    virtual_k: torch.Tensor  # (num_groups,) int64, 0 where not augmented
+    metrics: dict[str, float]
+
+
+def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any) -> torch.Tensor:
+    """Per-response scores (bs,) = token rewards summed, after checking shapes and finiteness.
+
+    Raises:
+        ValueError: wrong shapes, a missing index, or NaN/inf scores (with counts and uids).
+    """
+    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
+        shape = getattr(token_level_rewards, "shape", type(token_level_rewards).__name__)
+        raise ValueError(f"token_level_rewards must be a (batch, response_length) tensor, got {shape}")
+    if not isinstance(response_mask, torch.Tensor) or response_mask.shape != token_level_rewards.shape:
+        shape = getattr(response_mask, "shape", type(response_mask).__name__)
+        raise ValueError(
+            f"response_mask shape {shape} does not match token_level_rewards shape "
+            f"{tuple(token_level_rewards.shape)}; both must be (batch, response_length)"
+        )
+    if token_level_rewards.shape[0] == 0:
+        raise ValueError("the batch is empty: there are no responses to compute advantages for")
+    if index is None:
+        raise ValueError(
+            "index is missing: AVSPO groups responses by prompt and needs verl's non_tensor_batch['uid'] "
+            "(one id per response, shared by the responses of one prompt)."
+        )
+    if len(index) != token_level_rewards.shape[0]:
+        raise ValueError(
+            f"index has {len(index)} entries but the batch has {token_level_rewards.shape[0]} responses; "
+            "pass one group id per response"
+        )
+    scores = token_level_rewards.sum(dim=-1)
+    finite = torch.isfinite(scores)
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().squeeze(1).tolist()
+        num_nan = int(torch.isnan(scores).sum())
+        uids = sorted({str(index[i]) for i in bad})
+        raise ValueError(
+            f"{len(bad)} response score(s) are not finite ({num_nan} NaN, {len(bad) - num_nan} inf) in group(s) "
+            f"uid={uids[:5]}{' ...' if len(uids) > 5 else ''}. Fix the reward function so it always returns a "
+            "finite number (for example 0.0 for an unparseable answer)."
+        )
+    return scores
+
+
+def compute_avspo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    config: AVSPOConfig,
+    controller: AdaptiveController,
+    norm_adv_by_std: bool = True,
+) -> AdvantageOutput:
+    """AVSPO advantage for outcome rewards. Advances ``controller`` by one step.
+
+    Args:
+        token_level_rewards: (bs, L) token rewards; a response's score is their sum.
+        response_mask: (bs, L) 1 for response tokens.
+        index: (bs,) group labels (verl's uid array, strings or ints).
+        config: resolved AVSPO settings.
+        controller: the run's adaptive controller (holds θ, the EMA, J_{t-1}, the RNG).
+        norm_adv_by_std: divide by the group std (GRPO); False gives Dr. GRPO's A = r − μ'.
+
+    Returns:
+        AdvantageOutput with ``advantages`` (bs, L) and the step's metrics.
+    """
+    scores = response_scores(token_level_rewards, response_mask, index)
+    lo, hi = config.reward_range
+    ids, num_groups = group_ids(index, device=scores.device)
+    stats = group_stats(scores, ids, num_groups)
+    collapse = detect_collapse(stats, config.tau, config.reward_range)
+    batch_low, batch_high, mean_score = torch.stack([stats.min.min(), stats.max.max(), scores.mean()]).tolist()
+    if batch_low < lo or batch_high > hi:
+        warnings.warn(
+            f"response scores fall outside algorithm.avspo.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
+            "split and the virtual rewards assume that range. Set reward_range to your verifier's [low, high].",
+            stacklevel=2,
+        )
+    decision = controller.observe(collapse.rate, mean_score)
+
+    # verl's GRPO statistics: singletons get mean 0 and std 1.
+    single = stats.count < 2
+    mean = torch.where(single, 0.0, stats.mean)
+    std = torch.where(single, 1.0, stats.std_unbiased)
+
+    eligible_kind = {
+        "both": collapse.collapsed,
+        "all_correct": collapse.all_correct,
+        "all_wrong": collapse.all_wrong,
+        "none": torch.zeros_like(collapse.collapsed),
+    }[config.apply_to]
+    augmented = eligible_kind & decision.triggered
+    virtual_k = torch.zeros_like(stats.count)
+    groups = augmented.nonzero().squeeze(1)
+    if groups.numel():
+        n = stats.count[groups]
+        k = virtual_counts(n, config.k, decision.signal, config.alpha, config.strategy)
+        values, valid = virtual_rewards(
+            config.strategy,
+            stats.mean[groups],
+            collapse.all_correct[groups],
+            k,
+            config.reward_range,
+            config.gap,
+            controller.generator,
+        )
+        real_n, size = n.to(torch.float64), (n + k).to(torch.float64)
+        real_mean = stats.mean[groups]
+        joint_mean = (real_n * real_mean + values.sum(dim=1)) / size
+        # Exact sum of squares of the n real and K virtual values around the joint mean.
+        real_sq = stats.sq_dev[groups] + real_n * (real_mean - joint_mean) ** 2
+        virtual_sq = torch.where(valid, values - joint_mean.unsqueeze(1), 0.0).pow(2).sum(dim=1)
+        mean = mean.index_copy(0, groups, joint_mean)
+        std = std.index_copy(0, groups, ((real_sq + virtual_sq) / (size - 1)).sqrt())
+        virtual_k = virtual_k.index_copy(0, groups, k)
+
+    centred = scores.to(torch.float64) - mean[ids]
+    scalar = centred / (std[ids] + config.epsilon) if norm_adv_by_std else centred
+    scalar = scalar.to(scores.dtype)
+    advantages = scalar.unsqueeze(-1) * response_mask
+
+    num_augmented = int(groups.numel())
+    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, config.tau))
+    metrics.update(
+        {
+            "avspo/threshold": decision.threshold,
+            "avspo/signal": decision.signal,
+            "avspo/triggered": num_augmented / max(collapse.num_eligible, 1),
+            "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
+        }
+    )
+    return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)

@@ -1,0 +1,203 @@
+"""Group statistics and advantage-collapse detection (SPEC §1-2).
+
+Framework-free: torch and numpy only, so the same code serves verl, OpenRLHF or a notebook.
+
+A *group* is the set of responses sampled for one prompt (verl's ``uid``). Everything here is
+vectorised with segment operations over the group id of each sample; no Python loop touches
+samples or groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "GroupStats",
+    "Collapse",
+    "group_ids",
+    "group_stats",
+    "detect_collapse",
+    "effective_collapse_rate",
+    "acr_metrics",
+    "measure_collapse",
+]
+
+
+def group_ids(index: Any, device: torch.device | str | None = None) -> tuple[torch.Tensor, int]:
+    """Map any per-sample group label array to contiguous ids.
+
+    Args:
+        index: (bs,) labels: a numpy array (verl passes dtype object of str), a list, or a tensor
+            of ints.
+        device: where the ids should live.
+
+    Returns:
+        ids: (bs,) int64 tensor with values in [0, num_groups).
+        num_groups: number of distinct labels.
+    """
+    if index is None:
+        raise ValueError(
+            "group index is missing: a group estimator needs the per-sample prompt id (verl's "
+            "non_tensor_batch['uid']). Make sure the batch carries 'uid'."
+        )
+    if isinstance(index, torch.Tensor):
+        if index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise ValueError(f"group index must hold integer or string labels, got a {index.dtype} tensor")
+        uniq, inverse = torch.unique(index.reshape(-1), return_inverse=True)
+        return inverse.to(device=device, dtype=torch.long), int(uniq.numel())
+    labels = np.asarray(index)
+    if labels.ndim != 1:
+        raise ValueError(f"group index must be 1-D (one label per response), got shape {labels.shape}")
+    try:
+        _, inverse = np.unique(labels, return_inverse=True)
+    except TypeError:  # labels of mixed types cannot be sorted: compare their string forms
+        _, inverse = np.unique(labels.astype(str), return_inverse=True)
+    num_groups = int(inverse.max()) + 1 if inverse.size else 0
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=device), num_groups
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Per-group statistics of per-response scores. All tensors are (num_groups,) float64 except
+    ``ids`` (bs,) and ``count`` (num_groups,) int64."""
+
+    ids: torch.Tensor
+    count: torch.Tensor
+    mean: torch.Tensor
+    # Sum of squared deviations from the group mean: kept because augmented statistics
+    # (AVSPO) are exact updates of it.
+    sq_dev: torch.Tensor
+    std_population: torch.Tensor
+    std_unbiased: torch.Tensor
+    min: torch.Tensor
+    max: torch.Tensor
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.count.numel())
+
+
+def group_stats(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> GroupStats:
+    """Segment statistics of ``scores`` (bs,) grouped by ``ids`` (bs,).
+
+    Computed in float64 with a two-pass (centred) variance, so that a group of identical scores
+    has exactly zero spread. ``std_unbiased`` is NaN for singleton groups (undefined), the same as
+    ``torch.std`` of one element.
+    """
+    x = scores.detach().reshape(-1).to(torch.float64)
+    count = torch.bincount(ids, minlength=num_groups)
+    n = count.to(torch.float64)
+    mean = torch.zeros(num_groups, dtype=torch.float64, device=x.device).index_add_(0, ids, x) / n.clamp(min=1)
+    dev = x - mean[ids]
+    sq_dev = torch.zeros_like(mean).index_add_(0, ids, dev * dev)
+    std_population = (sq_dev / n.clamp(min=1)).sqrt()
+    std_unbiased = torch.where(count > 1, sq_dev / (n - 1).clamp(min=1), torch.nan).sqrt()
+    fill = torch.full_like(mean, torch.inf)
+    gmin = fill.scatter_reduce(0, ids, x, reduce="amin")
+    gmax = (-fill).scatter_reduce(0, ids, x, reduce="amax")
+    return GroupStats(ids, count, mean, sq_dev, std_population, std_unbiased, gmin, gmax)
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """Which groups collapsed, per group (num_groups,) bool, and the batch rates (SPEC §2)."""
+
+    eligible: torch.Tensor  # groups with n >= 2: the ACR denominator
+    collapsed: torch.Tensor
+    all_correct: torch.Tensor
+    all_wrong: torch.Tensor
+    num_eligible: int
+    num_singletons: int
+    rate: float
+    all_correct_rate: float
+    all_wrong_rate: float
+
+
+def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[float, float] = (0.0, 1.0)) -> Collapse:
+    """Collapse detection on raw scores: a group with n >= 2 is collapsed iff its population std
+    is below ``tau``. Collapsed groups at or above the midpoint of ``reward_range`` are
+    all-correct, below it all-wrong. Singletons are excluded from the denominator."""
+    eligible = stats.count >= 2
+    collapsed = eligible & (stats.std_population < tau)
+    midpoint = 0.5 * (reward_range[0] + reward_range[1])
+    all_correct = collapsed & (stats.mean >= midpoint)
+    all_wrong = collapsed & ~all_correct
+    # One host sync for all four counts.
+    counts = torch.stack([eligible.sum(), collapsed.sum(), all_correct.sum(), all_wrong.sum()]).tolist()
+    num_eligible, num_collapsed, num_correct, num_wrong = counts
+    denom = max(num_eligible, 1)
+    return Collapse(
+        eligible=eligible,
+        collapsed=collapsed,
+        all_correct=all_correct,
+        all_wrong=all_wrong,
+        num_eligible=num_eligible,
+        num_singletons=stats.num_groups - num_eligible,
+        rate=num_collapsed / denom,
+        all_correct_rate=num_correct / denom,
+        all_wrong_rate=num_wrong / denom,
+    )
+
+
+def effective_collapse_rate(advantages: torch.Tensor, stats: GroupStats, tau: float = 1e-6) -> float:
+    """Fraction of groups with n >= 2 whose final advantages all satisfy |A| <= tau.
+
+    Args:
+        advantages: (bs,) per-response scalar advantages, or (bs, L) token advantages (a response
+            counts by its largest |A| over tokens).
+        stats: the group statistics of the same batch.
+    """
+    magnitude = advantages.detach().abs()
+    if magnitude.dim() == 2:
+        magnitude = magnitude.amax(dim=-1)
+    magnitude = magnitude.to(torch.float64)
+    largest = torch.zeros(stats.num_groups, dtype=torch.float64, device=magnitude.device)
+    largest = largest.scatter_reduce(0, stats.ids, magnitude, reduce="amax")
+    eligible = stats.count >= 2
+    num_eligible = int(eligible.sum())
+    if num_eligible == 0:
+        return 0.0
+    return int((eligible & (largest <= tau)).sum()) / num_eligible
+
+
+def acr_metrics(collapse: Collapse, effective_rate: float | None, prefix: str = "acr/") -> dict[str, float]:
+    """The per-step ACR metrics as logged by every integration (``effective`` only when known).
+
+    Names avoid the substrings ``max``, ``min``, ``sum`` and ``total`` because verl's
+    MetricsAggregator picks a reduction from them; all of these are meant to be averaged.
+    """
+    metrics = {
+        f"{prefix}rate": collapse.rate,
+        f"{prefix}all_correct": collapse.all_correct_rate,
+        f"{prefix}all_wrong": collapse.all_wrong_rate,
+        f"{prefix}groups": float(collapse.num_eligible),
+        f"{prefix}singletons": float(collapse.num_singletons),
+    }
+    if effective_rate is not None:
+        metrics[f"{prefix}effective"] = effective_rate
+    return metrics
+
+
+def measure_collapse(
+    scores: torch.Tensor,
+    index: Any,
+    advantages: torch.Tensor | None = None,
+    tau: float = 1e-6,
+    reward_range: tuple[float, float] = (0.0, 1.0),
+) -> dict[str, float]:
+    """ACR metrics for any group estimator (GRPO, RLOO, AVSPO, ...) in one call.
+
+    Args:
+        scores: (bs,) raw per-response scores, before any estimator or filtering.
+        index: (bs,) group labels.
+        advantages: (bs,) or (bs, L) final advantages, for ``acr/effective``; omitted if None.
+    """
+    ids, num_groups = group_ids(index, device=scores.device)
+    stats = group_stats(scores, ids, num_groups)
+    collapse = detect_collapse(stats, tau, reward_range)
+    effective = None if advantages is None else effective_collapse_rate(advantages, stats, tau)
+    return acr_metrics(collapse, effective)

@@ -1,0 +1,194 @@
+"""AVSPO settings: defaults, presets and validation (SPEC §4).
+
+Framework-free. ``resolve_config`` takes any mapping (a plain dict, or verl's
+``config.algorithm.avspo`` DictConfig) and returns a frozen, validated :class:`AVSPOConfig`.
+A key set to ``None`` means "not given", so a Hydra config can declare every key with a null
+default and still let ``preset`` decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+__all__ = [
+    "AVSPOConfig",
+    "AlertConfig",
+    "PRESETS",
+    "STRATEGIES",
+    "APPLY_TO",
+    "ACR_SIGNALS",
+    "ALERT_ACTIONS",
+    "resolve_config",
+    "resolve_alert",
+]
+
+STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay")
+APPLY_TO = ("both", "all_correct", "all_wrong", "none")
+ACR_SIGNALS = ("batch", "ema")
+ALERT_ACTIONS = ("warn", "stop")
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Stagnation alert: ``window`` consecutive steps with ACR above ``threshold``."""
+
+    window: int = 50
+    threshold: float = 0.35
+    action: str = "warn"
+
+
+@dataclass(frozen=True)
+class AVSPOConfig:
+    """Resolved AVSPO settings. The defaults are the ``paper`` preset."""
+
+    preset: str = "paper"
+    tau: float = 1e-6
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    strategy: str = "stratified"
+    gap: float = 0.1
+    apply_to: str = "both"
+    k: int | str = "adaptive"
+    alpha: float = 0.5
+    acr_signal: str = "batch"
+    ema_beta: float = 0.9
+    adaptive_threshold: bool = True
+    threshold_init: float = 0.5
+    eta: float = 0.01
+    threshold_bounds: tuple[float, float] = (0.1, 0.9)
+    seed: int = 0
+    epsilon: float = 1e-6
+    alert: AlertConfig = field(default_factory=AlertConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    # What the authors' released code does: one opposite-label virtual sample, always on.
+    "paper_code": {"strategy": "opposite", "k": 1, "adaptive_threshold": False, "threshold_init": 0.0},
+    # Never triggers: the estimator reduces exactly to verl's grpo (ACR is still measured).
+    "grpo": {"apply_to": "none", "adaptive_threshold": False},
+}
+
+_KEYS = tuple(f.name for f in fields(AVSPOConfig))
+_ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"algorithm.avspo.{key}={value!r} is invalid: {allowed}.")
+
+
+def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        _fail(key, value, "allowed values are " + ", ".join(allowed))
+    return value
+
+
+def _number(key: str, value: Any, low: float, high: float, *, low_open=False, high_open=False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(key, value, "expected a finite number")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        _fail(key, value, f"expected a number in {interval}")
+    return float(value)
+
+
+def _integer(key: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        _fail(key, value, f"expected an integer >= {low}")
+    return int(value)
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        _fail(key, value, "expected true or false")
+    return value
+
+
+def _pair(key: str, value: Any) -> tuple[float, float]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        _fail(key, value, "expected a pair [low, high]")
+    low, high = (_number(key, v, -math.inf, math.inf) for v in value)
+    if not low < high:
+        _fail(key, list(value), "expected low < high")
+    return low, high
+
+
+def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keys actually set (not None), with unknown keys rejected."""
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"algorithm.avspo must be a mapping of settings, got {type(mapping).__name__}: {mapping!r}")
+    unknown = sorted(set(mapping) - set(_KEYS))
+    if unknown:
+        raise ValueError(
+            f"unknown algorithm.avspo key(s) {unknown}; allowed keys are: {', '.join(_KEYS)}. "
+            "Check the spelling (for example `algorithm.avspo.strategy`, not `strategies`)."
+        )
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
+    """Validate ``algorithm.avspo.alert``."""
+    given = {} if mapping is None else dict(mapping)
+    unknown = sorted(set(given) - set(_ALERT_KEYS))
+    if unknown:
+        raise ValueError(f"unknown algorithm.avspo.alert key(s) {unknown}; allowed keys are: {', '.join(_ALERT_KEYS)}.")
+    given = {k: v for k, v in given.items() if v is not None}
+    alert = replace(AlertConfig(), **given)
+    _integer("alert.window", alert.window, 1)
+    _number("alert.threshold", alert.threshold, 0.0, 1.0)
+    _choice("alert.action", alert.action, ALERT_ACTIONS)
+    return replace(alert, threshold=float(alert.threshold))
+
+
+def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
+    """Merge ``preset`` defaults with the keys given beside it, then validate every value.
+
+    Raises:
+        ValueError: naming the key, the value and what is allowed.
+    """
+    given = _given(mapping)
+    preset = _choice("preset", given.get("preset", "paper"), tuple(PRESETS))
+    values = {**asdict(AVSPOConfig()), **PRESETS[preset], **given, "preset": preset}
+
+    values["tau"] = _number("tau", values["tau"], 0.0, math.inf, low_open=True)
+    values["reward_range"] = _pair("reward_range", values["reward_range"])
+    values["strategy"] = _choice("strategy", values["strategy"], STRATEGIES)
+    values["gap"] = _number("gap", values["gap"], 0.0, 1.0, low_open=True)
+    values["apply_to"] = _choice("apply_to", values["apply_to"], APPLY_TO)
+    k = values["k"]
+    if k != "adaptive":
+        if isinstance(k, str) and k.isdigit():  # "4" from a shell or a YAML string
+            k = int(k)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            _fail("k", values["k"], "expected a positive integer or 'adaptive'")
+    values["k"] = k
+    values["alpha"] = _number("alpha", values["alpha"], 0.0, math.inf, low_open=True)
+    values["acr_signal"] = _choice("acr_signal", values["acr_signal"], ACR_SIGNALS)
+    values["ema_beta"] = _number("ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
+    values["adaptive_threshold"] = _boolean("adaptive_threshold", values["adaptive_threshold"])
+    values["threshold_init"] = _number("threshold_init", values["threshold_init"], 0.0, 1.0)
+    values["eta"] = _number("eta", values["eta"], 0.0, 1.0)
+    bounds = _pair("threshold_bounds", values["threshold_bounds"])
+    if bounds[0] < 0.0 or bounds[1] > 1.0:
+        _fail("threshold_bounds", list(bounds), "expected 0 <= low < high <= 1 (the threshold is compared with a rate)")
+    values["threshold_bounds"] = bounds
+    if values["adaptive_threshold"] and not bounds[0] <= values["threshold_init"] <= bounds[1]:
+        _fail(
+            "threshold_init",
+            values["threshold_init"],
+            f"with adaptive_threshold=true it must lie within threshold_bounds {list(bounds)}",
+        )
+    values["seed"] = _integer("seed", values["seed"], 0)
+    values["epsilon"] = _number("epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
+    alert = values["alert"]
+    values["alert"] = alert if isinstance(alert, AlertConfig) else resolve_alert(alert)
+    return AVSPOConfig(**values)
