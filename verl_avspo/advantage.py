@@ -42,6 +42,10 @@ class AdvantageOutput:
     metrics: dict[str, float]
 
 
+def _shape(value: Any) -> Any:
+    return tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+
+
 def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any) -> torch.Tensor:
     """Per-response scores (bs,) = token rewards summed, after checking shapes and finiteness.
 
@@ -49,12 +53,12 @@ def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tens
         ValueError: wrong shapes, a missing index, or NaN/inf scores (with counts and uids).
     """
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
-        shape = getattr(token_level_rewards, "shape", type(token_level_rewards).__name__)
-        raise ValueError(f"token_level_rewards must be a (batch, response_length) tensor, got {shape}")
-    if not isinstance(response_mask, torch.Tensor) or response_mask.shape != token_level_rewards.shape:
-        shape = getattr(response_mask, "shape", type(response_mask).__name__)
         raise ValueError(
-            f"response_mask shape {shape} does not match token_level_rewards shape "
+            f"token_level_rewards must be a (batch, response_length) tensor, got {_shape(token_level_rewards)}"
+        )
+    if not isinstance(response_mask, torch.Tensor) or response_mask.shape != token_level_rewards.shape:
+        raise ValueError(
+            f"response_mask shape {_shape(response_mask)} does not match token_level_rewards shape "
             f"{tuple(token_level_rewards.shape)}; both must be (batch, response_length)"
         )
     if token_level_rewards.shape[0] == 0:

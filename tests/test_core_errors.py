@@ -1,0 +1,145 @@
+"""Every bad setting or bad batch raises a ValueError that names the problem and the fix, both from
+the core and through verl's own ``compute_advantage``."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl_avspo.config import PRESETS, resolve_config
+from verl_avspo.register import compute_avspo_advantage
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"strategies": "stratified"},
+            r"unknown algorithm.avspo key\(s\) \['strategies'\]; allowed keys are: preset, tau",
+        ),
+        ({"strategy": "stratifed"}, r"strategy='stratifed' is invalid: allowed values are stratified, opposite, www"),
+        ({"preset": "papers"}, r"preset='papers' is invalid: allowed values are paper, paper_code, grpo"),
+        ({"apply_to": "correct"}, r"apply_to='correct' is invalid: allowed values are both, all_correct, all_wrong"),
+        ({"acr_signal": "mean"}, r"acr_signal='mean' is invalid: allowed values are batch, ema"),
+        ({"tau": 0}, r"tau=0 is invalid: expected a number in \(0.0, inf\]"),
+        ({"tau": float("nan")}, r"tau=nan is invalid: expected a finite number"),
+        ({"gap": 1.5}, r"gap=1.5 is invalid: expected a number in \(0.0, 1.0\]"),
+        ({"gap": "0.1"}, r"gap='0.1' is invalid: expected a finite number"),
+        ({"k": 0}, r"k=0 is invalid: expected a positive integer or 'adaptive'"),
+        ({"k": "auto"}, r"k='auto' is invalid: expected a positive integer or 'adaptive'"),
+        ({"k": True}, r"k=True is invalid"),
+        ({"k": 2.5}, r"k=2.5 is invalid"),
+        ({"alpha": -1}, r"alpha=-1 is invalid"),
+        ({"ema_beta": 1.0}, r"ema_beta=1.0 is invalid: expected a number in \[0.0, 1.0\)"),
+        ({"adaptive_threshold": "yes"}, r"adaptive_threshold='yes' is invalid: expected true or false"),
+        ({"threshold_init": 1.2}, r"threshold_init=1.2 is invalid: expected a number in \[0.0, 1.0\]"),
+        ({"threshold_init": 0.05}, r"threshold_init=0.05 is invalid: with adaptive_threshold=true it must lie within"),
+        ({"eta": -0.1}, r"eta=-0.1 is invalid"),
+        ({"threshold_bounds": [0.9, 0.1]}, r"threshold_bounds=\[0.9, 0.1\] is invalid: expected low < high"),
+        ({"threshold_bounds": [0.0, 2.0]}, r"threshold_bounds=\[0.0, 2.0\] is invalid: expected 0 <= low < high <= 1"),
+        ({"threshold_bounds": 0.5}, r"threshold_bounds=0.5 is invalid: expected a pair \[low, high\]"),
+        ({"reward_range": [1, 0]}, r"algorithm.avspo.reward_range=\[1, 0\] is invalid: expected low < high"),
+        ({"reward_range": [0, 1, 2]}, r"reward_range=\[0, 1, 2\] is invalid: expected a pair"),
+        ({"seed": -1}, r"seed=-1 is invalid: expected an integer >= 0"),
+        ({"epsilon": 0}, r"epsilon=0 is invalid"),
+        ({"alert": {"window": 0}}, r"alert.window=0 is invalid: expected an integer >= 1"),
+        ({"alert": {"action": "halt"}}, r"alert.action='halt' is invalid: allowed values are warn, stop"),
+        ({"alert": {"windows": 5}}, r"unknown algorithm.avspo.alert key\(s\) \['windows'\]"),
+    ],
+)
+def test_bad_settings_are_named(settings, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(settings)
+
+
+def test_not_a_mapping():
+    with pytest.raises(ValueError, match="algorithm.avspo must be a mapping"):
+        resolve_config("paper")
+
+
+def test_presets_and_overrides():
+    assert resolve_config(None) == resolve_config({}) == resolve_config({"preset": "paper"})
+    code = resolve_config({"preset": "paper_code"})
+    assert (code.strategy, code.k, code.adaptive_threshold, code.threshold_init) == ("opposite", 1, False, 0.0)
+    # Keys beside the preset override it; None means "not given" (a Hydra null).
+    mixed = resolve_config({"preset": "paper_code", "threshold_init": 0.2, "strategy": None})
+    assert mixed.threshold_init == 0.2 and mixed.strategy == "opposite"
+    assert resolve_config({"preset": "grpo"}).apply_to == "none"
+    assert resolve_config({"k": "4"}).k == 4
+    assert set(PRESETS) == {"paper", "paper_code", "grpo"}
+
+
+def batch(scores, uids=None, length=4):
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    rewards = torch.zeros(len(scores), length)
+    rewards[:, -1] = scores
+    uids = np.array([f"q{i // 2}" for i in range(len(scores))], dtype=object) if uids is None else uids
+    return {"token_level_rewards": rewards, "response_mask": torch.ones_like(rewards), "index": uids}
+
+
+CONFIG = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper"}})
+
+
+def test_nan_and_inf_scores_say_how_many_and_where():
+    bad = batch([1.0, float("nan"), 0.0, 0.0, float("inf"), 1.0])
+    with pytest.raises(
+        ValueError, match=r"2 response score\(s\) are not finite \(1 NaN, 1 inf\) in group\(s\) uid=\['q0', 'q2'\]"
+    ):
+        compute_avspo_advantage(**bad, config=CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b.update(response_mask=torch.ones(6, 3)), r"response_mask shape .*\(6, 3\).* does not match"),
+        (
+            lambda b: b.update(token_level_rewards=torch.ones(6)),
+            r"token_level_rewards must be a \(batch, response_length\) tensor",
+        ),
+        (lambda b: b.update(index=None), r"index is missing: AVSPO groups responses by prompt"),
+        (lambda b: b.update(index=b["index"][:4]), r"index has 4 entries but the batch has 6 responses"),
+        (
+            lambda b: b.update(
+                token_level_rewards=torch.ones(0, 4), response_mask=torch.ones(0, 4), index=np.array([])
+            ),
+            "the batch is empty",
+        ),
+    ],
+)
+def test_malformed_batches(mutate, message):
+    inputs = batch([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    mutate(inputs)
+    with pytest.raises(ValueError, match=message):
+        compute_avspo_advantage(**inputs, config=CONFIG)
+
+
+def test_bad_setting_through_verl_compute_advantage():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    inputs = batch([1.0, 0.0, 1.0, 1.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]},
+        non_tensors={"uid": inputs["index"]},
+    )
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"strategy": "oposite"}})
+    with pytest.raises(ValueError, match="strategy='oposite' is invalid: allowed values are stratified, opposite"):
+        compute_advantage(data, "avspo", config=config)
+
+
+def test_missing_uid_through_verl_compute_advantage():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    inputs = batch([1.0, 0.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]}
+    )
+    with pytest.raises(ValueError, match="index is missing"):
+        compute_advantage(data, "avspo", config=CONFIG)
+
+
+def test_absent_avspo_section_means_preset_paper():
+    inputs = batch([1.0, 1.0, 1.0, 1.0])  # both groups collapsed: ACR 1 > θ 0.5
+    adv, _ = compute_avspo_advantage(**inputs, config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}))
+    assert torch.all(adv[:, -1] > 0)
