@@ -1,0 +1,75 @@
+"""OpenRLHF adapter: AVSPO as a drop-in for OpenRLHF's ``group_norm`` reward shaping.
+
+OpenRLHF (``advantage_estimator=group_norm``) reshapes the batch's scalar rewards to
+(num_prompts, n_samples_per_prompt) and normalises each row by its mean and std. This adapter
+does the same through the framework-free AVSPO core, so collapsed rows get AVSPO's push and every
+row is measured for ACR. It does not import OpenRLHF. Where OpenRLHF computes::
+
+    rewards = rewards.reshape(-1, n_samples_per_prompt)
+    rewards = (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)
+
+use instead (one ``GroupNormAVSPO`` for the whole run, so the adaptive threshold persists)::
+
+    rewards = avspo(rewards.reshape(-1, n_samples_per_prompt))
+    logger.log(avspo.metrics)   # acr/rate, acr/effective, avspo/threshold, ...
+
+and save ``avspo.state_dict()`` with the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from verl_avspo.advantage import compute_avspo_outcome_advantage
+from verl_avspo.config import resolve_config
+from verl_avspo.controller import AdaptiveController
+
+__all__ = ["GroupNormAVSPO"]
+
+
+class GroupNormAVSPO:
+    """Stateful AVSPO group normalisation for rewards laid out one prompt per row.
+
+    Args:
+        settings: the ``algorithm.avspo`` keys of SPEC §4 (a preset and overrides); None is
+            ``preset: paper``. OpenRLHF's own group_norm uses epsilon 1e-9; pass
+            ``{"epsilon": 1e-9}`` to match it exactly on uncollapsed rows.
+        norm_by_std: divide by the group std (False: Dr. GRPO style, r − μ').
+    """
+
+    def __init__(self, settings: Mapping[str, Any] | None = None, norm_by_std: bool = True):
+        self.config = resolve_config(settings)
+        self.controller = AdaptiveController(self.config)
+        self.norm_by_std = norm_by_std
+        self.metrics: dict[str, float] = {}
+
+    def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Args:
+            rewards: (num_prompts, n_samples_per_prompt) scalar rewards.
+
+        Returns:
+            (num_prompts, n_samples_per_prompt) advantages; ``self.metrics`` holds the step's
+            ACR and AVSPO metrics.
+        """
+        if rewards.dim() != 2:
+            raise ValueError(
+                f"rewards must be (num_prompts, n_samples_per_prompt), got shape {tuple(rewards.shape)}; "
+                "reshape with rewards.reshape(-1, n_samples_per_prompt)"
+            )
+        num_prompts, group_size = rewards.shape
+        flat = rewards.reshape(-1, 1)
+        index = torch.arange(num_prompts, device=rewards.device).repeat_interleave(group_size)
+        output = compute_avspo_outcome_advantage(
+            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_by_std
+        )
+        self.metrics = output.metrics
+        return output.scalar_advantages.view(num_prompts, group_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.controller.load_state_dict(state)
