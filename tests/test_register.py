@@ -103,3 +103,24 @@ def test_through_verl_compute_advantage_on_dataproto():
     metrics = register.pop_last_metrics()
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
     assert register.pop_last_metrics() == {}
+
+
+MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"
+
+
+def _modules(imports, plugins):
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins, "VERL_USE_EXTERNAL_MODULES": ""}
+    code = MODULES.format(imports=imports)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_entry_point_imports_nothing_beyond_core_algos():
+    # The entry point runs in every verl process (vLLM and FSDP workers too): it may load
+    # core_algos and our own framework-free core, nothing heavier (no trainer, Ray, pandas, ...).
+    baseline = _modules("verl, verl.trainer.ppo.core_algos", plugins="none")
+    with_plugin = _modules("verl", plugins="auto")
+    extra = {m for m in with_plugin - baseline if not m.startswith("verl_avspo") and not m.startswith("__editable__")}
+    assert extra == set()
+    assert {"verl_avspo.register", "verl_avspo.advantage"} <= with_plugin
