@@ -1,0 +1,251 @@
+"""Launcher: verl's PPO trainer with ACR metrics, the stagnation alert and AVSPO state in checkpoints.
+
+    python -m verl_avspo.main_ppo <hydra overrides>            # train
+    python -m verl_avspo.main_ppo --dry-run <hydra overrides>  # check the config, start nothing
+    python -m verl_avspo.main_ppo --cfg job <hydra overrides>  # print the composed config (Hydra)
+
+The config is ``verl_avspo/config/avspo_trainer.yaml``: verl's ``ppo_trainer`` plus every
+``algorithm.avspo.*`` key, with ``algorithm.adv_estimator=avspo``. Before Ray starts, the launcher
+checks what verl itself never checks (the estimator name, the group size, the AVSPO settings) and
+runs verl's own ``validate_config``; every failure exits with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import hydra
+import ray
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+from verl.trainer.main_ppo_v0 import TaskRunner as LegacyTaskRunner
+from verl.trainer.ppo import core_algos
+
+from verl_avspo.config import AVSPOConfig
+
+__all__ = [
+    "CONFIG_DIR",
+    "CONFIG_NAME",
+    "ConfigCheckError",
+    "AVSPOTaskRunner",
+    "AVSPOLegacyTaskRunner",
+    "compose_config",
+    "is_group_estimator",
+    "check_config",
+    "preflight",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+# An absolute path: ``verl_avspo.config`` is a Python module, so Hydra cannot address this
+# folder as a package (``pkg://``).
+CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
+CONFIG_NAME = "avspo_trainer"
+
+
+class ConfigCheckError(ValueError):
+    """A config that cannot train; the message says what to change."""
+
+
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """Our config composed with verl's, as ``python -m verl_avspo.main_ppo`` would see it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=list(overrides))
+
+
+def _check_estimator(name: str) -> None:
+    if name in core_algos.ADV_ESTIMATOR_REGISTRY:
+        return
+    if name == "avspo":
+        try:
+            importlib.import_module("verl_avspo.register")
+        except Exception as err:  # the real error, which verl's entry-point loader would swallow
+            raise ConfigCheckError(
+                f"algorithm.adv_estimator=avspo is unknown because the verl-avspo plugin failed to load: "
+                f"{type(err).__name__}: {err}. Fix that error (run `verl-avspo doctor`), then retry."
+            ) from err
+        if name in core_algos.ADV_ESTIMATOR_REGISTRY:
+            return
+    known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigCheckError(
+        f"algorithm.adv_estimator={name!r} is not a registered advantage estimator.{hint} "
+        f"Registered: {', '.join(known)}."
+    )
+
+
+def is_group_estimator(name: str) -> bool:
+    """Whether the registered estimator ``name`` normalises within prompt groups: verl passes the
+    uid array only to estimators that take an ``index`` argument (grpo, rloo, avspo, ...)."""
+    fn = core_algos.get_adv_estimator_fn(name)
+    return "index" in inspect.signature(fn).parameters
+
+
+def check_config(config: DictConfig) -> AVSPOConfig:
+    """The checks verl does not make, cheapest first. Returns the resolved AVSPO settings (used
+    for the stagnation alert on every run, and for the estimator when it is ``avspo``).
+
+    Raises:
+        ConfigCheckError: naming the key, the value and the fix.
+    """
+    algorithm = config.algorithm
+    estimator = str(algorithm.adv_estimator)
+    _check_estimator(estimator)
+    from verl_avspo.register import avspo_settings
+
+    n = config.actor_rollout_ref.rollout.n
+    if is_group_estimator(estimator) and n < 2:
+        raise ConfigCheckError(
+            f"actor_rollout_ref.rollout.n={n} with algorithm.adv_estimator={estimator}: a group estimator "
+            "compares the responses sampled for one prompt, so it needs at least 2 per prompt (with 1, every "
+            "advantage is 0). Set actor_rollout_ref.rollout.n=8 (the paper's group size) or more."
+        )
+    required = ["actor_rollout_ref.rollout.name"]
+    if config.reward.reward_model.enable:
+        required.append("reward.reward_model.rollout.name")
+    for key in required:
+        if OmegaConf.is_missing(OmegaConf.select(config, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1]):
+            raise ConfigCheckError(f"{key} is required: set the rollout engine, for example {key}=vllm (or sglang).")
+    try:
+        settings = avspo_settings(algorithm)
+    except ValueError as err:
+        raise ConfigCheckError(str(err)) from err
+    if settings.alert.action == "stop" and not config.trainer.use_v1:
+        raise ConfigCheckError(
+            "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
+            "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
+        )
+    filter_groups = algorithm.get("filter_groups", None)
+    if estimator == "avspo" and filter_groups is not None and filter_groups.get("enable", False):
+        logger.warning(
+            "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "
+            "AVSPO sees (almost) none and rarely triggers; the logged acr/* rates are measured before filtering."
+        )
+    return settings
+
+
+def _verl_validate(config: DictConfig) -> None:
+    """verl's own launcher-side validation (batch sizes, micro batches, ...), which needs no GPU."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    try:
+        auto_set_device(config)
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None)
+        fix = f" Set it on the command line: {key}=<value>." if key else ""
+        raise ConfigCheckError(f"verl's config is incomplete: {str(err).splitlines()[0]}.{fix}") from err
+    except (AssertionError, ValueError, hydra.errors.InstantiationException) as err:
+        raise ConfigCheckError(f"verl's validate_config rejected the config: {err}") from err
+
+
+def preflight(config: DictConfig) -> AVSPOConfig:
+    """Everything checked before Ray starts: ours, then verl's."""
+    settings = check_config(config)
+    _verl_validate(config)
+    return settings
+
+
+def _describe(config: DictConfig, settings: AVSPOConfig) -> str:
+    trainer = f"V1 {config.trainer.v1.trainer_mode}" if config.trainer.use_v1 else "legacy (use_v1=False)"
+    lines = [
+        f"algorithm.adv_estimator={config.algorithm.adv_estimator}  "
+        f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}  trainer={trainer}",
+        "AVSPO settings (algorithm.avspo, resolved):",
+    ]
+    for key, value in settings.to_dict().items():
+        lines.append(f"  {key}: {value}")
+    return "\n".join(lines)
+
+
+@ray.remote
+class AVSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    """verl's V1 TaskRunner with our ``PPOTrainerSync`` subclass installed under the mode ``sync``.
+
+    The swap happens inside the actor, where the trainer is built; the mode name stays ``sync``
+    because verl compares it literally in several places.
+    """
+
+    def run(self, config: DictConfig):
+        from verl_avspo.trainer import install_sync_trainer
+
+        install_sync_trainer()
+        return super().run(config)
+
+
+@ray.remote
+class AVSPOLegacyTaskRunner(LegacyTaskRunner.__ray_actor_class__):
+    """verl's legacy TaskRunner (``trainer.use_v1=False``) building our ``RayPPOTrainer`` subclass."""
+
+    def run(self, config: DictConfig):
+        from verl_avspo.trainer import install_legacy_trainer
+
+        install_legacy_trainer()
+        return super().run(config)
+
+
+def _fail(err: ConfigCheckError) -> None:
+    print(f"verl-avspo: {err}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def train(config: DictConfig) -> None:
+    """Check ``config``, log the AVSPO settings once, then run verl's PPO with our TaskRunner."""
+    try:
+        settings = preflight(config)
+    except ConfigCheckError as err:
+        _fail(err)
+    logger.info("verl-avspo launcher\n%s", _describe(config, settings))
+    runner = AVSPOTaskRunner if config.trainer.use_v1 else AVSPOLegacyTaskRunner
+    run_ppo(config, task_runner_class=runner)
+
+
+def dry_run(overrides: Sequence[str]) -> int:
+    """Compose the config, run every check, print the AVSPO settings; start nothing."""
+    from hydra.errors import HydraException
+
+    try:
+        config = compose_config(overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = f" ({str(err.__cause__).splitlines()[0]})" if err.__cause__ else ""
+        print(f"verl-avspo: invalid override: {err}{cause}", file=sys.stderr)
+        return 1
+    try:
+        settings = preflight(config)
+    except ConfigCheckError as err:
+        print(f"verl-avspo: {err}", file=sys.stderr)
+        return 1
+    print(_describe(config, settings))
+    print("OK: the config composes and passes verl-avspo's and verl's checks (dry run: nothing was started)")
+    return 0
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name=CONFIG_NAME, version_base=None)
+def _hydra_main(config: DictConfig) -> None:
+    train(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--dry-run" in argv:
+        return dry_run([arg for arg in argv if arg != "--dry-run"])
+    sys.argv = [sys.argv[0], *argv]  # Hydra parses sys.argv (overrides, --cfg, --multirun, ...)
+    _hydra_main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
