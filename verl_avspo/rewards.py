@@ -1,0 +1,106 @@
+"""Rule-based rewards for the paper's benchmarks, in verl's ``custom_reward_function`` form.
+
+Select with::
+
+    reward.custom_reward_function.path=pkg://verl_avspo.rewards
+    reward.custom_reward_function.name=compute_score
+
+verl's reward manager calls ``compute_score(data_source=, solution_str=, ground_truth=,
+extra_info=)`` once per response and logs the returned float as ``acc``, so validation reports
+``val-core/<data_source>/acc/mean@N`` for every benchmark.
+
+- Math sets: the answer is the content of the response's **last** ``\\boxed{...}`` (the system
+  prompt asks for it); math-verify decides equivalence (``\\frac{1}{2}`` = ``0.5``, ``x=3`` = ``3``,
+  ``1,000`` = ``1000``). A response without a box scores 0: the box is the answer format the
+  policy is trained to produce.
+- Multiple choice (MMLU-Pro): the chosen letter is taken from the last ``\\boxed{...}``, else from
+  the last "answer is (X)" / "Answer: X"; it must equal the gold letter.
+- Any other ``data_source`` goes to verl's ``default_compute_score``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
+
+__all__ = ["MATH_SOURCES", "CHOICE_SOURCES", "compute_score", "math_score", "choice_score", "extract_choice"]
+
+# The data sources written by recipes/data (short names) and the hub names verl's own examples use.
+MATH_SOURCES = frozenset(
+    {
+        "math",
+        "math500",
+        "gsm8k",
+        "minerva_math",
+        "olympiadbench",
+        "amc23",
+        "aime2024",
+        "lighteval/MATH",
+        "DigitalLearningGmbH/MATH-lighteval",
+        "HuggingFaceH4/MATH-500",
+        "openai/gsm8k",
+    }
+)
+CHOICE_SOURCES = frozenset({"mmlu_pro", "TIGER-Lab/MMLU-Pro"})
+
+# math-verify's timeout uses signal.alarm, which works only in the main thread; verl's reward
+# manager scores in an executor thread. Off the main thread we therefore parse without a timeout,
+# and keep parsing cheap by handing math-verify only the boxed answer, never the whole response.
+_TIMEOUT_S = 5
+_GOLD_TARGETS = (LatexExtractionConfig(), ExprExtractionConfig())
+_PRED_TARGETS = (LatexExtractionConfig(boxed_match_priority=0),)
+
+_LETTER = r"\(?\s*([A-Z])\s*\)?"
+_BOXED_LETTER = re.compile(rf"^(?:\\text\{{)?{_LETTER}\}}?(?:[.:)]|\s|$)")
+# Only capital letters count, so "the answer is a prime" is not option A.
+_STATED_LETTER = re.compile(rf"(?i:answer is|answer:)\s*(?i:option\s*)?{_LETTER}(?![A-Za-z])")
+
+
+def _timeout() -> int | None:
+    return _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def math_score(solution_str: str, ground_truth: str) -> float:
+    """1.0 if the last ``\\boxed{}`` of ``solution_str`` is equivalent to ``ground_truth``, else 0.0."""
+    boxed = last_boxed_only_string(solution_str)
+    if boxed is None:
+        return 0.0
+    timeout = _timeout()
+    gold = parse("\\boxed{" + str(ground_truth).strip().strip("$") + "}", _GOLD_TARGETS, parsing_timeout=timeout)
+    pred = parse(boxed, _PRED_TARGETS, parsing_timeout=timeout)
+    if not gold or not pred:
+        return 0.0
+    return float(verify(gold, pred, timeout_seconds=timeout))
+
+
+def extract_choice(solution_str: str) -> str | None:
+    """The option letter a response chose, or None: from its last ``\\boxed{}`` (``B``, ``(B)``,
+    ``\\text{B}``, ``B. text``), else from its last "answer is (B)" / "Answer: B"."""
+    boxed = last_boxed_only_string(solution_str)
+    if boxed is not None:
+        match = _BOXED_LETTER.match(remove_boxed(boxed).strip())
+        if match:
+            return match.group(1)
+    stated = _STATED_LETTER.findall(solution_str)
+    return stated[-1] if stated else None
+
+
+def choice_score(solution_str: str, ground_truth: str) -> float:
+    """1.0 if the chosen letter equals the gold letter (``"C"``), else 0.0."""
+    return float(extract_choice(solution_str) == str(ground_truth).strip().upper())
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **kwargs: Any
+) -> float | dict:
+    """verl's custom reward signature; dispatches on ``data_source`` (see the module docstring)."""
+    if data_source in CHOICE_SOURCES:
+        return choice_score(solution_str, ground_truth)
+    if data_source in MATH_SOURCES:
+        return math_score(solution_str, ground_truth)
+    return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
