@@ -18,11 +18,11 @@ Rows:
                      scores times mask (the fastest exact torch form of both)
 
 Each row is timed in this process after warm-up: median and interquartile range over
-``--repeats`` calls, with ``torch.cuda.synchronize()`` around each call on CUDA. Peak extra memory
-is measured on one separate call: ``torch.cuda.max_memory_allocated`` above the allocation before
-the call on CUDA; on Linux CPUs the resident-set high-water mark (``VmHWM``, reset through
-``/proc/self/clear_refs``) above the resident set before the call. Both include the returned
-advantages.
+``--repeats`` calls, the rows taking turns so that a change in machine load hits them alike, with
+``torch.cuda.synchronize()`` around each call on CUDA. Peak extra memory is measured on one
+separate call: ``torch.cuda.max_memory_allocated`` above the allocation before the call on CUDA;
+on Linux CPUs the resident-set high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``)
+above the resident set before the call. Both include the returned advantages.
 
 Usage:
     python benchmarks/bench_advantage.py                       # the issue's grid
@@ -167,19 +167,27 @@ def synchronizer(device: str) -> Callable[[], None]:
     return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
 
-def time_call(fn: Callable[[], object], repeats: int, warmup: int, sync: Callable[[], None]) -> list[float]:
-    """Seconds per call, after ``warmup`` untimed calls. The result is freed outside the timing."""
-    for _ in range(warmup):
-        fn()
-    seconds = []
+def time_calls(
+    calls: dict[str, Callable[[], object]], repeats: int, warmup: int, sync: Callable[[], None]
+) -> dict[str, np.ndarray]:
+    """Milliseconds per call of each entry, after ``warmup`` untimed calls of each.
+
+    The calls take turns (one round of every entry per repeat), so a slow drift in machine load
+    shifts all rows alike instead of distorting their ratios. Results are freed outside the timing.
+    """
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    seconds = {name: [] for name in calls}
     for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        result = fn()
-        sync()
-        seconds.append(time.perf_counter() - start)
-        del result
-    return seconds
+        for name, fn in calls.items():
+            sync()
+            start = time.perf_counter()
+            result = fn()
+            sync()
+            seconds[name].append(time.perf_counter() - start)
+            del result
+    return {name: np.array(values) * 1e3 for name, values in seconds.items()}
 
 
 def _status_kib(field: str) -> int:
@@ -228,11 +236,11 @@ def benchmark(
                 acr = measure_collapse(batch.scores, batch.index)["acr/rate"]
                 print(f"N={num_responses} L={length} G={group_size}: ACR={acr:.3f}", file=sys.stderr, flush=True)
                 register.reset()
+                calls = methods(batch)
                 timed = {}
-                for name, fn in methods(batch).items():
-                    seconds = np.array(time_call(fn, repeats, warmup, sync)) * 1e3
-                    q1, median, q3 = np.percentile(seconds, [25, 50, 75])
-                    timed[name] = {"median": median, "iqr": q3 - q1, "peak": peak_extra_bytes(fn, device)}
+                for name, ms in time_calls(calls, repeats, warmup, sync).items():
+                    q1, median, q3 = np.percentile(ms, [25, 50, 75])
+                    timed[name] = {"median": median, "iqr": q3 - q1, "peak": peak_extra_bytes(calls[name], device)}
                 for name, row in timed.items():
                     results.append(
                         {
