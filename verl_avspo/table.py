@@ -1,0 +1,165 @@
+"""``verl-avspo table``: the paper-style results table from verl file-logger logs.
+
+    verl-avspo table runs/                       # every run under runs/
+    verl-avspo table runs/qwen2.5-math-1.5b_grpo runs/qwen2.5-math-1.5b_avspo
+    verl-avspo table my_project/exp1.jsonl my_project/exp2.jsonl
+
+One row per run, in markdown:
+
+- **pass@1 per benchmark**, in percent: verl's ``val-core/<data_source>/acc/mean@N`` (``reward``
+  when a scorer logs no ``acc``) at the latest validation. A run directory of the recipes holds
+  ``metrics.jsonl`` (training, with validation every ``test_freq`` steps) and, after
+  ``MODE=eval``, ``eval.jsonl`` (the final 2048-token evaluation); the latter wins.
+  Any other ``<name>.jsonl`` is a run of its own, named by its stem.
+- **avg**: the mean over the in-domain (math) benchmarks; "–" when the run lacks one of them.
+- **ACR (final)**: ``acr/rate`` averaged over the last ``--final-window`` logged steps;
+  **ACR (first 100)**: averaged over steps 1..``--early-steps`` (the paper's ACR_100 predictor).
+- **effective ACR (final)**: ``acr/effective`` likewise: the share of groups still at zero
+  advantage after the estimator (equal to ACR for GRPO; lower for AVSPO).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from verl_avspo.logs import find_logs, read_metrics
+
+__all__ = ["RunSummary", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "group_runs", "summarise", "markdown_table"]
+
+# data_source -> column title, in the paper's order; other data sources follow, sorted.
+BENCHMARK_NAMES = {
+    "math500": "MATH-500",
+    "gsm8k": "GSM8K",
+    "minerva_math": "Minerva",
+    "olympiadbench": "OlympiadBench",
+    "amc23": "AMC23",
+    "aime2024": "AIME24",
+    "mmlu_pro": "MMLU-Pro",
+}
+OUT_OF_DOMAIN = frozenset({"mmlu_pro"})
+# Files a recipe run directory holds; any other *.jsonl is a run of its own. Eval comes last: it wins.
+_RUN_FILES = ("metrics", "eval")
+_VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$")
+
+
+@dataclass
+class RunSummary:
+    """What the table shows for one run; pass@1 values are fractions, None when not logged."""
+
+    name: str
+    pass_at_1: dict[str, float] = field(default_factory=dict)
+    acr_final: float | None = None
+    acr_early: float | None = None
+    effective_final: float | None = None
+    steps: int = 0
+
+
+def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
+    """Run name -> its log files (training first, evaluation last)."""
+    runs: dict[str, list[Path]] = {}
+    for log in find_logs(paths):
+        name = log.parent.name if log.stem in _RUN_FILES else log.stem
+        runs.setdefault(name, []).append(log)
+    order = {stem: i for i, stem in enumerate(_RUN_FILES)}
+    return {name: sorted(logs, key=lambda p: order.get(p.stem, -1)) for name, logs in runs.items()}
+
+
+def _latest_pass_at_1(frame: pd.DataFrame) -> dict[str, float]:
+    """data_source -> latest validation accuracy; ``acc`` preferred over ``reward``."""
+    found: dict[str, tuple[str, float]] = {}
+    for column in frame.columns:
+        match = _VAL_CORE.match(column)
+        values = frame[column].dropna()
+        if match is None or values.empty:
+            continue
+        source, var = match["source"], match["var"]
+        if source not in found or (var == "acc" and found[source][0] != "acc"):
+            found[source] = (var, float(values.iloc[-1]))
+    return {source: value for source, (_, value) in found.items()}
+
+
+def _window_mean(series: pd.Series | None, *, last: int | None = None, up_to: int | None = None) -> float | None:
+    if series is None:
+        return None
+    series = series.dropna()
+    if up_to is not None:
+        series = series[series.index <= up_to]
+    if last is not None:
+        series = series.iloc[-last:]
+    return float(series.mean()) if len(series) else None
+
+
+def summarise(name: str, logs: list[Path], final_window: int = 10, early_steps: int = 100) -> RunSummary:
+    """One run's row, from its log files (later files override earlier validation results)."""
+    summary = RunSummary(name)
+    training: list[pd.DataFrame] = []
+    for log in logs:
+        frame = read_metrics(log)
+        summary.pass_at_1.update(_latest_pass_at_1(frame))
+        if "acr/rate" in frame.columns:
+            training.append(frame)
+    if training:
+        frame = pd.concat(training).sort_index()
+        summary.acr_final = _window_mean(frame["acr/rate"], last=final_window)
+        summary.acr_early = _window_mean(frame["acr/rate"], up_to=early_steps)
+        summary.effective_final = _window_mean(frame.get("acr/effective"), last=final_window)
+        summary.steps = int(frame["acr/rate"].dropna().index.max())
+    return summary
+
+
+def _benchmarks(summaries: list[RunSummary]) -> list[str]:
+    seen = {source for s in summaries for source in s.pass_at_1}
+    return [b for b in BENCHMARK_NAMES if b in seen] + sorted(seen - set(BENCHMARK_NAMES))
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value * scale:.{digits}f}"
+
+
+def markdown_table(summaries: list[RunSummary], early_steps: int = 100) -> str:
+    benchmarks = _benchmarks(summaries)
+    in_domain = [b for b in benchmarks if b not in OUT_OF_DOMAIN]
+    out_of_domain = [b for b in benchmarks if b in OUT_OF_DOMAIN]
+    header = ["run", *(BENCHMARK_NAMES.get(b, b) for b in in_domain), "avg"]
+    header += [BENCHMARK_NAMES.get(b, b) for b in out_of_domain]
+    header += ["ACR (final)", f"ACR (first {early_steps})", "effective ACR (final)", "steps"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for s in summaries:
+        scores = [s.pass_at_1.get(b) for b in in_domain]
+        average = None if not scores or None in scores else sum(scores) / len(scores)
+        cells = [s.name, *(_fmt(v, 100, 1) for v in scores), _fmt(average, 100, 1)]
+        cells += [_fmt(s.pass_at_1.get(b), 100, 1) for b in out_of_domain]
+        cells += [_fmt(s.acr_final), _fmt(s.acr_early), _fmt(s.effective_final), str(s.steps) if s.steps else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("paths", nargs="+", help="run directories, folders of runs, or verl file-logger JSONL files")
+    parser.add_argument("--final-window", type=int, default=10, help="steps averaged for the final ACR (default 10)")
+    parser.add_argument("--early-steps", type=int, default=100, help="steps averaged for the early ACR (default 100)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.final_window < 1 or args.early_steps < 1:
+        print("verl-avspo table: --final-window and --early-steps must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        runs = group_runs(args.paths)
+        if not runs:
+            print(f"verl-avspo table: no *.jsonl logs under {' '.join(map(str, args.paths))}", file=sys.stderr)
+            return 1
+        summaries = [summarise(name, logs, args.final_window, args.early_steps) for name, logs in runs.items()]
+    except (FileNotFoundError, ValueError) as err:
+        print(f"verl-avspo table: {err}", file=sys.stderr)
+        return 1
+    print(markdown_table(summaries, args.early_steps))
+    return 0
