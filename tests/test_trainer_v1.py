@@ -1,0 +1,303 @@
+"""The V1 trainer subclass against a real TransferQueue on a local Ray cluster.
+
+``AVSPOTrainerSync(config)`` is built with verl's real ``PPOTrainer.__init__`` (it needs no GPU).
+What does need GPUs is stubbed, and only that: the FSDP actor worker group (``actor_rollout_wg``,
+whose save/load we record) and, for ``step()``, the per-iteration GPU pipeline ``_step_once`` and
+the rollout dispatch ``prepare_step``.
+"""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import ray
+import torch
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from torchdata.stateful_dataloader import StatefulDataLoader
+from transfer_queue.metadata import KVBatchMeta
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1.utils import MetricsAggregator
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from verl_avspo import register
+from verl_avspo.advantage import compute_avspo_outcome_advantage
+from verl_avspo.alert import ADVICE
+from verl_avspo.controller import AdaptiveController
+from verl_avspo.main_ppo import compose_config
+from verl_avspo.trainer import STATE_FILE, AVSPOTrainerSync
+
+BASE = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=4",
+    "trainer.logger=[console]",
+]
+REDUCING = ("max", "min", "sum", "total")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def transfer_queue_cluster():
+    # num_cpus=16 before tq.init: on a 2-core machine TransferQueue's actors otherwise never schedule.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    config = compose_config(BASE).transfer_queue
+    tq.init(OmegaConf.merge(config, {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def fresh_estimator_state():
+    register.reset()
+    yield
+    register.reset()
+
+
+def make_trainer(*overrides, trainer_cls=AVSPOTrainerSync):
+    config = compose_config([*BASE, *overrides])
+    OmegaConf.resolve(config)  # as TaskRunnerV1.run does
+    return trainer_cls(config=config)
+
+
+def put_groups(tag, groups):
+    """One prompt group per list of scores; response i of a group has 2 + i tokens and its score
+    on the last token, as verl's reward loop writes rm_scores. Returns the batch meta."""
+    keys, fields = [], []
+    for g, scores in enumerate(groups):
+        for s, score in enumerate(scores):
+            length = 2 + s
+            rm_scores = torch.zeros(length)
+            rm_scores[-1] = score
+            keys.append(f"{tag}g{g}_{s}_0")
+            fields.append(
+                {"uid": f"{tag}g{g}", "response_mask": torch.ones(length, dtype=torch.int64), "rm_scores": rm_scores}
+            )
+    return tq.kv_batch_put(
+        keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=[{} for _ in keys]
+    )
+
+
+def read_back(batch):
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["uid", "rm_scores", "advantages"])
+    rewards = data["rm_scores"].to_padded_tensor(0.0)
+    mask = torch.nested.as_nested_tensor([torch.ones_like(r) for r in data["rm_scores"].unbind()], layout=torch.jagged)
+    return rewards, mask.to_padded_tensor(0.0), np.array(list(data["uid"]), dtype=object), data["advantages"]
+
+
+def assert_averaged(metrics):
+    """Every name we log is averaged by verl's own MetricsAggregator, never max/min/summed."""
+    ours = [k for k in metrics if k.startswith(("acr/", "avspo/"))]
+    assert ours
+    for name in ours:
+        assert not any(word in name for word in REDUCING), name
+        assert MetricsAggregator()._get_aggregation_type(name) == "weighted_avg", name
+
+
+def test_grpo_advantage_stage_logs_acr_and_keeps_verl_advantages():
+    trainer = make_trainer("algorithm.adv_estimator=grpo")
+    batch = put_groups("a", [[1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 0, 0]])
+    metrics = {}
+    batch = trainer._compute_advantage(batch, metrics)
+
+    assert metrics["acr/rate"] == 0.5
+    assert metrics["acr/all_correct"] == 0.25 and metrics["acr/all_wrong"] == 0.25
+    assert metrics["acr/effective"] == 0.5  # GRPO: effective collapse equals raw collapse
+    assert metrics["acr/groups"] == 4 and metrics["acr/singletons"] == 0
+    assert not any(k.startswith("avspo/") for k in metrics)
+    assert_averaged(metrics)
+
+    rewards, mask, uid, advantages = read_back(batch)
+    expected, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)
+    assert torch.allclose(advantages.to_padded_tensor(0.0), expected, atol=1e-6)
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_avspo_advantage_stage_logs_estimator_metrics_and_writes_its_advantages():
+    trainer = make_trainer()  # our config's default estimator: avspo, preset paper
+    batch = put_groups("b", [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1]])
+    metrics = {}
+    batch = trainer._compute_advantage(batch, metrics)
+
+    # ACR 0.75 > θ_1 = 0.5: the three collapsed groups get K = ceil(4 * 0.75^0.5) = 4 virtual samples.
+    assert metrics["acr/rate"] == 0.75 and metrics["acr/all_wrong"] == 0.5
+    assert metrics["avspo/threshold"] == 0.5
+    assert metrics["avspo/triggered"] == 0.75
+    assert metrics["avspo/virtual_k"] == 4.0
+    assert metrics["acr/effective"] == 0.0
+    assert_averaged(metrics)
+    assert register.pop_last_metrics() == {}  # consumed by the trainer, not left for another step
+
+    rewards, mask, uid, advantages = read_back(batch)
+    settings = register.avspo_settings(trainer.config.algorithm)
+    reference = compute_avspo_outcome_advantage(rewards, mask, uid, settings, AdaptiveController(settings))
+    assert torch.allclose(advantages.to_padded_tensor(0.0), reference.advantages, atol=1e-6)
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_with_filter_groups_acr_is_the_rate_before_filtering():
+    trainer = make_trainer(
+        "algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=True", "data.train_batch_size=1"
+    )
+    groups = [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]]
+    meta = put_groups("c", groups)
+    prompts = [f"cg{g}" for g in range(len(groups))]
+    tq.kv_batch_put(
+        keys=prompts,
+        partition_id="train",
+        tags=[{"is_prompt": True, "status": "finished", "global_steps": 1} for _ in prompts],
+    )
+    # verl's real DAPO sampler: drops the two collapsed groups, keeps one mixed group, discards the other.
+    batch, metrics = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=1)
+    assert metrics["training/filter_groups/evicted_samples"] == 2
+    batch = trainer._compute_advantage(batch, metrics)
+
+    # Before filtering: 2 of 4 generated groups collapsed (one each way). The trained group is mixed.
+    assert metrics["acr/rate"] == 0.5
+    assert metrics["acr/all_correct"] == 0.25 and metrics["acr/all_wrong"] == 0.25
+    assert metrics["acr/groups"] == 4
+    assert metrics["acr/effective"] == 0.0
+    tq.kv_clear(keys=[*meta.keys, *prompts], partition_id="train")
+
+
+class RecordingWorkerGroup:
+    """Stands in for the FSDP actor worker group (it needs GPUs): records save/load and writes a
+    marker so the folder layout is verl's."""
+
+    def __init__(self):
+        self.saved, self.loaded = [], []
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+        self.saved.append((local_path, global_step))
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        self.loaded.append(local_path)
+
+
+def attach_checkpoint_parts(trainer):
+    trainer.actor_rollout_wg = RecordingWorkerGroup()
+    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
+    return trainer
+
+
+def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
+    overrides = [
+        "algorithm.avspo.strategy=random",  # its RNG state must survive too
+        "algorithm.avspo.k=2",
+        "algorithm.avspo.eta=0.5",
+        "algorithm.avspo.threshold_init=0.3",
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.resume_mode=auto",
+    ]
+    steps = [
+        [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]],
+        [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]],
+        [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]],
+        [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1]],
+    ]
+
+    def run_steps(trainer, tag, batches):
+        out = []
+        for i, groups in enumerate(batches):
+            metrics = {}
+            batch = trainer._compute_advantage(put_groups(f"{tag}{i}", groups), metrics)
+            out.append((metrics["avspo/threshold"], read_back(batch)[3].to_padded_tensor(0.0)))
+            tq.kv_clear(keys=batch.keys, partition_id="train")
+        return out
+
+    uninterrupted = run_steps(make_trainer(*overrides), "u", steps)
+    assert len({threshold for threshold, _ in uninterrupted}) > 2  # θ really moves
+
+    register.reset()
+    first = attach_checkpoint_parts(make_trainer(*overrides))
+    before = run_steps(first, "f", steps[:2])
+    first.global_steps = 2
+    first.stagnation.streak = 2
+    first._save_checkpoint()
+    folder = tmp_path / "global_step_2"
+    assert (folder / STATE_FILE).exists() and (folder / "data.pt").exists()
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "2"
+
+    register.reset()  # a new process: no controller state survives except through the checkpoint
+    resumed = attach_checkpoint_parts(make_trainer(*overrides))
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == [str(folder / "actor")]
+    assert resumed.stagnation.streak == 2
+    after = run_steps(resumed, "r", steps[2:])
+
+    for (theta_a, adv_a), (theta_b, adv_b) in zip(uninterrupted, before + after, strict=True):
+        assert theta_a == theta_b
+        assert torch.equal(adv_a, adv_b)
+
+
+def test_resume_from_a_checkpoint_without_avspo_state_warns(tmp_path, caplog):
+    (tmp_path / "global_step_3").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
+    trainer = attach_checkpoint_parts(make_trainer(f"trainer.default_local_dir={tmp_path}"))
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+        trainer._load_checkpoint()
+    assert trainer.global_steps == 3
+    assert f"has no {STATE_FILE}" in caplog.text
+
+
+class ScriptedTrainer(AVSPOTrainerSync):
+    """Runs verl's real ``step()`` (its MetricsAggregator included) over scripted ACR values; the
+    GPU pipeline of one iteration (``_step_once``) and the rollout dispatch are stubbed."""
+
+    acr_values: list = []
+
+    def prepare_step(self):
+        return {}
+
+    def _step_once(self, metrics, timing_raw, sample_batch_size):
+        metrics["acr/rate"] = self.acr_values[self.global_steps - 1]
+        return KVBatchMeta(partition_id="train", keys=[], tags=[])
+
+
+def run_scripted(trainer, acr_values):
+    trainer.acr_values = acr_values
+    stalled = []
+    for step in range(1, len(acr_values) + 1):
+        trainer.global_steps = step
+        metrics = {}
+        trainer.step(metrics, {})
+        stalled.append(metrics["acr/stalled"])
+        if trainer.total_training_steps == step:
+            break
+    return stalled
+
+
+def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
+    trainer = make_trainer(
+        "algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=3", trainer_cls=ScriptedTrainer
+    )
+    trainer.total_training_steps = 100
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+        stalled = run_scripted(trainer, [0.5, 0.5, 0.2, 0.5, 0.36, 0.9, 0.8, 0.1])
+    assert stalled == [0, 0, 0, 0, 0, 1, 1, 0]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "for 3 consecutive steps (now step 6)" in warnings[0].getMessage()
+    assert ADVICE in warnings[0].getMessage()
+    assert trainer.total_training_steps == 100
+
+
+def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_path, caplog):
+    trainer = make_trainer(
+        "algorithm.adv_estimator=grpo",
+        "algorithm.avspo.alert.window=2",
+        "algorithm.avspo.alert.action=stop",
+        f"trainer.default_local_dir={tmp_path}",
+        trainer_cls=ScriptedTrainer,
+    )
+    attach_checkpoint_parts(trainer)
+    trainer.total_training_steps = 100
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+        stalled = run_scripted(trainer, [0.1, 0.6, 0.7, 0.8, 0.9])
+    assert stalled == [0, 0, 1]
+    assert trainer.total_training_steps == 3  # fit's loop condition ends the run after logging step 3
+    assert trainer.actor_rollout_wg.saved == [(str(tmp_path / "global_step_3" / "actor"), 3)]
+    state = torch.load(tmp_path / "global_step_3" / STATE_FILE, weights_only=True)
+    assert state["stagnation"] == {"streak": 2, "stalled": True} and state["controller"] is None
+    assert "stopping the run after step 3 (algorithm.avspo.alert.action=stop)" in caplog.text
