@@ -23,8 +23,9 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
+# The CPU sandbox: GRPO vs AVSPO on a tiny LM (summary.md and plots in runs/sandbox).
 demo: $(STAMP)
-	$(BIN)/verl-avspo demo
+	$(BIN)/verl-avspo sandbox --out runs/sandbox
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py

@@ -13,6 +13,7 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("verl_avspo.demo", "ACR and AVSPO advantages on a synthetic batch, through verl's compute_advantage"),
+    "sandbox": ("verl_avspo.sandbox.cli", "small real RLVR run on CPU: GRPO vs AVSPO on synthetic arithmetic"),
     "table": ("verl_avspo.table", "paper-style markdown table (pass@1 per benchmark, ACR) from verl JSONL logs"),
 }
 

@@ -1,0 +1,114 @@
+"""The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
+loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
+(20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from verl_avspo.cli import main
+from verl_avspo.logs import read_metrics
+
+ESTIMATORS = "grpo,avspo:paper_code,dapo"
+TINY = ["--steps", "4", "--seeds", "1", "--sft-steps", "20", "--eval-size", "8", "--eval-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def torch_settings():
+    """The sandbox fixes torch's thread count and deterministic mode; restore them afterwards."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory, torch_settings):
+    out = tmp_path_factory.mktemp("sandbox")
+    cache = out / "cache"
+    assert main(["sandbox", "--estimators", ESTIMATORS, "--out", str(out), "--cache-dir", str(cache), *TINY]) == 0
+    return out
+
+
+def _runs(out):
+    return {label: read_metrics(out / "runs" / label / "seed0.jsonl") for label in ("grpo", "avspo-paper_code", "dapo")}
+
+
+def test_outputs_exist(comparison):
+    for name in ("summary.md", "acr.png", "accuracy.png"):
+        assert (comparison / name).stat().st_size > 0, name
+    assert (comparison / "acr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for frame in _runs(comparison).values():
+        assert list(frame.index) == [0, 1, 2, 3, 4]  # step 0: evaluation of the warm-up model
+        assert frame.loc[1:, "acr/rate"].notna().all()
+        assert frame.loc[[0, 2, 4], "eval/acc_mean"].notna().all()  # every eval_every steps and at the end
+
+
+def test_acr_metrics_are_consistent(comparison):
+    runs = _runs(comparison)
+    for frame in runs.values():
+        steps = frame.loc[1:]
+        assert steps["acr/rate"].between(0, 1).all()
+        assert (steps["acr/all_correct"] + steps["acr/all_wrong"] - steps["acr/rate"]).abs().max() < 1e-12
+        assert (steps["acr/groups"] == 16).all()  # prompts_per_step groups of G=8, no singletons
+    grpo, avspo, dapo = runs["grpo"].loc[1:], runs["avspo-paper_code"].loc[1:], runs["dapo"].loc[1:]
+    pd.testing.assert_series_equal(grpo["acr/effective"], grpo["acr/rate"], check_names=False)
+    assert (avspo["acr/effective"] <= avspo["acr/rate"]).all()
+    # paper_code augments every collapsed group, so none is left at zero advantage.
+    assert (avspo["acr/effective"] == 0).all() and (avspo["acr/rate"] > 0).any()
+    assert (avspo["avspo/triggered"] == avspo["acr/rate"]).all()
+    # dapo keeps exactly the groups that did not collapse.
+    pd.testing.assert_series_equal(dapo["train/kept_groups"], 1 - dapo["acr/rate"], check_names=False)
+
+
+def test_first_step_is_shared_by_estimators_with_the_same_seed(comparison):
+    # Same seed: same warm-up model, same prompts, same samples at step 1, so the same rewards.
+    first = [frame.loc[1, ["acr/rate", "train/reward_mean"]] for frame in _runs(comparison).values()]
+    for other in first[1:]:
+        pd.testing.assert_series_equal(first[0], other)
+
+
+def test_summary_reports_the_measured_numbers(comparison):
+    summary = (comparison / "summary.md").read_text()
+    grpo = _runs(comparison)["grpo"]
+    raw = grpo.loc[1:, "acr/rate"].mean()
+    assert f"| `grpo` | {raw:.3f} | {raw:.3f} |" in summary
+    acc = 100 * grpo.loc[4, "eval/acc_mean"]
+    assert "final mean greedy accuracy" in summary and f"vs {acc:.1f}%" in summary
+    assert summary.count("vs `grpo`**") == 2  # one verdict per other estimator
+    assert "from a single seed" in summary  # one seed: the verdict refuses to call a winner
+
+
+def test_same_seed_same_metrics(comparison, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    (avspo,) = parse_estimators("avspo")
+    logs = [tmp_path / f"{name}.jsonl" for name in ("a", "b", "other_seed")]
+    for path, seed in zip(logs, (0, 0, 1), strict=True):
+        train(config, avspo, seed, path, comparison / "cache")
+    assert logs[0].read_text() == logs[1].read_text()
+    assert logs[0].read_text() != logs[2].read_text()
+
+
+def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_settings):
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import warm_policy
+    from verl_avspo.sandbox.task import ArithmeticTask, parse_levels
+
+    task = ArithmeticTask(parse_levels("1+1,2+1"), 8)
+    config = PolicyConfig(sft_steps=5)
+    fresh, _ = warm_policy(config, task, None)
+    cached, _ = warm_policy(config, task, tmp_path)
+    reloaded, _ = warm_policy(config, task, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1
+    for name, weight in fresh.state_dict().items():
+        assert torch.equal(weight, cached.state_dict()[name]) and torch.equal(weight, reloaded.state_dict()[name])
+    warm_policy(PolicyConfig(sft_steps=6), task, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2  # changed settings never reuse a stale model
+    saved = json.loads(next(p for p in tmp_path.glob("*/sandbox_settings.json")).read_text())
+    assert saved["sft_steps"] in (5, 6)

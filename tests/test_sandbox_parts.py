@@ -1,0 +1,113 @@
+"""The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
+validation messages, the summary verdict and the plots. No model training here."""
+
+import pandas as pd
+import pytest
+import torch
+
+from verl_avspo.cli import main
+from verl_avspo.plots import plot_metrics
+from verl_avspo.sandbox.estimators import parse_estimators
+from verl_avspo.sandbox.summary import verdicts
+from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+
+
+def test_levels_and_held_out_split():
+    task = ArithmeticTask(parse_levels("1+1,2*1"), 50)
+    small, large = task.eval_set(0), task.eval_set(1)
+    assert len(small.prompts) == 20  # at most a fifth of the 100 problems of 1+1
+    assert len(large.prompts) == 50
+    assert all(eval(p[:-1]) == int(a) for p, a in zip(large.prompts, large.answers, strict=True))
+    train = task.sample(4000, torch.Generator().manual_seed(0))
+    assert not set(train.prompts) & set(small.prompts + large.prompts)  # never train on a held-out problem
+    assert set(train.level.tolist()) == {0, 1}
+    assert task.max_answer_chars == 3  # 99*9 = 891
+
+
+def test_bad_levels_are_named():
+    with pytest.raises(ValueError, match=r"level '2-1' is invalid"):
+        parse_levels("1+1,2-1")
+    with pytest.raises(ValueError, match="names a level twice"):
+        parse_levels("1+1,1+1")
+
+
+def test_exact_match_verifier():
+    assert exact_match(["12", "12 ", "012", ""], ["12", "12", "12", "0"]).tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_tokenizer_round_trip_and_masks():
+    from verl_avspo.sandbox.policy import CharTokenizer
+
+    tok = CharTokenizer()
+    ids, mask = tok.encode_prompts(["1+2=", "10+20="])
+    assert ids.shape == (2, 7) and mask[0].tolist() == [0, 0, 1, 1, 1, 1, 1]
+    response_ids, response_mask = tok.encode_responses(["3", "30"])
+    assert response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert tok.decode_responses(response_ids, response_mask) == ["3", "30"]
+    # A special token inside a response can never match an answer.
+    bad = torch.tensor([[tok.encode("3")[0], tok.bos_id, tok.eos_id]])
+    assert tok.decode_responses(bad, torch.ones_like(bad)) == ["3?"]
+    with pytest.raises(ValueError, match="not in the tokenizer's alphabet"):
+        tok.encode("1-2=")
+
+
+def test_token_rewards_sum_to_the_score_on_the_last_token():
+    from verl_avspo.sandbox.loop import _token_rewards
+
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    rewards = _token_rewards(torch.tensor([1.0, 0.0, 1.0]), mask)
+    assert rewards.tolist() == [[0, 1, 0], [0, 0, 0], [1, 0, 0]]
+
+
+def test_estimator_specs():
+    grpo, avspo, code, dapo = parse_estimators("grpo,avspo,avspo:paper_code,dapo")
+    assert (avspo.adv_estimator, avspo.preset, code.preset) == ("avspo", "paper", "paper_code")
+    assert (dapo.adv_estimator, dapo.drop_collapsed, grpo.drop_collapsed) == ("grpo", True, False)
+    assert code.algorithm_config(seed=3).avspo == {"preset": "paper_code", "seed": 3}
+    assert "avspo" not in grpo.algorithm_config(seed=0)
+    with pytest.raises(ValueError, match=r"estimator 'gae' is not supported by the sandbox"):
+        parse_estimators("grpo,gae")
+    with pytest.raises(ValueError, match="unknown AVSPO preset 'papr'"):
+        parse_estimators("avspo:papr")
+    with pytest.raises(ValueError, match="only avspo takes a preset"):
+        parse_estimators("grpo:paper")
+
+
+def test_cli_rejects_bad_values_before_loading_anything(capsys):
+    with pytest.raises(SystemExit, match=r"estimator 'foo' is not supported"):
+        main(["sandbox", "--estimators", "grpo,foo"])
+    with pytest.raises(SystemExit, match=r"group_size=1 is invalid"):
+        main(["sandbox", "--group-size", "1"])
+    with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
+        main(["sandbox", "--seeds", "0"])
+
+
+def _stats(accuracies):
+    return [{"acc_mean": a, "acr": 0.4, "acr_effective": 0.1} for a in accuracies]
+
+
+def test_verdict_follows_the_numbers():
+    win, tie, loss = verdicts(
+        {
+            "grpo": _stats([0.50, 0.52, 0.48]),
+            "avspo": _stats([0.60, 0.61, 0.59]),
+            "rloo": _stats([0.55, 0.47, 0.50]),
+            "dapo": _stats([0.40, 0.41, 0.39]),
+        }
+    )
+    assert "`avspo` beat `grpo` here" in win and "+10.0 ± 0.6 points" in win and "higher in 3 of 3" in win
+    assert "`rloo` did not beat `grpo` here" in tie
+    assert "`dapo` did worse than `grpo` here" in loss
+    assert "effective ACR was 0.100 against a raw ACR of 0.400" in win
+
+
+def test_plot_metrics(tmp_path):
+    steps = pd.Index([1, 2, 3], name="step")
+    seeds = [
+        pd.DataFrame({"acr/rate": [0.5, 0.4, 0.3]}, index=steps),
+        pd.DataFrame({"acr/rate": [0.3, 0.2, 0.1]}, index=steps),
+    ]
+    path = plot_metrics({"grpo": seeds, "avspo": seeds[0]}, ["acr/rate"], tmp_path / "a" / "acr.png", "ACR", "rate")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match=r"none of the columns \['eval/acc_mean'\]"):
+        plot_metrics({"grpo": seeds}, ["eval/acc_mean"], tmp_path / "b.png", "t", "y")

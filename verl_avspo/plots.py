@@ -1,0 +1,88 @@
+"""Metric curves over training steps for several runs, as PNG files.
+
+Takes the DataFrames of :func:`verl_avspo.logs.read_metrics` (index ``step``, one column per
+metric), so it serves the CPU sandbox and logs of real verl runs alike. A run given as several
+frames (one per seed) is drawn as the mean over seeds with a band of ± one standard deviation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+__all__ = ["seed_statistics", "plot_metrics"]
+
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def seed_statistics(frames: Sequence[pd.DataFrame], column: str) -> tuple[pd.Series, pd.Series]:
+    """Mean and standard deviation (0 for a single frame) over frames of ``column`` per step,
+    on the steps where it was logged."""
+    series = [frame[column].dropna() for frame in frames if column in frame]
+    if not series:
+        return pd.Series(dtype=float), pd.Series(dtype=float)
+    table = pd.concat(series, axis=1)
+    std = table.std(axis=1, ddof=1) if table.shape[1] > 1 else pd.Series(0.0, index=table.index)
+    return table.mean(axis=1), std.fillna(0.0)  # NaN where only one seed logged the step
+
+
+def plot_metrics(
+    frames: Mapping[str, pd.DataFrame | Sequence[pd.DataFrame]],
+    columns: Sequence[str],
+    path: str | Path,
+    title: str,
+    ylabel: str,
+    smooth: int = 1,
+    column_labels: Mapping[str, str] | None = None,
+    band: bool = True,
+) -> Path:
+    """Plot ``columns`` of each run against the step and save a PNG.
+
+    Args:
+        frames: run name -> its metrics frame, or a list of frames (one per seed).
+        columns: metric names to draw; each gets its own line style, each run its own colour.
+        path: where to write the PNG (parent folders are created).
+        title, ylabel: the figure's title and y-axis label (the x axis is the training step).
+        smooth: centred rolling-mean window in steps (1 = raw values), for noisy per-step metrics.
+        column_labels: legend names for the columns (default: the metric names).
+        band: shade ± one standard deviation over seeds (runs given as several frames).
+
+    Raises:
+        ValueError: when none of ``columns`` occurs in any frame (names the missing columns).
+    """
+    if smooth < 1:
+        raise ValueError(f"smooth={smooth} is invalid: expected a window of at least 1 step")
+    column_labels = dict(column_labels or {})
+    figure = Figure(figsize=(8, 4.5), layout="constrained")
+    axes = figure.add_subplot()
+    colours = [f"C{i}" for i in range(10)]
+    drawn = 0
+    for run_index, (run, value) in enumerate(frames.items()):
+        seeds = [value] if isinstance(value, pd.DataFrame) else list(value)
+        for column_index, column in enumerate(columns):
+            mean, std = seed_statistics(seeds, column)
+            if mean.empty:
+                continue
+            if smooth > 1:
+                mean = mean.rolling(smooth, center=True, min_periods=1).mean()
+                std = std.rolling(smooth, center=True, min_periods=1).mean()
+            colour = colours[run_index % len(colours)]
+            label = run if len(columns) == 1 else f"{run}: {column_labels.get(column, column)}"
+            axes.plot(mean.index, mean.values, _LINESTYLES[column_index % len(_LINESTYLES)], color=colour, label=label)
+            if band and len(seeds) > 1:
+                axes.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.15)
+            drawn += 1
+    if not drawn:
+        raise ValueError(f"none of the columns {list(columns)} occurs in the metrics of runs {list(frames)}")
+    axes.set_title(title)
+    axes.set_xlabel("training step")
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path

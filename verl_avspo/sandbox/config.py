@@ -1,0 +1,84 @@
+"""Settings of a sandbox run, as frozen dataclasses (configs as data).
+
+Kept free of verl and transformers imports so that the command line validates every value in a
+fraction of a second, before any model is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from verl_avspo.sandbox.task import parse_levels
+
+__all__ = ["ARCHITECTURES", "PolicyConfig", "SandboxConfig"]
+
+ARCHITECTURES = ("qwen2", "llama")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Model size and supervised warm-up. Every field is part of the warm-up cache key."""
+
+    architecture: str = "qwen2"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    sft_steps: int = 1000
+    sft_batch_size: int = 64
+    sft_lr: float = 3e-3
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"architecture={self.architecture!r} is invalid: allowed values are {', '.join(ARCHITECTURES)}"
+            )
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "sft_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
+        if self.sft_steps < 0:
+            raise ValueError(f"sft_steps={self.sft_steps} is invalid: expected an integer >= 0")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}: "
+                "hidden_size must be divisible by num_heads, and num_heads by num_kv_heads"
+            )
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Everything a sandbox run depends on besides the estimator and the seed."""
+
+    levels: str = "1+1,2+1,2+2,2*1"
+    steps: int = 60
+    prompts_per_step: int = 16
+    group_size: int = 8
+    lr: float = 2e-4
+    clip_ratio: float = 0.2
+    mini_batches: int = 2
+    grad_clip: float = 1.0
+    eval_every: int = 5
+    eval_size: int = 64
+    pass_k: int = 8
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self):
+        parse_levels(self.levels)
+        positive = ("steps", "prompts_per_step", "mini_batches", "eval_every", "eval_size", "pass_k")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
+        if self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size} is invalid: a group needs at least 2 answers")
+        if self.prompts_per_step % self.mini_batches:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} must be divisible by mini_batches={self.mini_batches}"
+            )
+        for name in ("lr", "clip_ratio", "grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive number")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,76 @@
+"""Estimator specs of the sandbox command line: ``grpo,avspo,avspo:paper_code,rloo,dapo``.
+
+Each spec names an advantage estimator that verl's ``compute_advantage`` dispatches (``avspo``
+comes from this package's registration), plus ``dapo``: GRPO with DAPO-style dropping of
+collapsed groups *at equal rollouts*. verl's ``algorithm.filter_groups`` re-samples prompts until
+the batch is full of groups with reward variance, which costs extra generation; here every
+estimator samples the same ``prompts_per_step x group_size`` responses per step, and ``dapo``
+drops the collapsed groups from the policy loss instead of replacing them. The loss is then a
+token mean over the remaining groups only, so it is larger per kept token than GRPO's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_avspo.config import PRESETS
+
+__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED"]
+
+# Outcome estimators that need only rewards, the response mask and uid (no critic, no baseline
+# rollouts, no extra actor statistics), so the sandbox can drive them unchanged.
+SUPPORTED = ("grpo", "rloo", "avspo", "dapo", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg")
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One estimator of a comparison.
+
+    Attributes:
+        label: as written on the command line, e.g. ``avspo:paper_code``; names the run.
+        adv_estimator: verl's ``algorithm.adv_estimator``.
+        preset: the AVSPO preset (``avspo`` only).
+        drop_collapsed: DAPO-style filtering of collapsed groups before the policy loss.
+    """
+
+    label: str
+    adv_estimator: str
+    preset: str | None = None
+    drop_collapsed: bool = False
+
+    def algorithm_config(self, seed: int) -> DictConfig:
+        """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""
+        config = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0}
+        if self.preset is not None:
+            config["avspo"] = {"preset": self.preset, "seed": seed}
+        return OmegaConf.create(config)
+
+
+def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
+    """``"grpo,avspo:paper_code"`` -> specs. Raises ValueError naming the bad entry."""
+    specs = []
+    for item in (part.strip() for part in spec.split(",")):
+        name, _, preset = item.partition(":")
+        if name not in SUPPORTED:
+            raise ValueError(
+                f"estimator {item!r} is not supported by the sandbox: choose from {', '.join(SUPPORTED)}, "
+                "with an AVSPO preset as avspo:<preset>, for example --estimators grpo,avspo,avspo:paper_code"
+            )
+        if preset and name != "avspo":
+            raise ValueError(f"estimator {item!r}: only avspo takes a preset (avspo:{preset})")
+        if name == "avspo":
+            preset = preset or "paper"
+            if preset not in PRESETS:
+                raise ValueError(
+                    f"estimator {item!r}: unknown AVSPO preset {preset!r}; choose from {', '.join(PRESETS)}"
+                )
+        if name == "dapo":
+            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
+        else:
+            specs.append(EstimatorSpec(item, name, preset or None))
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"--estimators {spec!r} lists an estimator twice; list each once")
+    return tuple(specs)

@@ -1,0 +1,171 @@
+"""The sandbox RL loop: one readable function, CleanRL style, built from verl's own pieces.
+
+Each step samples ``group_size`` answers for each of ``prompts_per_step`` prompts at
+temperature 1.0, scores them with the exact-match verifier, computes advantages with verl's
+``ray_trainer.compute_advantage`` on a ``DataProto`` (so any registered estimator, ``avspo``
+included, is selected by name), and takes PPO-clip steps with verl's ``vanilla`` policy loss and
+AdamW. Metrics are written in verl's file-logger JSONL format under the same names as the verl
+integration (``acr/rate``, ``acr/effective``, ``avspo/threshold``, ...).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.workers.config.actor import ActorConfig
+
+from verl_avspo import register
+from verl_avspo.collapse import detect_collapse, group_ids, group_stats, measure_collapse
+from verl_avspo.logs import write_record
+from verl_avspo.sandbox.config import SandboxConfig
+from verl_avspo.sandbox.estimators import EstimatorSpec
+from verl_avspo.sandbox.policy import CharTokenizer, response_log_probs, sample, warm_policy
+from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+
+__all__ = ["train", "evaluate"]
+
+
+def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(n,) outcome scores -> (n, R) token rewards on each response's last token, as verl's reward
+    managers place them."""
+    rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
+    last = (response_mask.sum(dim=1) - 1).clamp(min=0)
+    return rewards.index_put_((torch.arange(len(scores)), last), scores.float())
+
+
+def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor:
+    """(n,) bool: the response belongs to a group whose rewards are all equal."""
+    ids, num_groups = group_ids(uids)
+    stats = group_stats(scores, ids, num_groups)
+    return detect_collapse(stats).collapsed[ids]
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer: CharTokenizer, task: ArithmeticTask, pass_k: int, seed: int) -> dict[str, float]:
+    """Greedy accuracy and pass@k (k samples at temperature 1.0, any correct) per level on the
+    held-out sets. Runs under its own RNG so that evaluating never shifts the training samples."""
+    metrics = {}
+    max_new_tokens = task.max_answer_chars + 1
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for index in range(len(task.levels)):
+            problems = task.eval_set(index)
+            greedy = sample(model, tokenizer, problems.prompts, max_new_tokens, greedy=True)
+            correct = exact_match(
+                tokenizer.decode_responses(greedy.response_ids, greedy.response_mask), problems.answers
+            )
+            sampled = sample(model, tokenizer, problems.prompts * pass_k, max_new_tokens)
+            texts = tokenizer.decode_responses(sampled.response_ids, sampled.response_mask)
+            hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
+            metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
+            metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
+    metrics["eval/acc_mean"] = float(np.mean([metrics[f"eval/acc_level_{i + 1}"] for i in range(len(task.levels))]))
+    return metrics
+
+
+def train(
+    config: SandboxConfig,
+    estimator: EstimatorSpec,
+    seed: int,
+    log_path: Path,
+    cache_dir: Path | None = None,
+) -> None:
+    """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL)."""
+    task = ArithmeticTask(parse_levels(config.levels), config.eval_size)
+    model, tokenizer = warm_policy(config.policy, task, cache_dir)
+    # Seeded after the warm-up, so a run that builds the model and one that loads it from the
+    # cache sample the same rollouts.
+    torch.manual_seed(seed)
+    prompt_rng = torch.Generator().manual_seed(seed)
+    register.reset()  # a fresh AVSPO controller (θ, EMA, J_{t-1}) for this run
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    algorithm = estimator.algorithm_config(seed)
+    policy_loss = core_algos.get_policy_loss_fn("vanilla")
+    actor = ActorConfig(
+        strategy="fsdp",  # a label here; verl's loss reads only the clip ratios and global_batch_info
+        rollout_n=config.group_size,
+        ppo_micro_batch_size_per_gpu=config.prompts_per_step * config.group_size // config.mini_batches,
+        clip_ratio=config.clip_ratio,
+        clip_ratio_low=config.clip_ratio,
+        clip_ratio_high=config.clip_ratio,
+        loss_agg_mode="token-mean",
+        use_torch_compile=False,
+    )
+    max_new_tokens = task.max_answer_chars + 1
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        model.eval()
+        write_record(log, 0, evaluate(model, tokenizer, task, config.pass_k, seed))
+        progress = tqdm(range(1, config.steps + 1), desc=f"{estimator.label} seed {seed}", unit="step")
+        for step in progress:
+            # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
+            problems = task.sample(config.prompts_per_step, prompt_rng)
+            prompts = [p for p in problems.prompts for _ in range(config.group_size)]
+            answers = [a for a in problems.answers for _ in range(config.group_size)]
+            uids = np.array([f"{step}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
+            model.eval()
+            rollout = sample(model, tokenizer, prompts, max_new_tokens)
+            scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
+
+            # 2. Advantages through verl's dispatch, then the step's collapse metrics.
+            data = DataProto.from_dict(
+                tensors={
+                    "token_level_rewards": _token_rewards(scores, rollout.response_mask),
+                    "response_mask": rollout.response_mask.float(),
+                },
+                non_tensors={"uid": uids},
+            )
+            data = compute_advantage(data, algorithm.adv_estimator, config=algorithm)
+            advantages = data.batch["advantages"]
+            if estimator.adv_estimator == "avspo":
+                metrics = register.pop_last_metrics()
+            else:
+                metrics = measure_collapse(scores, uids, advantages)
+            keep = ~_collapsed_responses(scores, uids) if estimator.drop_collapsed else torch.ones_like(scores).bool()
+
+            # 3. PPO-clip update on the kept responses, in mini-batches of whole groups.
+            with torch.no_grad():
+                old_log_probs = response_log_probs(model, rollout)
+            model.train()
+            groups = keep.view(-1, config.group_size).all(dim=1).nonzero().squeeze(1)
+            groups = groups[torch.randperm(groups.numel(), generator=prompt_rng)]
+            losses, clipfracs = [], []
+            # No mini-batch when dapo dropped every group: the step makes no update.
+            for chunk in groups.chunk(config.mini_batches) if groups.numel() else ():
+                rows = (chunk.unsqueeze(1) * config.group_size + torch.arange(config.group_size)).reshape(-1)
+                part = rollout.select(rows)
+                loss, pg_metrics = policy_loss(
+                    old_log_prob=old_log_probs[rows],
+                    log_prob=response_log_probs(model, part),
+                    advantages=advantages[rows],
+                    response_mask=part.response_mask.float(),
+                    loss_agg_mode=actor.loss_agg_mode,
+                    config=actor,
+                )
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                losses.append(loss.item())
+                clipfracs.append(pg_metrics["actor/pg_clipfrac"])
+
+            metrics.update(
+                {
+                    "train/reward_mean": scores.mean().item(),
+                    "train/kept_groups": groups.numel() / config.prompts_per_step,
+                    "actor/pg_loss": float(np.mean(losses)) if losses else 0.0,
+                    "actor/pg_clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
+                }
+            )
+            if step % config.eval_every == 0 or step == config.steps:
+                model.eval()
+                metrics.update(evaluate(model, tokenizer, task, config.pass_k, seed))
+            write_record(log, step, metrics)
+            progress.set_postfix({"acr": f"{metrics['acr/rate']:.2f}", "reward": f"{metrics['train/reward_mean']:.2f}"})

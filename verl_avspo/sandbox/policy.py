@@ -1,0 +1,205 @@
+"""The sandbox policy: a tiny randomly initialised causal LM, its character tokenizer, sampling,
+per-token log-probabilities, and a short supervised warm-up cached on disk.
+
+The model is a stock ``transformers`` Qwen2 or Llama built from a config (no weights are
+downloaded). Prompts are left-padded so that every response starts at the same column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+
+from verl_avspo.sandbox.config import PolicyConfig
+from verl_avspo.sandbox.task import ArithmeticTask
+
+__all__ = ["CharTokenizer", "Rollout", "build_model", "sample", "response_log_probs", "warm_policy"]
+
+logger = logging.getLogger(__name__)
+
+# Enough for the longest level, "9*9": 1 bos + 19 prompt + 18 answer + 1 eos characters.
+MAX_POSITIONS = 64
+
+MODEL_CLASSES = {
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+}
+
+
+class CharTokenizer:
+    """One token per character of ``alphabet``, after three special tokens: pad, bos and eos."""
+
+    SPECIALS = ("<pad>", "<bos>", "<eos>")
+
+    def __init__(self, alphabet: str = "0123456789+*="):
+        self.alphabet = alphabet
+        self.pad_id, self.bos_id, self.eos_id = range(len(self.SPECIALS))
+        self._ids = {ch: i + len(self.SPECIALS) for i, ch in enumerate(alphabet)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.SPECIALS) + len(self.alphabet)
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - set(self._ids))
+        if unknown:
+            raise ValueError(f"characters {unknown} are not in the tokenizer's alphabet {self.alphabet!r}")
+        return [self._ids[ch] for ch in text]
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``<bos>`` + prompt, left-padded. Returns input_ids and attention_mask, both (n, P) int64."""
+        rows = [[self.bos_id, *self.encode(p)] for p in prompts]
+        width = max(map(len, rows))
+        ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
+        return ids, (ids != self.pad_id).long()
+
+    def encode_responses(self, answers: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """answer + ``<eos>``, right-padded. Returns response_ids and response_mask, (n, R) int64."""
+        rows = [[*self.encode(a), self.eos_id] for a in answers]
+        width = max(map(len, rows))
+        ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        return ids, mask
+
+    def decode_responses(self, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
+        """Text of each response up to its ``<eos>``; a special token inside a response decodes to
+        ``?`` so that it can never match an answer."""
+        chars = ["?"] * len(self.SPECIALS) + list(self.alphabet)
+        texts = []
+        for ids, mask in zip(response_ids.tolist(), response_mask.tolist(), strict=True):
+            texts.append("".join(chars[i] for i, m in zip(ids, mask, strict=True) if m and i != self.eos_id))
+        return texts
+
+
+def build_model(config: PolicyConfig, tokenizer: CharTokenizer) -> transformers.PreTrainedModel:
+    """A randomly initialised causal LM (seeded by ``config.seed``)."""
+    config_cls, model_cls = MODEL_CLASSES[config.architecture]
+    model_config = config_cls(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_id,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+    )
+    torch.manual_seed(config.seed)
+    return model_cls(model_config)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Sampled responses. ``prompt_ids``/``prompt_mask`` (n, P); ``response_ids``/``response_mask``
+    (n, R), the mask covering the response up to and including its ``<eos>``."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> Rollout:
+        return Rollout(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows], self.response_mask[rows])
+
+
+@torch.no_grad()
+def sample(
+    model: transformers.PreTrainedModel,
+    tokenizer: CharTokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    greedy: bool = False,
+) -> Rollout:
+    """One response per prompt, at temperature 1.0 (or greedy). Draws from torch's global RNG."""
+    prompt_ids, prompt_mask = tokenizer.encode_prompts(prompts)
+    output = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=not greedy,
+        temperature=None if greedy else 1.0,
+        top_k=None,
+        top_p=None,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_id,
+        eos_token_id=tokenizer.eos_id,
+    )
+    response_ids = output[:, prompt_ids.shape[1] :]
+    is_eos = (response_ids == tokenizer.eos_id).long()
+    # Tokens after the first <eos> are padding from generate.
+    response_mask = (is_eos.cumsum(dim=1) - is_eos == 0).long()
+    return Rollout(prompt_ids, prompt_mask, response_ids, response_mask)
+
+
+def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
+    """log π(response token | prefix), (n, R), with gradients."""
+    input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
+    attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    prompt_width, response_width = rollout.prompt_ids.shape[1], rollout.response_ids.shape[1]
+    # The logit at position t predicts token t + 1.
+    logits = logits[:, prompt_width - 1 : prompt_width - 1 + response_width]
+    return logprobs_from_logits(logits.float(), rollout.response_ids)
+
+
+def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokenizer) -> str:
+    settings = {
+        "policy": asdict(config),
+        "levels": [level.name for level in task.levels],
+        "alphabet": tokenizer.alphabet,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def supervised_warm_up(
+    model: transformers.PreTrainedModel, tokenizer: CharTokenizer, task: ArithmeticTask, config: PolicyConfig
+) -> None:
+    """Teacher-forced next-token training on the training pools, loss on answer tokens only: a
+    short run leaves a partial skill, good on easy levels and poor on hard ones."""
+    generator = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.01)
+    model.train()
+    for _ in tqdm(range(config.sft_steps), desc="SFT warm-up", leave=False):
+        problems = task.sample(config.sft_batch_size, generator)
+        prompt_ids, prompt_mask = tokenizer.encode_prompts(problems.prompts)
+        response_ids, response_mask = tokenizer.encode_responses(problems.answers)
+        log_probs = response_log_probs(model, Rollout(prompt_ids, prompt_mask, response_ids, response_mask))
+        loss = -masked_mean(log_probs, response_mask)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def warm_policy(
+    config: PolicyConfig, task: ArithmeticTask, cache_dir: Path | None
+) -> tuple[transformers.PreTrainedModel, CharTokenizer]:
+    """The warmed-up policy: loaded from ``cache_dir/<settings hash>`` if present, otherwise built,
+    warmed up and saved there. ``cache_dir=None`` disables the cache."""
+    tokenizer = CharTokenizer()
+    path = None if cache_dir is None else Path(cache_dir) / _cache_key(config, task, tokenizer)
+    if path is not None and (path / "config.json").exists():
+        logger.info("reusing the warmed-up policy cached in %s", path)
+        return MODEL_CLASSES[config.architecture][1].from_pretrained(path), tokenizer
+    model = build_model(config, tokenizer)
+    supervised_warm_up(model, tokenizer, task, config)
+    if path is not None:
+        staging = path.with_name(path.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        model.save_pretrained(staging)
+        (staging / "sandbox_settings.json").write_text(json.dumps(asdict(config), indent=2))
+        staging.rename(path)  # atomic: a reader never sees a half-written cache
+    return model, tokenizer

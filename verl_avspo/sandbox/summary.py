@@ -1,0 +1,139 @@
+"""``summary.md`` of a sandbox comparison: tables of mean ± std over seeds and a verdict
+computed from the numbers.
+
+Inputs are the per-run metric frames of :func:`verl_avspo.logs.read_metrics`. The last logged
+step of a run carries its final evaluation; training metrics (``acr/*``) exist from step 1 on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["run_statistics", "summary_tables", "verdicts", "render_summary"]
+
+BASELINE = "grpo"
+
+
+def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_steps: int) -> dict[str, float]:
+    """The numbers one run contributes to the summary: final greedy accuracy and pass@k per level
+    (fractions), and ACR rates averaged over all training steps and over the first steps."""
+    final = frame.loc[frame.index.max()]
+    training = frame[frame["acr/rate"].notna()]
+    stats = {f"acc_level_{i}": final[f"eval/acc_level_{i}"] for i in range(1, num_levels + 1)}
+    stats["acc_mean"] = final["eval/acc_mean"]
+    for i in range(1, num_levels + 1):
+        stats[f"pass_level_{i}"] = final[f"eval/pass@{pass_k}_level_{i}"]
+    stats["acr"] = training["acr/rate"].mean()
+    stats["acr_effective"] = training["acr/effective"].mean()
+    stats["all_correct"] = training["acr/all_correct"].mean()
+    stats["all_wrong"] = training["acr/all_wrong"].mean()
+    stats["acr_first"] = training["acr/rate"].iloc[:first_steps].mean()
+    return {key: float(value) for key, value in stats.items()}
+
+
+def _mean_std(values: Sequence[float], scale: float, digits: int) -> str:
+    mean = float(np.mean(values)) * scale
+    if len(values) < 2:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {float(np.std(values, ddof=1)) * scale:.{digits}f}"
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_tables(
+    stats: Mapping[str, Sequence[dict[str, float]]], level_names: Sequence[str], pass_k: int, first_steps: int
+) -> str:
+    """Three markdown tables, one row per estimator: final greedy accuracy, final pass@k (both in
+    percent) and advantage collapse (rates)."""
+    levels = range(1, len(level_names) + 1)
+
+    def row(label: str, keys: Sequence[str], scale: float, digits: int) -> list[str]:
+        return [f"`{label}`"] + [_mean_std([run[key] for run in stats[label]], scale, digits) for key in keys]
+
+    accuracy = _markdown(
+        ["estimator", *level_names, "mean"],
+        [row(label, [*(f"acc_level_{i}" for i in levels), "acc_mean"], 100, 1) for label in stats],
+    )
+    pass_at_k = _markdown(
+        ["estimator", *level_names], [row(label, [f"pass_level_{i}" for i in levels], 100, 1) for label in stats]
+    )
+    collapse = _markdown(
+        ["estimator", "ACR (raw)", "effective ACR", "all-correct", "all-wrong", f"ACR, first {first_steps} steps"],
+        [row(label, ["acr", "acr_effective", "all_correct", "all_wrong", "acr_first"], 1, 3) for label in stats],
+    )
+    return (
+        f"### Final greedy accuracy (%)\n\n{accuracy}\n\n"
+        f"### Final pass@{pass_k} (%, {pass_k} samples at temperature 1.0)\n\n{pass_at_k}\n\n"
+        f"### Advantage collapse (mean over training steps)\n\n{collapse}\n"
+    )
+
+
+def verdicts(stats: Mapping[str, Sequence[dict[str, float]]]) -> list[str]:
+    """One sentence per estimator against GRPO, on the final mean greedy accuracy, paired by seed
+    (runs with the same seed share the warm-up model and the prompt sequence). An estimator
+    "beat" GRPO when its mean paired gain exceeds twice its standard error."""
+    if BASELINE not in stats:
+        return [f"No `{BASELINE}` run in this comparison, so there is no baseline to compare against."]
+    baseline = [run["acc_mean"] for run in stats[BASELINE]]
+    sentences = []
+    for label, runs in stats.items():
+        if label == BASELINE:
+            continue
+        ours = [run["acc_mean"] for run in runs]
+        gains = 100 * (np.asarray(ours) - np.asarray(baseline))
+        mean_gain = float(gains.mean())
+        head = (
+            f"**`{label}` vs `{BASELINE}`**: final mean greedy accuracy {100 * np.mean(ours):.1f}% vs "
+            f"{100 * np.mean(baseline):.1f}%"
+        )
+        collapse = (
+            f" Its effective ACR was {np.mean([r['acr_effective'] for r in runs]):.3f} against a raw ACR of "
+            f"{np.mean([r['acr'] for r in runs]):.3f}."
+        )
+        if len(gains) < 2:
+            sentences.append(
+                f"{head} ({mean_gain:+.1f} points) from a single seed, which gives no spread to judge a difference "
+                f"by: run more seeds before concluding.{collapse}"
+            )
+            continue
+        error = float(gains.std(ddof=1)) / math.sqrt(len(gains))
+        wins = int((gains > 0).sum())
+        detail = (
+            f" (paired difference {mean_gain:+.1f} ± {error:.1f} points, mean ± standard error over {len(gains)} "
+            f"seeds; higher in {wins} of {len(gains)} seeds)"
+        )
+        if mean_gain > 2 * error:
+            outcome = f": `{label}` beat `{BASELINE}` here."
+        elif mean_gain < -2 * error:
+            outcome = f": `{label}` did worse than `{BASELINE}` here."
+        else:
+            outcome = f": `{label}` did not beat `{BASELINE}` here; the difference is within twice its standard error."
+        sentences.append(head + detail + outcome + collapse)
+    return sentences
+
+
+def render_summary(
+    stats: Mapping[str, Sequence[dict[str, float]]],
+    level_names: Sequence[str],
+    pass_k: int,
+    first_steps: int,
+    setup: str,
+    plots: Sequence[Path],
+) -> str:
+    """The whole ``summary.md``."""
+    images = "\n".join(f"![{path.stem}]({path.name})" for path in plots)
+    findings = "\n".join(f"- {sentence}" for sentence in verdicts(stats))
+    return (
+        "# CPU sandbox: GRPO and AVSPO at the same rollout budget\n\n"
+        f"{setup}\n\n## Result\n\n{findings}\n\n"
+        f"{summary_tables(stats, level_names, pass_k, first_steps)}\n## Curves\n\n{images}\n"
+    )

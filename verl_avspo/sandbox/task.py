@@ -1,0 +1,131 @@
+"""The sandbox task: synthetic arithmetic with difficulty levels and an exact-match verifier.
+
+A *level* is written ``"<digits><op><digits>"``: ``"1+1"`` adds two 1-digit numbers, ``"2*1"``
+multiplies a 2-digit number by a 1-digit one. Each level's problem space is enumerated, shuffled
+with a fixed seed and split once into a held-out evaluation set and a training pool, so no
+evaluation problem is ever trained on. A prompt is ``"12+34="`` and the expected response is
+``"46"`` followed by end-of-sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Level", "Problems", "ArithmeticTask", "parse_levels", "exact_match"]
+
+_LEVEL = re.compile(r"^([1-9])([+*])([1-9])$")
+_SPLIT_SEED = 1234  # fixed: the train/eval split must not depend on the run's seed
+
+
+@dataclass(frozen=True)
+class Level:
+    """One difficulty level: ``op`` applied to a ``left``-digit and a ``right``-digit number."""
+
+    left: int
+    op: str
+    right: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.left}{self.op}{self.right}"
+
+    def operands(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every (a, b) pair of this level, as two (num_problems,) int64 tensors."""
+        a = _numbers_with_digits(self.left)
+        b = _numbers_with_digits(self.right)
+        return a.repeat_interleave(b.numel()), b.repeat(a.numel())
+
+    def answer(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b if self.op == "+" else a * b
+
+
+def _numbers_with_digits(digits: int) -> torch.Tensor:
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    return torch.arange(low, 10**digits)
+
+
+def parse_levels(spec: str) -> tuple[Level, ...]:
+    """``"1+1,2+2,2*1"`` -> levels. Raises ValueError naming the bad entry."""
+    levels = []
+    for item in (part.strip() for part in spec.split(",")):
+        match = _LEVEL.match(item)
+        if not match:
+            raise ValueError(
+                f"level {item!r} is invalid: write <digits><op><digits> with op + or * and 1-9 digits, "
+                "for example --levels 1+1,2+2,2*1"
+            )
+        levels.append(Level(int(match[1]), match[2], int(match[3])))
+    if len({level.name for level in levels}) != len(levels):
+        raise ValueError(f"--levels {spec!r} names a level twice; list each level once")
+    return tuple(levels)
+
+
+@dataclass(frozen=True)
+class Problems:
+    """A batch of problems: ``prompts`` and ``answers`` are strings, ``level`` (n,) int64 holds the
+    index of each problem's level."""
+
+    prompts: list[str]
+    answers: list[str]
+    level: torch.Tensor
+
+
+def _render(level: Level, a: torch.Tensor, b: torch.Tensor) -> tuple[list[str], list[str]]:
+    answers = level.answer(a, b).tolist()
+    prompts = [f"{x}{level.op}{y}=" for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    return prompts, [str(v) for v in answers]
+
+
+class ArithmeticTask:
+    """Training pools and held-out evaluation sets for a tuple of levels.
+
+    Args:
+        levels: the difficulty levels; training prompts are drawn uniformly over levels.
+        eval_size: held-out problems per level (at most a fifth of a level's problem space, so
+            the training pool keeps most of a small level).
+    """
+
+    def __init__(self, levels: tuple[Level, ...], eval_size: int):
+        if eval_size < 1:
+            raise ValueError(f"eval_size={eval_size} is invalid: need at least 1 held-out problem per level")
+        self.levels = levels
+        split = torch.Generator().manual_seed(_SPLIT_SEED)
+        self._train: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._eval: list[Problems] = []
+        for index, level in enumerate(levels):
+            a, b = level.operands()
+            order = torch.randperm(a.numel(), generator=split)
+            held_out = min(eval_size, a.numel() // 5)
+            test, train = order[:held_out], order[held_out:]
+            self._train.append((a[train], b[train]))
+            prompts, answers = _render(level, a[test], b[test])
+            self._eval.append(Problems(prompts, answers, torch.full((held_out,), index)))
+
+    @property
+    def max_answer_chars(self) -> int:
+        """Characters in the longest answer of any level."""
+        return max(len(str(int(level.answer(*level.operands()).max()))) for level in self.levels)
+
+    def eval_set(self, level_index: int) -> Problems:
+        return self._eval[level_index]
+
+    def sample(self, num_prompts: int, generator: torch.Generator) -> Problems:
+        """``num_prompts`` training problems, each from a uniformly drawn level."""
+        level = torch.randint(len(self.levels), (num_prompts,), generator=generator)
+        prompts, answers = [""] * num_prompts, [""] * num_prompts
+        for index, (a, b) in enumerate(self._train):
+            rows = (level == index).nonzero().squeeze(1)
+            pick = torch.randint(a.numel(), (rows.numel(),), generator=generator)
+            level_prompts, level_answers = _render(self.levels[index], a[pick], b[pick])
+            for row, prompt, answer in zip(rows.tolist(), level_prompts, level_answers, strict=True):
+                prompts[row], answers[row] = prompt, answer
+        return Problems(prompts, answers, level)
+
+
+def exact_match(responses: list[str], answers: list[str]) -> torch.Tensor:
+    """The verifier: reward 1.0 iff the decoded response equals the answer exactly, else 0.0.
+    Returns (n,) float32."""
+    return torch.tensor([float(r == a) for r, a in zip(responses, answers, strict=True)])
