@@ -85,7 +85,8 @@ case "$MODE" in
         VAL_SETS=${EVAL_SETS:-$VAL_SETS mmlu_pro}
         MAX_RESPONSE_LENGTH=${EVAL_RESPONSE_LENGTH:-2048}
         MODEL_OVERRIDES=(actor_rollout_ref.model.path="${EVAL_MODEL:-$RUN_DIR/hf}")
-        EVAL_OVERRIDES=(trainer.val_only=True trainer.val_before_train=True) ;;
+        # resume_mode=disable: evaluate EVAL_MODEL itself, never a checkpoint found in the run dir.
+        EVAL_OVERRIDES=(trainer.val_only=True trainer.val_before_train=True trainer.resume_mode=disable) ;;
     *)
         echo "MODE=$MODE is not a recipe mode; use train or eval" >&2
         exit 2 ;;

@@ -151,6 +151,7 @@ def test_bad_ablation_value_is_rejected_by_the_launcher_checks():
 def test_eval_mode_validates_the_merged_checkpoint_at_2048_tokens():
     env_vars, config = _config(MAIN, MODE="eval")
     assert config.trainer.val_only is True and config.data.max_response_length == 2048
+    assert config.trainer.resume_mode == "disable"
     assert config.actor_rollout_ref.model.path == "/runs/qwen2.5-math-1.5b_avspo/hf"
     assert Path(config.data.val_files[-1]).stem == "mmlu_pro"
     assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/qwen2.5-math-1.5b_avspo/eval.jsonl"

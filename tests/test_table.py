@@ -58,6 +58,9 @@ def test_table_from_run_directories(tmp_path, capsys):
         [],
         {0: {"math500": [1.0, 1.0, 0.0, 1.0], "gsm8k": [1.0, 0.0], "amc23": [1.0], "mmlu_pro": [0.0, 1.0]}},
     )
+    # verl's dump of validation generations is JSONL too, in another format: not a run.
+    (runs / "m_grpo" / "validation").mkdir()
+    (runs / "m_grpo" / "validation" / "150.jsonl").write_text('{"input": "q", "output": "a", "score": 1.0}\n')
     assert main(["table", str(runs)]) == 0
     # avg is over the math sets; MMLU-Pro (out of domain) has its own column.
     # ACR (final) = mean of steps 141..150 = 0.1455; ACR (first 100) = mean of steps 1..100 = 0.0505.
