@@ -159,7 +159,6 @@ def markdown_table(summaries: list[RunSummary], early_steps: int = 100) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("paths", nargs="+", help="run directories, folders of runs, or verl file-logger JSONL files")
     parser.add_argument("--final-window", type=int, default=10, help="steps averaged for the final ACR (default 10)")
     parser.add_argument("--early-steps", type=int, default=100, help="steps averaged for the early ACR (default 100)")
