@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-__all__ = ["write_record", "read_metrics", "find_logs"]
+__all__ = ["write_record", "read_metrics", "find_logs", "is_metrics_log"]
 
 
 def write_record(stream: IO[str], step: int, data: dict[str, Any]) -> None:
@@ -47,12 +47,25 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     return frame
 
 
+def is_metrics_log(path: str | Path) -> bool:
+    """Whether a JSONL file starts with a file-logger record. Run directories also hold other
+    JSONL, such as verl's dumps of validation generations under ``validation/``."""
+    with Path(path).open() as stream:
+        first = next((line for line in stream if line.strip()), "")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and {"step", "data"} <= set(record)
+
+
 def find_logs(paths: list[str | Path]) -> list[Path]:
-    """Expand directories to the ``*.jsonl`` files under them; keep files as given."""
+    """Expand directories to the metric logs (``*.jsonl`` file-logger records) under them; keep
+    files named explicitly as given, so a malformed one is reported rather than skipped."""
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found.extend(sorted(path.rglob("*.jsonl")))
+            found.extend(log for log in sorted(path.rglob("*.jsonl")) if is_metrics_log(log))
         elif path.exists():
             found.append(path)
         else:

@@ -21,7 +21,6 @@ One row per run, in markdown:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -62,26 +61,10 @@ class RunSummary:
     steps: int = 0
 
 
-def _is_metrics_log(path: Path) -> bool:
-    """Whether a JSONL file starts with a file-logger record; run directories also hold other
-    JSONL (verl's dumps of validation generations under ``validation/``)."""
-    with path.open() as stream:
-        first = next((line for line in stream if line.strip()), "")
-    try:
-        record = json.loads(first)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(record, dict) and {"step", "data"} <= set(record)
-
-
 def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
-    """Run name -> its log files (training first, evaluation last). Files found under a
-    directory count only if they are metric logs; files named explicitly always count."""
-    given = {Path(p) for p in paths}
+    """Run name -> its log files (training first, evaluation last)."""
     runs: dict[str, list[Path]] = {}
     for log in find_logs(paths):
-        if log not in given and not _is_metrics_log(log):
-            continue
         name = log.parent.name if log.stem in _RUN_FILES else log.stem
         runs.setdefault(name, []).append(log)
     order = {stem: i for i, stem in enumerate(_RUN_FILES)}
