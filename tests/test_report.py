@@ -1,0 +1,176 @@
+"""``verl-avspo report`` on logs written in the format of verl's loggers (file logger JSONL,
+TensorBoard event files through torch's SummaryWriter as verl uses it, wandb history CSV)."""
+
+import pandas as pd
+import pytest
+
+from verl_avspo import cli
+from verl_avspo.alert import ADVICE
+from verl_avspo.logs import write_record
+from verl_avspo.report import collect_runs, read_run, summarise, write_report
+
+VAL = "val-core/HuggingFaceH4/MATH-500/acc/mean@1"
+
+
+def write_log(path, acr, correct_share=0.8, avspo=False, every=1, val_every=25):
+    """A verl-like JSONL: per-step training metrics, validation logged as its own record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as stream:
+        for position, rate in enumerate(acr):
+            step = 1 + position * every
+            data = {
+                "training/global_step": step,
+                "critic/score/mean": 0.3 + 0.001 * position,
+                "critic/score/max": 1.0,
+                "response_length/mean": 512.0,
+                "acr/rate": rate,
+                "acr/all_correct": rate * correct_share,
+                "acr/all_wrong": rate * (1 - correct_share),
+                "acr/effective": rate / 2 if avspo else rate,
+                "acr/groups": 128.0,
+            }
+            if avspo:
+                data.update({"avspo/threshold": 0.5, "avspo/signal": rate, "avspo/triggered": 0.25})
+            write_record(stream, step, data)
+            if step % val_every == 0:
+                write_record(stream, step, {VAL: 0.4 + 0.001 * step})
+    return path
+
+
+def test_stalled_window_reports_the_steps_and_the_advice(tmp_path):
+    acr = [0.2] * 10 + [0.5] * 60 + [0.1] * 30  # steps 11-70 above 0.35
+    frame = read_run(write_log(tmp_path / "grpo.jsonl", acr))
+    findings = summarise("grpo", frame).findings
+    assert findings[0] == (
+        "grpo: STALLED. ACR stayed above 0.35 for at least 50 consecutive logged steps at steps 11–70 (60 steps); "
+        f"most groups gave no gradient there. Try to {ADVICE}."
+    )
+
+
+def test_stall_rule_uses_logged_steps_and_the_given_window(tmp_path):
+    # Logged every 2 steps: positions 5-14 are steps 11-29.
+    frame = read_run(write_log(tmp_path / "sparse.jsonl", [0.1] * 5 + [0.4] * 10 + [0.1] * 5, every=2))
+    assert "at steps 11–29 (10 steps)" in summarise("sparse", frame, window=10).findings[0]
+    assert summarise("sparse", frame, window=11).findings[0] == (
+        "sparse: no stalled window (ACR above 0.35 for 11 consecutive logged steps); longest such streak: 10 steps."
+    )
+    assert "no stalled window" in summarise("sparse", frame, window=10, threshold=0.4).findings[0]  # strictly above
+
+
+def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
+    acr = [0.4] * 50 + [0.2] * 50 + [0.9] * 20  # the first 100 steps average 0.3
+    summary = summarise("run", read_run(write_log(tmp_path / "run.jsonl", acr)))
+    assert summary.row["ACR_100"] == "0.300"
+    fit = next(f for f in summary.findings if "ACR_100" in f)
+    assert f"would put it at {51.4 - 29.6 * 0.3:.1f}%" in fit
+    assert "That fit is the paper's" in fit and "not a prediction for this run" in fit
+
+    short = summarise("short", read_run(write_log(tmp_path / "short.jsonl", [0.5] * 40)))
+    assert "first 40 logged steps (ACR_100) = 0.500 (the log has fewer than 100 steps)" in short.findings[1]
+
+
+@pytest.mark.parametrize(
+    "share,expected",
+    [
+        (0.1, "all-wrong groups dominate collapse"),
+        (0.9, "all-correct groups dominate collapse"),
+        (0.5, "groups both matter"),
+    ],
+)
+def test_which_kind_of_group_dominates(tmp_path, share, expected):
+    frame = read_run(write_log(tmp_path / "run.jsonl", [0.4] * 20, correct_share=share))
+    assert any(expected in finding for finding in summarise("run", frame).findings)
+
+
+def test_grpo_log_without_our_metrics_says_what_is_missing(tmp_path):
+    path = tmp_path / "plain.jsonl"
+    with path.open("w") as stream:
+        for step in range(1, 11):
+            write_record(stream, step, {"critic/score/mean": 0.5, "critic/score/max": 1.0, "critic/score/min": 0.0})
+    summary = summarise("plain", read_run(path))
+    assert len(summary.findings) == 1
+    assert summary.findings[0].startswith("plain: no acr/* metrics. ACR cannot be recovered from critic/score/*")
+    assert "python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo" in summary.findings[0]
+
+    with path.open("w") as stream:
+        write_record(stream, 1, {"loss": 1.0})
+    assert "neither acr/* nor critic/score/*" in summarise("other", read_run(path)).findings[0]
+
+
+def test_avspo_run_reports_effective_collapse_and_an_idle_trigger(tmp_path):
+    frame = read_run(write_log(tmp_path / "avspo.jsonl", [0.4] * 20, avspo=True))
+    assert any("from 0.400 (raw ACR) to 0.200 (effective)" in f for f in summarise("avspo", frame).findings)
+    frame["avspo/triggered"] = 0.0
+    assert any("AVSPO never augmented a group" in f for f in summarise("avspo", frame).findings)
+
+
+def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
+    grpo = write_log(tmp_path / "logs" / "grpo.jsonl", [0.45] * 60)
+    avspo = write_log(tmp_path / "logs" / "avspo.jsonl", [0.3] * 60, avspo=True)
+    out = tmp_path / "report"
+    assert cli.main(["report", str(grpo), str(avspo), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "== grpo (60 steps)" in printed and "== avspo (60 steps)" in printed and "STALLED" in printed
+    for name in ("acr", "acr_split", "threshold", "reward", "accuracy"):
+        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    summary = (out / "summary.md").read_text()
+    assert "| grpo | 60 | 0.359 | HuggingFaceH4/MATH-500/acc/mean@1 0.450 | 0.450 | 0.450 |" in summary
+    assert "| avspo | 60 |" in summary and "![threshold](threshold.png)" in summary
+
+
+def test_a_directory_of_plain_logs_skips_the_figures_it_cannot_draw(tmp_path):
+    path = tmp_path / "logs" / "plain.jsonl"
+    path.parent.mkdir()
+    with path.open("w") as stream:
+        for step in range(1, 5):
+            write_record(stream, step, {"critic/score/mean": 0.5})
+    _, files = write_report(collect_runs([path.parent]), tmp_path / "out")
+    assert [f.name for f in files] == ["reward.png", "summary.md"]
+    assert "Not drawn: acr.png (no run logs acr/rate, acr/effective)" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_run_names_from_files_and_recipe_folders(tmp_path):
+    for run in ("math_grpo", "math_avspo"):  # the recipes' runs/<run>/metrics.jsonl, with a final eval.jsonl
+        write_log(tmp_path / "runs" / run / "metrics.jsonl", [0.3] * 5)
+        write_record((tmp_path / "runs" / run / "eval.jsonl").open("w"), 0, {VAL: 0.5})
+    assert sorted(collect_runs([tmp_path / "runs"])) == ["math_avspo", "math_grpo"]
+    for seed in ("seed0", "seed1"):
+        write_log(tmp_path / "exp" / seed / "exp.jsonl", [0.3] * 5)
+    assert sorted(collect_runs([tmp_path / "exp"])) == ["seed0/exp", "seed1/exp"]
+    assert list(collect_runs([tmp_path / "exp"], names=["a", "b"])) == ["a", "b"]
+    with pytest.raises(ValueError, match="--name was given 1 time"):
+        collect_runs([tmp_path / "exp"], names=["a"])
+
+
+def test_tensorboard_event_files_read_like_the_jsonl(tmp_path):
+    summary_writer = pytest.importorskip("torch.utils.tensorboard", reason="needs the tensorboard package")
+    writer = summary_writer.SummaryWriter(log_dir=str(tmp_path / "tensorboard_log" / "proj" / "exp"))
+    for step in range(1, 6):  # verl's tensorboard logger: one add_scalar per metric and step
+        writer.add_scalar("acr/rate", 0.1 * step, step)
+        writer.add_scalar("critic/score/mean", 0.5, step)
+    writer.close()
+    runs = collect_runs([tmp_path / "tensorboard_log"])
+    assert list(runs) == ["exp"]
+    pd.testing.assert_series_equal(
+        runs["exp"]["acr/rate"],
+        pd.Series([0.1, 0.2, 0.3, 0.4, 0.5], index=pd.Index(range(1, 6), name="step"), name="acr/rate"),
+        atol=1e-6,
+    )
+
+
+def test_wandb_history_csv(tmp_path):
+    path = tmp_path / "wandb.csv"
+    pd.DataFrame({"_step": [1, 2, 3], "acr/rate": [0.5, 0.4, 0.3], "_runtime": [1, 2, 3], "note": "x"}).to_csv(path)
+    frame = read_run(path)
+    assert frame.index.tolist() == [1, 2, 3] and frame["acr/rate"].tolist() == [0.5, 0.4, 0.3]
+    assert "note" not in frame
+    pd.DataFrame({"time": [1]}).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="has no step column"):
+        read_run(path)
+
+
+def test_cli_errors_name_the_problem(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="no logs .* found in"):
+        cli.main(["report", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no such log file or directory"):
+        cli.main(["report", str(tmp_path / "missing.jsonl")])

@@ -1,0 +1,340 @@
+"""``verl-avspo report``: plots and a diagnosis of advantage collapse from existing training logs.
+
+Reads verl's ``file`` logger (JSONL, ``{"step": N, "data": {...}}``), TensorBoard event files
+(verl's ``tensorboard`` logger) and CSV exports of wandb run histories. Several runs are drawn side
+by side. Writes one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis:
+
+- stalled windows, with the same rule as the live alert (SPEC §2): ``--window`` consecutive logged
+  steps with ACR above ``--threshold``;
+- ACR over the first 100 steps, with the paper's accuracy fit marked as the paper's;
+- whether all-correct or all-wrong groups dominate collapse, and what to try;
+- for logs without our ``acr/*`` metrics (a plain verl GRPO run), what is missing and how to get it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from verl_avspo.alert import ADVICE, stalled_windows
+from verl_avspo.logs import find_logs, read_metrics
+from verl_avspo.plots import plot_metrics
+
+__all__ = ["FIGURES", "RunSummary", "read_run", "collect_runs", "summarise", "write_report", "configure", "run"]
+
+PAPER_FIT = (51.4, -29.6)  # MATH-500 accuracy (%) ≈ 51.4 − 29.6·ACR_100, the paper's own regression
+SCORE = "critic/score/mean"  # verl's mean raw reward of the batch
+VALIDATION_PREFIX = "val-core/"  # verl's headline validation metrics, e.g. val-core/<data_source>/acc/mean@1
+
+# file name -> (columns, legend labels, title, y label); "val-core/" means every such column.
+FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
+    "acr.png": (
+        ("acr/rate", "acr/effective"),
+        {"acr/rate": "raw ACR", "acr/effective": "effective"},
+        "Advantage collapse rate: raw scores vs final advantages",
+        "fraction of groups",
+    ),
+    "acr_split.png": (
+        ("acr/all_correct", "acr/all_wrong"),
+        {"acr/all_correct": "all correct", "acr/all_wrong": "all wrong"},
+        "Collapsed groups by kind",
+        "fraction of groups",
+    ),
+    "threshold.png": (
+        ("avspo/threshold", "avspo/signal"),
+        {"avspo/threshold": "threshold θ", "avspo/signal": "signal s"},
+        "AVSPO adaptive threshold and collapse signal",
+        "rate",
+    ),
+    "reward.png": ((SCORE,), {SCORE: "mean score"}, "Mean training reward", "score"),
+    "accuracy.png": ((VALIDATION_PREFIX,), {}, "Validation accuracy", "accuracy"),
+}
+
+
+def _read_tensorboard(path: Path) -> pd.DataFrame:
+    """Scalars of one TensorBoard event file, as a frame like ``read_metrics`` returns."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError as err:
+        raise ValueError(f"{path} is a TensorBoard event file; reading it needs `pip install tensorboard`") from err
+    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    events.Reload()
+    columns = {
+        tag: pd.Series({event.step: event.value for event in events.Scalars(tag)}, dtype=float)
+        for tag in events.Tags()["scalars"]
+    }
+    return _as_metrics_frame(pd.DataFrame(columns), path)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A wandb history export (``run.history().to_csv(...)`` or the UI's CSV): one row per step."""
+    frame = pd.read_csv(path)
+    step = next((name for name in ("step", "_step", "Step", "global_step") if name in frame), None)
+    if step is None:
+        raise ValueError(f"{path} has no step column (step, _step, Step or global_step); columns: {list(frame)[:8]}")
+    numeric = frame.set_index(step).apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+    return _as_metrics_frame(numeric.groupby(level=0).last(), path)
+
+
+def _as_metrics_frame(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    if frame.empty:
+        raise ValueError(f"{path} holds no numeric metrics")
+    frame = frame.sort_index()
+    frame.index = frame.index.astype(int)
+    frame.index.name = "step"
+    return frame
+
+
+def read_run(path: str | Path) -> pd.DataFrame:
+    """Metrics of one log, by its kind: ``*.jsonl`` (verl file logger), ``events.out.tfevents.*``
+    (TensorBoard) or ``*.csv`` (wandb export)."""
+    path = Path(path)
+    if path.name.startswith("events.out.tfevents"):
+        return _read_tensorboard(path)
+    if path.suffix == ".csv":
+        return _read_csv(path)
+    return read_metrics(path)
+
+
+def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Run name -> metrics, for files and directories (searched for all three kinds of log).
+
+    A run is named after its file (verl's file logger writes ``<experiment_name>.jsonl``), or after
+    its folder for TensorBoard files and the recipes' ``runs/<run>/metrics.jsonl``; clashing names
+    get their parent folder as a prefix. In directories, the recipes' ``eval.jsonl`` (a final
+    evaluation, no training steps) is skipped.
+    """
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files.extend(f for f in find_logs([path]) if f.name != "eval.jsonl")
+            files.extend(sorted(path.rglob("events.out.tfevents.*")) + sorted(path.rglob("*.csv")))
+        else:
+            files.extend(find_logs([path]))
+    if not files:
+        raise ValueError(f"no logs (*.jsonl, events.out.tfevents.*, *.csv) found in {[str(p) for p in paths]}")
+    if names is not None and len(names) != len(files):
+        raise ValueError(f"--name was given {len(names)} time(s) for {len(files)} log(s): {[str(f) for f in files]}")
+    by_folder = ("metrics.jsonl", "events.out.tfevents")
+    labels = list(names) if names else [f.parent.name if f.name.startswith(by_folder) else f.stem for f in files]
+    clashing = {label for label in labels if labels.count(label) > 1}
+    labels = [
+        f"{file.parent.name}/{label}" if label in clashing and not names else label
+        for file, label in zip(files, labels, strict=True)
+    ]
+    return {label: read_run(file) for label, file in zip(labels, files, strict=True)}
+
+
+@dataclass
+class RunSummary:
+    """What the report says about one run."""
+
+    name: str
+    steps: int
+    row: dict[str, str] = field(default_factory=dict)  # the run's line in the summary table
+    findings: list[str] = field(default_factory=list)
+
+
+def _mean(frame: pd.DataFrame, column: str) -> float | None:
+    values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
+    return float(values.mean()) if len(values) else None
+
+
+def _last(frame: pd.DataFrame, column: str) -> float | None:
+    values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
+    return float(values.iloc[-1]) if len(values) else None
+
+
+def _missing_acr(name: str, frame: pd.DataFrame) -> str:
+    how = (
+        "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
+        "trainer logs acr/* for any group estimator) or apply patches/verl-0.9.1-avspo.patch to verl."
+    )
+    if any(column.startswith("critic/score/") for column in frame):
+        return (
+            f"{name}: no acr/* metrics. ACR cannot be recovered from critic/score/*: those are batch mean/max/min "
+            "over responses, and the same mean arises with or without collapsed groups; ACR needs each group's "
+            f"scores. {how}"
+        )
+    return f"{name}: neither acr/* nor critic/score/* metrics; is this a verl training log? {how}"
+
+
+def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float = 0.35) -> RunSummary:
+    """The table row and the findings for one run."""
+    summary = RunSummary(name, int(frame.shape[0]))
+    score_at_end = _last(frame, SCORE)
+    validation = sorted(column for column in frame if column.startswith(VALIDATION_PREFIX))
+    summary.row = {
+        "run": name,
+        "steps": str(summary.steps),
+        "final score": "—" if score_at_end is None else f"{score_at_end:.3f}",
+        "final val": ", ".join(f"{c.removeprefix(VALIDATION_PREFIX)} {_last(frame, c):.3f}" for c in validation) or "—",
+    }
+    if "acr/rate" not in frame or frame["acr/rate"].dropna().empty:
+        summary.findings.append(_missing_acr(name, frame))
+        return summary
+
+    acr = frame["acr/rate"].dropna()
+    first = acr.iloc[:100]
+    acr_100 = float(first.mean())
+    correct, wrong = _mean(frame, "acr/all_correct") or 0.0, _mean(frame, "acr/all_wrong") or 0.0
+    effective = _mean(frame, "acr/effective")
+    summary.row.update(
+        {
+            "mean ACR": f"{acr.mean():.3f}",
+            "ACR_100": f"{acr_100:.3f}",
+            "all correct": f"{correct:.3f}",
+            "all wrong": f"{wrong:.3f}",
+            "effective": "—" if effective is None else f"{effective:.3f}",
+        }
+    )
+
+    runs = stalled_windows(acr.tolist(), window, threshold)
+    if runs:
+        spans = ", ".join(f"steps {acr.index[a]}–{acr.index[b]} ({b - a + 1} steps)" for a, b in runs)
+        summary.findings.append(
+            f"{name}: STALLED. ACR stayed above {threshold:.2f} for at least {window} consecutive logged steps at "
+            f"{spans}; most groups gave no gradient there. Try to {ADVICE}."
+        )
+    else:
+        summary.findings.append(
+            f"{name}: no stalled window (ACR above {threshold:.2f} for {window} consecutive logged steps); "
+            f"longest such streak: {_longest_streak(acr.tolist(), threshold)} steps."
+        )
+
+    intercept, slope = PAPER_FIT
+    summary.findings.append(
+        f"{name}: ACR over the first {len(first)} logged steps (ACR_100) = {acr_100:.3f}"
+        + ("" if len(first) == 100 else " (the log has fewer than 100 steps)")
+        + f". The paper's fit, acc ≈ 51.4 − 29.6·ACR_100 (MATH-500 %, R² = 0.617 over 245 of the paper's "
+        f"configurations), would put it at {intercept + slope * acr_100:.1f}%. That fit is the paper's, for its "
+        "models, data and settings; it is not a prediction for this run."
+    )
+    if "acr/all_correct" in frame and "acr/all_wrong" in frame:
+        summary.findings.append(_dominance(name, correct, wrong))
+
+    if "avspo/triggered" in frame:
+        triggered = _mean(frame, "avspo/triggered") or 0.0
+        if triggered == 0.0:
+            summary.findings.append(
+                f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
+                f"(mean θ {_mean(frame, 'avspo/threshold') or 0.0:.3f}). Lower algorithm.avspo.threshold_init, "
+                "or use preset=paper_code (always on)."
+            )
+        elif effective is not None:
+            summary.findings.append(
+                f"{name}: AVSPO augmented {triggered:.1%} of the groups per step on average; groups left with zero "
+                f"advantage went from {acr.mean():.3f} (raw ACR) to {effective:.3f} (effective)."
+            )
+    else:
+        summary.findings.append(
+            f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
+            "To try AVSPO on the same setup: algorithm.adv_estimator=avspo."
+        )
+    return summary
+
+
+def _longest_streak(values: Sequence[float], threshold: float) -> int:
+    """Length of the longest run of values above ``threshold`` (the stall rule with window 1)."""
+    return max((last - first + 1 for first, last in stalled_windows(values, 1, threshold)), default=0)
+
+
+def _dominance(name: str, correct: float, wrong: float) -> str:
+    """Which kind of collapsed group dominates, and what to try."""
+    collapsed = correct + wrong
+    if collapsed < 0.05:
+        return f"{name}: little collapse (mean {collapsed:.3f}); groups almost always disagree."
+    if wrong >= 2 * correct:
+        return (
+            f"{name}: all-wrong groups dominate collapse ({wrong:.3f} vs {correct:.3f} all-correct): the prompts are "
+            "too hard for the policy. Try easier data (a pass-rate band around 30–50%), a larger "
+            "actor_rollout_ref.rollout.n, or AVSPO with algorithm.avspo.apply_to=all_wrong (a negative push that "
+            "keeps diversity)."
+        )
+    if correct >= 2 * wrong:
+        return (
+            f"{name}: all-correct groups dominate collapse ({correct:.3f} vs {wrong:.3f} all-wrong): the prompts are "
+            "too easy. Try harder data or drop prompts the policy already solves; AVSPO's push on all-correct groups "
+            "is positive and sharpens the policy (algorithm.avspo.apply_to=all_correct isolates it)."
+        )
+    return (
+        f"{name}: all-correct ({correct:.3f}) and all-wrong ({wrong:.3f}) groups both matter: the data mixes prompts "
+        "far too easy and far too hard. Try a narrower pass-rate band, or AVSPO with apply_to=both."
+    )
+
+
+def _figure_columns(columns: tuple[str, ...], runs: dict[str, pd.DataFrame]) -> list[str]:
+    if columns == (VALIDATION_PREFIX,):
+        return sorted({c for frame in runs.values() for c in frame if c.startswith(VALIDATION_PREFIX)})
+    return [c for c in columns if any(c in frame and frame[c].notna().any() for frame in runs.values())]
+
+
+def write_report(
+    runs: dict[str, pd.DataFrame], out: str | Path, window: int = 50, threshold: float = 0.35, smooth: int = 1
+) -> tuple[list[RunSummary], list[Path]]:
+    """Write the figures and ``summary.md`` to ``out``. Returns the run summaries and the files."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = [summarise(name, frame, window, threshold) for name, frame in runs.items()]
+    figures, skipped = [], []
+    for filename, (columns, labels, title, ylabel) in FIGURES.items():
+        present = _figure_columns(columns, runs)
+        if not present:
+            skipped.append(f"{filename} (no run logs {', '.join(columns)})")
+            continue
+        figures.append(plot_metrics(runs, present, out / filename, title, ylabel, smooth, labels))
+
+    keys = list(dict.fromkeys(key for summary in summaries for key in summary.row))
+    lines = [
+        "# Advantage collapse report",
+        "",
+        f"Runs: {', '.join(runs)}. Stall rule: ACR > {threshold:.2f} for {window} consecutive logged steps.",
+        "",
+        "| " + " | ".join(keys) + " |",
+        "|" + "---|" * len(keys),
+        *("| " + " | ".join(summary.row.get(key, "—") for key in keys) + " |" for summary in summaries),
+        "",
+        "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero.",
+        "",
+        "## Diagnosis",
+        "",
+        *(f"- {finding}" for summary in summaries for finding in summary.findings),
+        "",
+        "## Figures",
+        "",
+        *(f"![{path.stem}]({path.name})" for path in figures),
+    ]
+    if skipped:
+        lines += ["", "Not drawn: " + "; ".join(skipped) + "."]
+    summary_path = out / "summary.md"
+    summary_path.write_text("\n".join(lines) + "\n")
+    return summaries, [*figures, summary_path]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logs", nargs="+", help="verl JSONL logs, TensorBoard event files, wandb CSV exports, or dirs")
+    parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
+    parser.add_argument("--name", action="append", help="a run's name, once per log in order (default: file names)")
+    parser.add_argument("--window", type=int, default=50, help="stall rule: consecutive steps (default 50)")
+    parser.add_argument("--threshold", type=float, default=0.35, help="stall rule: ACR above this (default 0.35)")
+    parser.add_argument("--smooth", type=int, default=1, help="rolling-mean window of the plots, in steps")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.window < 1 or not 0.0 <= args.threshold <= 1.0:
+        raise SystemExit(f"--window must be >= 1 and --threshold in [0, 1]; got {args.window} and {args.threshold}")
+    try:
+        runs = collect_runs(args.logs, args.name)
+        summaries, files = write_report(runs, args.out, args.window, args.threshold, args.smooth)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"verl-avspo report: {err}") from err
+    for summary in summaries:
+        print(f"== {summary.name} ({summary.steps} steps)")
+        for finding in summary.findings:
+            print(f"  - {finding.removeprefix(summary.name + ': ')}")
+    print("\nwrote: " + ", ".join(str(path) for path in files))
+    return 0
