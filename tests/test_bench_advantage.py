@@ -43,9 +43,9 @@ def test_main_prints_one_row_per_method_with_all_columns(bench, capsys):
     assert [row[3] for row in rows] == expected * 2
     assert [row[0] for row in rows] == ["64"] * len(expected) + ["96"] * len(expected)
     by_method = {row[3]: row for row in rows[: len(expected)]}
-    assert by_method["grpo"][6] == "1.000"
-    assert by_method["grpo_vectorized"][7] == "1.000"
-    assert by_method["floor"][8] == "1.000"
+    assert by_method["grpo"][7] == "1.000"
+    assert by_method["grpo_vectorized"][8] == "1.000"
+    assert by_method["floor"][9] == "1.000"
     assert all(len(row) == len(header) for row in rows)
     assert "torch threads" in out and "targets at" not in out  # the target point was not run
 
@@ -143,4 +143,4 @@ def test_cuda_run_prints_the_table(bench, capsys):
     assert bench.main(argv) == 0
     header, rows = _table(capsys.readouterr().out)
     assert tuple(header) == bench.COLUMNS and len(rows) == 3 + len(STRATEGIES) + 2
-    assert all(np.isfinite(float(row[9])) for row in rows)
+    assert all(np.isfinite(float(row[10])) for row in rows)
