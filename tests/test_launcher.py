@@ -1,0 +1,114 @@
+"""``python -m verl_avspo.main_ppo``: config composition, fail-fast checks, ``--dry-run``, ``--cfg job``."""
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from verl.trainer.ppo import core_algos
+
+from verl_avspo.config import AlertConfig, AVSPOConfig
+from verl_avspo.main_ppo import ConfigCheckError, check_config, compose_config, dry_run
+
+RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
+
+
+def launch(*args):
+    """The launcher in a fresh process, as a shell script calls it."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "verl_avspo.main_ppo", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_our_config_extends_verls_and_declares_every_avspo_key():
+    config = compose_config(["algorithm.avspo.strategy=opposite", "algorithm.avspo.alert.window=7"])
+    assert config.algorithm.adv_estimator == "avspo"
+    assert config.algorithm.gamma == 1.0 and config.trainer.use_v1  # verl's ppo_trainer underneath
+    assert set(config.algorithm.avspo) == {f.name for f in dataclasses.fields(AVSPOConfig)}
+    assert set(config.algorithm.avspo.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
+    assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.avspo.alert.window == 7
+    settings = check_config(compose_config(RUNNABLE + ["algorithm.avspo.preset=paper_code", "algorithm.avspo.k=3"]))
+    assert (settings.strategy, settings.k, settings.threshold_init) == ("opposite", 3, 0.0)
+
+
+def test_a_misspelt_override_is_refused_by_composition(capsys):
+    with pytest.raises(ConfigCompositionException, match="algorithm.avspo.strategies"):
+        compose_config(["algorithm.avspo.strategies=opposite"])
+    assert dry_run(["algorithm.avspo.strategies=opposite"]) == 1
+    err = capsys.readouterr().err
+    assert "invalid override: Could not override 'algorithm.avspo.strategies'" in err
+    assert "Key 'strategies' is not in struct" in err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.avspo.k=0"], "algorithm.avspo.k=0 is invalid: expected a positive integer or 'adaptive'"),
+        (["algorithm.avspo.alert.action=halt"], "algorithm.avspo.alert.action='halt' is invalid"),
+        (
+            ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
+            "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=rloo: a group estimator",
+        ),
+        (
+            ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
+            "alert.action=stop needs the V1 trainer",
+        ),
+        (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
+        (
+            ["algorithm.adv_estimator=avspoo"],
+            "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+    ],
+)
+def test_check_config_refuses_with_the_fix(overrides, message):
+    with pytest.raises(ConfigCheckError, match=re.escape(message)):
+        check_config(compose_config(RUNNABLE + overrides))
+
+
+def test_gae_with_one_sample_per_prompt_is_fine():
+    check_config(compose_config(RUNNABLE + ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1"]))
+
+
+def test_an_unloadable_plugin_shows_the_real_import_error(monkeypatch):
+    config = compose_config(RUNNABLE)
+    # What a broken install looks like: verl's entry-point loader swallowed the error, so avspo is
+    # not registered, and importing the plugin fails.
+    monkeypatch.delitem(core_algos.ADV_ESTIMATOR_REGISTRY, "avspo")
+    monkeypatch.setitem(sys.modules, "verl_avspo.register", None)
+    expected = "plugin failed to load: ModuleNotFoundError: import of verl_avspo.register halted"
+    with pytest.raises(ConfigCheckError, match=expected):
+        check_config(config)
+
+
+def test_verls_own_validation_runs_in_the_dry_run(capsys):
+    # Without dynamic batch sizes verl's validate_config wants a micro batch size.
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm"]) == 1
+    err = capsys.readouterr().err
+    assert "verl's validate_config rejected the config" in err and "ppo_micro_batch_size_per_gpu" in err
+
+
+def test_dry_run_prints_settings_and_ok_and_starts_nothing():
+    result = launch("--dry-run", *RUNNABLE, "algorithm.avspo.strategy=www", "algorithm.avspo.apply_to=all_wrong")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  strategy: www" in lines and "  apply_to: all_wrong" in lines
+    assert lines[-1].startswith("OK: the config composes")
+    assert "Started a local Ray instance" not in result.stdout + result.stderr
+
+
+def test_training_launch_fails_before_ray_on_a_bad_group_size():
+    result = launch(*RUNNABLE, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1")
+    assert result.returncode == 1
+    assert "verl-avspo: actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=grpo" in result.stderr
+    assert "ray init" not in result.stdout and "Started a local Ray instance" not in result.stderr
+
+
+def test_cfg_job_prints_the_composed_config_without_running():
+    result = launch("--cfg", "job", "algorithm.avspo.gap=0.2")
+    assert result.returncode == 0, result.stderr
+    assert "adv_estimator: avspo" in result.stdout and "gap: 0.2" in result.stdout
+    assert "Started a local Ray instance" not in result.stderr
