@@ -111,3 +111,28 @@ def test_plot_metrics(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match=r"none of the columns \['eval/acc_mean'\]"):
         plot_metrics({"grpo": seeds}, ["eval/acc_mean"], tmp_path / "b.png", "t", "y")
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_log_probs_do_not_depend_on_padding(architecture):
+    # Prompts of different lengths are left-padded together; each row's response log-probs must
+    # equal those of the same row computed alone, without padding (positions, attention mask).
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, response_log_probs, sample
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(architecture=architecture, sft_steps=0), tokenizer).eval()
+    torch.manual_seed(0)
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], max_new_tokens=4)
+    assert rollout.prompt_mask[0, :2].tolist() == [0, 0]  # "1+2=" is padded to the longest prompt
+    with torch.no_grad():
+        batched = response_log_probs(model, rollout)
+        for row in range(3):
+            alone = rollout.select(torch.tensor([row]))
+            start = int((alone.prompt_mask == 0).sum())
+            unpadded = type(alone)(
+                alone.prompt_ids[:, start:], alone.prompt_mask[:, start:], alone.response_ids, alone.response_mask
+            )
+            mask = alone.response_mask[0].bool()
+            torch.testing.assert_close(response_log_probs(model, unpadded)[0][mask], batched[row][mask])
+    assert (batched <= 0).all()

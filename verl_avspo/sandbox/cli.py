@@ -71,7 +71,8 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"0..{seeds - 1} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
         "collapsed groups from the loss (no re-sampling).\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
-        "any estimator; effective ACR is the fraction of groups whose final advantages are all zero. "
+        "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
+        "equals the raw ACR, so its two lines in `acr.png` coincide). "
         f"'ACR, first {first_steps} steps' is the early-training ACR the paper found predictive of final accuracy.\n"
         "Accuracy and pass@k are at the last step; ± is the standard deviation over seeds."
     )

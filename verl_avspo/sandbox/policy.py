@@ -26,7 +26,7 @@ __all__ = ["CharTokenizer", "Rollout", "build_model", "sample", "response_log_pr
 
 logger = logging.getLogger(__name__)
 
-# Enough for the longest level, "9*9": 1 bos + 19 prompt + 18 answer + 1 eos characters.
+# Enough for the longest level, "9*9": 1 bos + 20 prompt + 18 answer + 1 eos tokens.
 MAX_POSITIONS = 64
 
 MODEL_CLASSES = {

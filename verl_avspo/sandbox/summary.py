@@ -67,7 +67,14 @@ def summary_tables(
         ["estimator", *level_names], [row(label, [f"pass_level_{i}" for i in levels], 100, 1) for label in stats]
     )
     collapse = _markdown(
-        ["estimator", "ACR (raw)", "effective ACR", "all-correct", "all-wrong", f"ACR, first {first_steps} steps"],
+        [
+            "estimator",
+            "ACR (raw)",
+            "effective ACR",
+            "all-correct",
+            "all-wrong",
+            f"ACR, first {first_steps} steps" if first_steps > 1 else "ACR, step 1",
+        ],
         [row(label, ["acr", "acr_effective", "all_correct", "all_wrong", "acr_first"], 1, 3) for label in stats],
     )
     return (
