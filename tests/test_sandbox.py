@@ -93,6 +93,9 @@ def test_same_seed_same_metrics(comparison, tmp_path):
         train(config, avspo, seed, path, comparison / "cache")
     assert logs[0].read_text() == logs[1].read_text()
     assert logs[0].read_text() != logs[2].read_text()
+    paper = read_metrics(logs[0]).loc[1:]
+    assert (paper["acr/effective"] <= paper["acr/rate"]).all()
+    assert paper["avspo/threshold"].between(0.1, 0.9).all()
 
 
 def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_settings):

@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--estimators",
         default="grpo,avspo,avspo:paper_code",
-        help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset "
+        help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset; dapo is "
+        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling "
         "(default: grpo,avspo,avspo:paper_code)",
     )
     parser.add_argument(

@@ -201,5 +201,8 @@ def warm_policy(
         shutil.rmtree(staging, ignore_errors=True)
         model.save_pretrained(staging)
         (staging / "sandbox_settings.json").write_text(json.dumps(asdict(config), indent=2))
-        staging.rename(path)  # atomic: a reader never sees a half-written cache
+        try:
+            staging.rename(path)  # atomic: a reader never sees a half-written cache
+        except OSError:  # a concurrent run cached the same settings first; its model is identical
+            shutil.rmtree(staging, ignore_errors=True)
     return model, tokenizer
