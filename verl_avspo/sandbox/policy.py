@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -197,7 +198,7 @@ def warm_policy(
     model = build_model(config, tokenizer)
     supervised_warm_up(model, tokenizer, task, config)
     if path is not None:
-        staging = path.with_name(path.name + ".tmp")
+        staging = path.with_name(f"{path.name}.tmp{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         model.save_pretrained(staging)
         (staging / "sandbox_settings.json").write_text(json.dumps(asdict(config), indent=2))
