@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("verl_avspo.sandbox.cli", "small real RLVR run on CPU: GRPO vs AVSPO on synthetic arithmetic"),
     "table": ("verl_avspo.table", "paper-style markdown table (pass@1 per benchmark, ACR) from verl JSONL logs"),
     "report": ("verl_avspo.report", "plots and a collapse diagnosis (stalls, ACR_100, all-correct/wrong) from logs"),
+    "doctor": ("verl_avspo.doctor", "check that every verl process (fresh import, Ray actor) sees the avspo plugin"),
 }
 
 

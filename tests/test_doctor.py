@@ -1,0 +1,27 @@
+"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one."""
+
+import argparse
+
+from verl_avspo import doctor
+
+
+def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
+    assert doctor.run(argparse.Namespace(no_ray=False)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("[ok]   versions: verl 0.9.1, torch ") and " ray " in out[0]
+    assert out[1].startswith("[ok]   entry point: verl_avspo.register loads")
+    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.register"
+    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.register (in a Ray actor)"
+    assert out[4].startswith("[ok]   launcher config: ") and "adv_estimator=avspo, preset=paper" in out[4]
+    assert out[-1] == "all checks passed"
+
+
+def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeypatch):
+    # What a worker sees when plugin loading is off (or the entry point is missing there).
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    assert doctor.run(argparse.Namespace(no_ray=True)) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] fresh `import verl`: RuntimeError: not registered" in out
+    assert "Ray actor" not in out
+    assert out.splitlines()[-1] == "1 check(s) failed"

@@ -1,0 +1,125 @@
+"""``verl-avspo doctor``: is the plugin installed so that every verl process sees ``avspo``?
+
+verl swallows import errors of ``verl.plugins`` entry points (at DEBUG level), so a broken install
+shows up only as ``Unknown advantage estimator`` after models have loaded. This command makes each
+link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
+actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
+cluster's workers), and the launcher's config. Exit status 1 if any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+
+
+def registered_by() -> str:
+    """What a verl worker sees after a plain ``import verl``: run in a fresh interpreter and in a
+    Ray actor. (This module imports nothing from the plugin, so it cannot register it itself.)"""
+    import verl  # noqa: F401  (loads the verl.plugins entry points)
+    from verl.trainer.ppo import core_algos
+
+    fn = core_algos.ADV_ESTIMATOR_REGISTRY.get("avspo")
+    return f"registered by {fn.__module__}" if fn else "not registered"
+
+
+_PROBE = "from verl_avspo.doctor import registered_by; print(registered_by())"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray actor check (it starts a local Ray)")
+
+
+def _versions() -> str:
+    found = []
+    for package in ("verl", "torch", "ray", "vllm", "sglang", "verl-avspo"):
+        try:
+            found.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            if package in ("verl", "torch", "ray"):
+                raise RuntimeError(f"{package} is not installed") from None
+    return ", ".join(found)
+
+
+def _entry_point() -> str:
+    points = [ep for ep in importlib.metadata.entry_points(group="verl.plugins") if ep.name == "avspo"]
+    if not points:
+        raise RuntimeError(
+            "no `avspo` entry point in group verl.plugins: reinstall verl-avspo (pip install -e .) in this environment"
+        )
+    module = points[0].load()
+    return f"{points[0].value} loads ({module.__file__})"
+
+
+def _fresh_process() -> str:
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")}
+    result = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300)
+    answer = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if result.returncode != 0 or not answer.startswith("registered"):
+        raise RuntimeError(f"{answer or 'the probe failed'}\n{result.stderr.strip()[-2000:]}")
+    return answer
+
+
+def _ray_actor() -> str:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+
+        @ray.remote(num_cpus=1)
+        class Probe:
+            def check(self) -> str:
+                return registered_by()
+
+        probe = Probe.remote()
+        answer = ray.get(probe.check.remote(), timeout=300)
+        ray.kill(probe)
+    finally:
+        if started:
+            ray.shutdown()
+    if not answer.startswith("registered"):
+        raise RuntimeError(
+            f"{answer} in a Ray actor: the cluster's Python lacks the plugin. Install verl-avspo there, or set "
+            "VERL_USE_EXTERNAL_MODULES=verl_avspo.register via ray_kwargs.ray_init.runtime_env.env_vars"
+        )
+    return answer + " (in a Ray actor)"
+
+
+def _config() -> str:
+    from verl_avspo.main_ppo import CONFIG_DIR, CONFIG_NAME, compose_config
+    from verl_avspo.register import avspo_settings
+
+    config = compose_config()
+    settings = avspo_settings(config.algorithm)
+    return (
+        f"{CONFIG_DIR}/{CONFIG_NAME}.yaml composes with verl's ppo_trainer "
+        f"(adv_estimator={config.algorithm.adv_estimator}, preset={settings.preset})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    checks: list[tuple[str, Callable[[], str]]] = [
+        ("versions", _versions),
+        ("entry point", _entry_point),
+        ("fresh `import verl`", _fresh_process),
+    ]
+    if not args.no_ray:
+        checks.append(("Ray actor", _ray_actor))
+    checks.append(("launcher config", _config))
+    failures = 0
+    for name, check in checks:
+        try:
+            print(f"[ok]   {name}: {check()}")
+        except Exception as err:
+            failures += 1
+            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+            print(f"[FAIL] {name}: {detail}")
+    print("all checks passed" if not failures else f"{failures} check(s) failed")
+    return 1 if failures else 0
