@@ -26,7 +26,8 @@ above the resident set before the call. Both include the returned advantages.
 
 Usage:
     python benchmarks/bench_advantage.py                       # the issue's grid
-    python benchmarks/bench_advantage.py --sizes 8k --lengths 4k --groups 8 --repeats 9
+    python benchmarks/bench_advantage.py --sizes 8k --lengths 4k --groups 8 --repeats 15
+    python benchmarks/bench_advantage.py --threads 2               # all cores instead of verl's one
     python benchmarks/bench_advantage.py --device cuda
 """
 
@@ -314,6 +315,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collapsed", type=float, default=0.4, help="share of collapsed groups (default 0.4)")
     parser.add_argument("--uneven", action="store_true", help="draw group sizes from [1, G] instead of all G")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i] (default cpu)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: verl's TaskRunner is a Ray actor without num_cpus, so Ray sets "
+        "OMP_NUM_THREADS=1 there)",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -323,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 <= args.collapsed <= 1.0:
         parser.error(f"--collapsed must be a share in [0, 1], got {args.collapsed}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -330,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.device == "cpu" or args.device.startswith("cuda")):
         parser.error(f"--device must be cpu or cuda[:i], got {args.device!r}")
+    torch.set_num_threads(args.threads)
     print(environment(args.device))
     print(f"repeats {args.repeats}, warm-up {args.warmup}, collapsed {args.collapsed}, uneven groups {args.uneven}\n")
     results = benchmark(

@@ -33,8 +33,9 @@ def _table(text):
 
 
 def test_main_prints_one_row_per_method_with_all_columns(bench, capsys):
+    threads = torch.get_num_threads()  # main() sets the thread count: keep this process's
     argv = ["--sizes", "64,96", "--lengths", "16", "--groups", "8", "--repeats", "1", "--warmup", "0"]
-    assert bench.main(argv) == 0
+    assert bench.main([*argv, "--threads", str(threads)]) == 0
     out = capsys.readouterr().out
     header, rows = _table(out)
     assert tuple(header) == bench.COLUMNS
@@ -47,7 +48,7 @@ def test_main_prints_one_row_per_method_with_all_columns(bench, capsys):
     assert by_method["grpo_vectorized"][8] == "1.000"
     assert by_method["floor"][9] == "1.000"
     assert all(len(row) == len(header) for row in rows)
-    assert "torch threads" in out and "targets at" not in out  # the target point was not run
+    assert f"{threads} torch threads" in out and "targets at" not in out  # the target point was not run
 
 
 @pytest.mark.parametrize("uneven", [False, True])
@@ -140,6 +141,7 @@ def test_cuda_request_without_cuda_skips_with_a_message(bench, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_run_prints_the_table(bench, capsys):
     argv = ["--device", "cuda", "--sizes", "64", "--lengths", "16", "--groups", "8", "--repeats", "1"]
+    argv += ["--threads", str(torch.get_num_threads())]
     assert bench.main(argv) == 0
     header, rows = _table(capsys.readouterr().out)
     assert tuple(header) == bench.COLUMNS and len(rows) == 3 + len(STRATEGIES) + 2
