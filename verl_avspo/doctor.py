@@ -69,7 +69,9 @@ def _ray_actor() -> str:
     import ray
 
     started = not ray.is_initialized()
-    if started:
+    if started and os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)  # the user's cluster: check its workers
+    elif started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
 

@@ -102,7 +102,7 @@ def check_config(config: DictConfig) -> AVSPOConfig:
     algorithm = config.algorithm
     estimator = str(algorithm.adv_estimator)
     _check_estimator(estimator)
-    from verl_avspo.register import avspo_settings
+    from verl_avspo.register import avspo_settings  # only now: a broken plugin gets the message above
 
     n = config.actor_rollout_ref.rollout.n
     if is_group_estimator(estimator) and n < 2:
@@ -115,7 +115,7 @@ def check_config(config: DictConfig) -> AVSPOConfig:
     if config.reward.reward_model.enable:
         required.append("reward.reward_model.rollout.name")
     for key in required:
-        if OmegaConf.is_missing(OmegaConf.select(config, key.rsplit(".", 1)[0]), key.rsplit(".", 1)[1]):
+        if OmegaConf.select(config, key) is None:  # None also for verl's mandatory `???`
             raise ConfigCheckError(f"{key} is required: set the rollout engine, for example {key}=vllm (or sglang).")
     try:
         settings = avspo_settings(algorithm)
@@ -125,6 +125,13 @@ def check_config(config: DictConfig) -> AVSPOConfig:
         raise ConfigCheckError(
             "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
             "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
+        )
+    if config.trainer.use_v1 and config.trainer.v1.trainer_mode != "sync":
+        logger.warning(
+            "trainer.v1.trainer_mode=%s: the launcher adds ACR metrics, the stagnation alert and AVSPO checkpoint "
+            "state to the sync trainer only; this run trains with verl's own %s trainer.",
+            config.trainer.v1.trainer_mode,
+            config.trainer.v1.trainer_mode,
         )
     filter_groups = algorithm.get("filter_groups", None)
     if estimator == "avspo" and filter_groups is not None and filter_groups.get("enable", False):
