@@ -11,7 +11,7 @@ from hydra.errors import ConfigCompositionException
 from verl.trainer.ppo import core_algos
 
 from verl_avspo.config import AlertConfig, AVSPOConfig
-from verl_avspo.main_ppo import ConfigCheckError, check_config, compose_config, dry_run
+from verl_avspo.main_ppo import ConfigCheckError, check_config, compose_config, dry_run, is_group_estimator
 
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
 
@@ -112,3 +112,8 @@ def test_cfg_job_prints_the_composed_config_without_running():
     assert result.returncode == 0, result.stderr
     assert "adv_estimator: avspo" in result.stdout and "gap: 0.2" in result.stdout
     assert "Started a local Ray instance" not in result.stderr
+
+
+def test_group_estimators_are_those_that_take_the_uid_index():
+    assert all(is_group_estimator(name) for name in ("grpo", "rloo", "grpo_passk", "avspo"))
+    assert not any(is_group_estimator(name) for name in ("gae", "remax", "reinforce_plus_plus"))
