@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transfer_queue.metadata import KVBatchMeta
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -110,6 +111,19 @@ def test_grpo_advantage_stage_logs_acr_and_keeps_verl_advantages():
     rewards, mask, uid, advantages = read_back(batch)
     expected, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)
     assert torch.allclose(advantages.to_padded_tensor(0.0), expected, atol=1e-6)
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_verl_padding_rows_are_not_counted_as_a_collapsed_group():
+    # verl's own padding (as _balance_batch does it): 6 responses padded to a multiple of 4 with two
+    # no-op rows sharing one uid and score 0, which would otherwise count as an all-wrong group.
+    trainer = make_trainer("algorithm.adv_estimator=grpo")
+    batch = put_groups("p", [[1, 0, 1], [1, 1, 0]])
+    batch = upsample_batch_to_divisible_size(batch, 4, eos_token_id=0)
+    assert len(batch) == 8 and sum(tag.get("is_padding", False) for tag in batch.tags) == 2
+    metrics = {}
+    batch = trainer._compute_advantage(batch, metrics)
+    assert metrics["acr/rate"] == 0.0 and metrics["acr/all_wrong"] == 0.0 and metrics["acr/groups"] == 2
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 

@@ -210,8 +210,11 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         of ``uid``, ``rm_scores`` and the ``advantages`` just written."""
         batch = super()._compute_advantage(batch, metrics)
         if self.measures_collapse:
+            # _balance_batch appended no-op rows (one shared `pad...` uid, score 0) to make the
+            # batch divisible by the DP size; they are not responses, so they are not counted.
+            keys = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
             data = tq.kv_batch_get(
-                keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "advantages"]
+                keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "advantages"]
             )
             scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
             index = np.array(list(data["uid"]), dtype=object)
