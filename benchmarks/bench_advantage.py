@@ -207,8 +207,8 @@ def peak_extra_bytes(fn: Callable[[], object], device: str) -> float:
         peak = torch.cuda.max_memory_allocated() - before
     else:
         try:
-            before = _status_kib("VmRSS")
             Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            before = _status_kib("VmRSS")
         except (OSError, AttributeError):
             return float("nan")
         result = fn()
