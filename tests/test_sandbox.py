@@ -113,5 +113,8 @@ def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_setting
         assert torch.equal(weight, cached.state_dict()[name]) and torch.equal(weight, reloaded.state_dict()[name])
     warm_policy(PolicyConfig(sft_steps=6), task, tmp_path)
     assert len(list(tmp_path.iterdir())) == 2  # changed settings never reuse a stale model
+    # A larger held-out split evaluates on problems the smaller split's warm-up trained on.
+    warm_policy(config, ArithmeticTask(parse_levels("1+1,2+1"), 16), tmp_path)
+    assert len(list(tmp_path.iterdir())) == 3
     saved = json.loads(next(p for p in tmp_path.glob("*/sandbox_settings.json")).read_text())
     assert saved["sft_steps"] in (5, 6)

@@ -159,6 +159,9 @@ def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokeni
     settings = {
         "policy": asdict(config),
         "levels": [level.name for level in task.levels],
+        # The held-out split decides the training pools: a model warmed up with a smaller split
+        # has trained on problems that a larger one evaluates on.
+        "eval_size": task.eval_size,
         "alphabet": tokenizer.alphabet,
         "transformers": transformers.__version__,
         "torch": torch.__version__,

@@ -92,6 +92,7 @@ class ArithmeticTask:
         if eval_size < 1:
             raise ValueError(f"eval_size={eval_size} is invalid: need at least 1 held-out problem per level")
         self.levels = levels
+        self.eval_size = eval_size
         split = torch.Generator().manual_seed(_SPLIT_SEED)
         self._train: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._eval: list[Problems] = []
