@@ -29,6 +29,10 @@ def test_bad_levels_are_named():
         parse_levels("1+1,2-1")
     with pytest.raises(ValueError, match="names a level twice"):
         parse_levels("1+1,1+1")
+    # Each level is enumerated: 6+6 (8.1e11 problems) must be refused, not fail to allocate.
+    assert parse_levels("4*3")[0].num_problems == 9000 * 900
+    with pytest.raises(ValueError, match=r"level '6\+6' has 810,000,000,000 problems.*use fewer digits"):
+        parse_levels("1+1,6+6")
 
 
 def test_exact_match_verifier():

@@ -18,6 +18,9 @@ __all__ = ["Level", "Problems", "ArithmeticTask", "parse_levels", "exact_match"]
 
 _LEVEL = re.compile(r"^([1-9])([+*])([1-9])$")
 _SPLIT_SEED = 1234  # fixed: the train/eval split must not depend on the run's seed
+# Every problem of a level is enumerated (for the split), so its count bounds memory: 4+3 has
+# 8.1 million, 4+4 already 81 million.
+MAX_PROBLEMS_PER_LEVEL = 10**7
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,10 @@ class Level:
     @property
     def name(self) -> str:
         return f"{self.left}{self.op}{self.right}"
+
+    @property
+    def num_problems(self) -> int:
+        return _numbers_with_digits(self.left).numel() * _numbers_with_digits(self.right).numel()
 
     def operands(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every (a, b) pair of this level, as two (num_problems,) int64 tensors."""
@@ -57,7 +64,13 @@ def parse_levels(spec: str) -> tuple[Level, ...]:
                 f"level {item!r} is invalid: write <digits><op><digits> with op + or * and 1-9 digits, "
                 "for example --levels 1+1,2+2,2*1"
             )
-        levels.append(Level(int(match[1]), match[2], int(match[3])))
+        level = Level(int(match[1]), match[2], int(match[3]))
+        if level.num_problems > MAX_PROBLEMS_PER_LEVEL:
+            raise ValueError(
+                f"level {item!r} has {level.num_problems:,} problems, more than the sandbox enumerates "
+                f"({MAX_PROBLEMS_PER_LEVEL:,}): use fewer digits, for example 3+3 or 4*3"
+            )
+        levels.append(level)
     if len({level.name for level in levels}) != len(levels):
         raise ValueError(f"--levels {spec!r} names a level twice; list each level once")
     return tuple(levels)
