@@ -1,6 +1,7 @@
 """``python -m verl_avspo.main_ppo``: config composition, fail-fast checks, ``--dry-run``, ``--cfg job``."""
 
 import dataclasses
+import logging
 import os
 import re
 import subprocess
@@ -10,17 +11,24 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from verl.trainer.ppo import core_algos
 
+from verl_avspo import main_ppo
 from verl_avspo.config import AlertConfig, AVSPOConfig
 from verl_avspo.main_ppo import ConfigCheckError, check_config, compose_config, dry_run, is_group_estimator
 
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
 
 
-def launch(*args):
-    """The launcher in a fresh process, as a shell script calls it."""
+def launch(cwd, *args):
+    """The launcher in a fresh process, as a shell script calls it, from ``cwd`` (a training launch
+    makes Hydra write its ``outputs/`` run folder there, which must not be the repository)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
-        [sys.executable, "-m", "verl_avspo.main_ppo", *args], env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "verl_avspo.main_ppo", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
 
 
@@ -58,6 +66,8 @@ def test_a_misspelt_override_is_refused_by_composition(capsys):
             "alert.action=stop needs the V1 trainer",
         ),
         (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
+        (["actor_rollout_ref.rollout.n=eight"], "actor_rollout_ref.rollout.n='eight' is invalid: it is the number"),
+        (["actor_rollout_ref.rollout.n=null"], "actor_rollout_ref.rollout.n=None is invalid"),
         (
             ["algorithm.adv_estimator=avspoo"],
             "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
@@ -91,8 +101,10 @@ def test_verls_own_validation_runs_in_the_dry_run(capsys):
     assert "verl's validate_config rejected the config" in err and "ppo_micro_batch_size_per_gpu" in err
 
 
-def test_dry_run_prints_settings_and_ok_and_starts_nothing():
-    result = launch("--dry-run", *RUNNABLE, "algorithm.avspo.strategy=www", "algorithm.avspo.apply_to=all_wrong")
+def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path):
+    result = launch(
+        tmp_path, "--dry-run", *RUNNABLE, "algorithm.avspo.strategy=www", "algorithm.avspo.apply_to=all_wrong"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "  strategy: www" in lines and "  apply_to: all_wrong" in lines
@@ -100,15 +112,36 @@ def test_dry_run_prints_settings_and_ok_and_starts_nothing():
     assert "Started a local Ray instance" not in result.stdout + result.stderr
 
 
-def test_training_launch_fails_before_ray_on_a_bad_group_size():
-    result = launch(*RUNNABLE, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1")
+def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path):
+    result = launch(tmp_path, *RUNNABLE, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1")
     assert result.returncode == 1
     assert "verl-avspo: actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=grpo" in result.stderr
     assert "ray init" not in result.stdout and "Started a local Ray instance" not in result.stderr
+    assert (tmp_path / "outputs").is_dir()  # Hydra's run folder went to the cwd given, not the repository
 
 
-def test_cfg_job_prints_the_composed_config_without_running():
-    result = launch("--cfg", "job", "algorithm.avspo.gap=0.2")
+def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
+    assert main_ppo.main(["--dry-run", *RUNNABLE, "--cfg", "job"]) == 2
+    err = capsys.readouterr().err
+    assert "--dry-run takes Hydra overrides (key=value) only, not --cfg." in err
+    assert "python -m verl_avspo.main_ppo --cfg job <overrides>" in err
+
+
+@pytest.mark.parametrize(("use_v1", "runner"), [(True, "AVSPOTaskRunner"), (False, "AVSPOLegacyTaskRunner")])
+def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(monkeypatch, caplog, use_v1, runner):
+    # verl's run_ppo starts Ray and a trainer that needs GPUs: record what it is given instead.
+    launched = []
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda config, task_runner_class: launched.append(task_runner_class))
+    config = compose_config([*RUNNABLE, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
+    with caplog.at_level(logging.INFO, logger="verl_avspo.main_ppo"):
+        main_ppo.train(config)
+    assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
+    settings_logs = [r.getMessage() for r in caplog.records if "AVSPO settings" in r.getMessage()]
+    assert len(settings_logs) == 1 and "\n  strategy: fixed\n" in settings_logs[0]
+
+
+def test_cfg_job_prints_the_composed_config_without_running(tmp_path):
+    result = launch(tmp_path, "--cfg", "job", "algorithm.avspo.gap=0.2")
     assert result.returncode == 0, result.stderr
     assert "adv_estimator: avspo" in result.stdout and "gap: 0.2" in result.stdout
     assert "Started a local Ray instance" not in result.stderr

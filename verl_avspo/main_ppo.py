@@ -105,6 +105,11 @@ def check_config(config: DictConfig) -> AVSPOConfig:
     from verl_avspo.register import avspo_settings  # only now: a broken plugin gets the message above
 
     n = config.actor_rollout_ref.rollout.n
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigCheckError(
+            f"actor_rollout_ref.rollout.n={n!r} is invalid: it is the number of responses sampled per prompt "
+            "(the group size), a positive integer. Set actor_rollout_ref.rollout.n=8 (the paper's group size)."
+        )
     if is_group_estimator(estimator) and n < 2:
         raise ConfigCheckError(
             f"actor_rollout_ref.rollout.n={n} with algorithm.adv_estimator={estimator}: a group estimator "
@@ -248,7 +253,17 @@ def _hydra_main(config: DictConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--dry-run" in argv:
-        return dry_run([arg for arg in argv if arg != "--dry-run"])
+        overrides = [arg for arg in argv if arg != "--dry-run"]
+        flags = [arg for arg in overrides if arg.startswith("-")]
+        if flags:  # Hydra's own flags need Hydra's own run
+            print(
+                f"verl-avspo: --dry-run takes Hydra overrides (key=value) only, not {' '.join(flags)}. "
+                "Use `python -m verl_avspo.main_ppo --cfg job <overrides>` to print the composed config, "
+                "`--help` for verl's config.",
+                file=sys.stderr,
+            )
+            return 2
+        return dry_run(overrides)
     sys.argv = [sys.argv[0], *argv]  # Hydra parses sys.argv (overrides, --cfg, --multirun, ...)
     _hydra_main()
     return 0
