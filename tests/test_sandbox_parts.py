@@ -75,6 +75,10 @@ def test_estimator_specs():
         parse_estimators("avspo:papr")
     with pytest.raises(ValueError, match="only avspo takes a preset"):
         parse_estimators("grpo:paper")
+    with pytest.raises(ValueError, match="'grpo' and 'grpo' are one estimator"):
+        parse_estimators("grpo,rloo,grpo")
+    with pytest.raises(ValueError, match="'avspo' and 'avspo:paper' are one estimator"):
+        parse_estimators("avspo,avspo:paper")  # paper is avspo's default preset
 
 
 def test_cli_rejects_bad_values_before_loading_anything(capsys):

@@ -70,7 +70,11 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
         else:
             specs.append(EstimatorSpec(item, name, preset or None))
-    labels = [s.label for s in specs]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"--estimators {spec!r} lists an estimator twice; list each once")
+    # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
+    seen = {}
+    for s in specs:
+        key = (s.adv_estimator, s.preset, s.drop_collapsed)
+        if key in seen:
+            raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
+        seen[key] = s.label
     return tuple(specs)
