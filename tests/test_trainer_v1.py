@@ -315,3 +315,19 @@ def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_
     state = torch.load(tmp_path / "global_step_3" / STATE_FILE, weights_only=True)
     assert state["stagnation"] == {"streak": 2, "stalled": True} and state["controller"] is None
     assert "stopping the run after step 3 (algorithm.avspo.alert.action=stop)" in caplog.text
+
+
+def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
+    # fit saves the last step whenever save_freq > 0 (is_last_step), so stopping there must not save twice.
+    trainer = make_trainer(
+        "algorithm.adv_estimator=grpo",
+        "algorithm.avspo.alert.window=2",
+        "algorithm.avspo.alert.action=stop",
+        "trainer.save_freq=5",
+        f"trainer.default_local_dir={tmp_path}",
+        trainer_cls=ScriptedTrainer,
+    )
+    attach_checkpoint_parts(trainer)
+    trainer.total_training_steps = 3
+    assert run_scripted(trainer, [0.1, 0.6, 0.7]) == [0, 0, 1]
+    assert trainer.total_training_steps == 3 and trainer.actor_rollout_wg.saved == []

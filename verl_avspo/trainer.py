@@ -237,7 +237,8 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         """Save a checkpoint now and make this step the last: ``fit`` logs the step, then its loop
         condition ``global_steps <= total_training_steps`` ends the run normally."""
         save_freq = self.config.trainer.save_freq
-        if not (save_freq > 0 and self.global_steps % save_freq == 0):  # else fit saves this step anyway
+        last_step = self.global_steps >= self.total_training_steps
+        if not (save_freq > 0 and (last_step or self.global_steps % save_freq == 0)):  # else fit saves it anyway
             self._save_checkpoint()
         self.total_training_steps = self.global_steps
         logger.error(
