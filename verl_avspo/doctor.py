@@ -57,8 +57,8 @@ def _entry_point() -> str:
 
 
 def _fresh_process() -> str:
-    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")}
-    result = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300)
+    # The environment as it is: VERL_USE_EXTERNAL_PLUGINS / _MODULES decide what verl loads there too.
+    result = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
     answer = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if result.returncode != 0 or not answer.startswith("registered"):
         raise RuntimeError(f"{answer or 'the probe failed'}\n{result.stderr.strip()[-2000:]}")
