@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
-from verl_avspo.rewards import compute_score, extract_choice
+from verl_avspo.rewards import compute_score, extract_choice, last_boxed_answer
 
 
 @pytest.mark.parametrize(
@@ -26,6 +26,13 @@ from verl_avspo.rewards import compute_score, extract_choice
         # The last box is the answer, not an intermediate one.
         ("math500", r"First $\boxed{2}$, then correcting: $\boxed{\frac{\sqrt{2}}{2}}$", r"\frac{\sqrt2}{2}", 1.0),
         ("math500", r"First $\boxed{\frac{\sqrt{2}}{2}}$, then correcting: $\boxed{2}$", r"\frac{\sqrt2}{2}", 0.0),
+        # Other box spellings models write (verl's box helpers turn these into 0 or an AssertionError).
+        ("math500", r"So the answer is $\boxed {5}$.", "5", 1.0),
+        ("math500", r"So the answer is \fbox{5}.", "5", 1.0),
+        ("math500", r"So the answer is $\boxed 5$.", "5", 1.0),
+        ("gsm8k", r"She has $\boxed{\$18}$ left.", "18", 1.0),
+        # A box cut off by the length limit is no answer.
+        ("math500", r"Thus $\boxed{\frac{1}{", r"\frac{1}{2}", 0.0),
         # Missing box: the right number without the requested format scores 0.
         ("math500", "The answer is 1/2.", r"\frac{1}{2}", 0.0),
         ("gsm8k", "Natalia sold 72 clips.\n#### 72", "72", 0.0),
@@ -43,6 +50,11 @@ def test_math_scores(data_source, response, gold, expected):
         (r"$\boxed{(C)}$", "C"),
         (r"$\boxed{\text{C}}$", "C"),
         (r"$\boxed{C. Paris}$", "C"),
+        (r"$\boxed{\textbf{(C)}}$", "C"),
+        (r"$\boxed{\mathrm{C}}$", "C"),
+        (r"so \fbox{C}", "C"),
+        ("The answer is: C", "C"),
+        ("The answer is **(C)**.", "C"),
         ("Paris is option C. The answer is (C).", "C"),
         ("Answer: C", "C"),
         ("At first (A) looked right, but the answer is (J).", "J"),
@@ -53,6 +65,21 @@ def test_math_scores(data_source, response, gold, expected):
 )
 def test_choice_extraction(response, letter):
     assert extract_choice(response) == letter
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        (r"$\boxed{\frac{1}{2}}$", r"\frac{1}{2}"),
+        (r"first \boxed {3}, finally \boxed{4}", "4"),
+        (r"\boxed 12.", "12"),
+        (r"\fbox{x+1}", "x+1"),
+        (r"\boxed{", None),
+        ("no box here", None),
+    ],
+)
+def test_last_boxed_answer(text, answer):
+    assert last_boxed_answer(text) == answer
 
 
 def test_mmlu_pro_dispatch():

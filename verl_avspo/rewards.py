@@ -10,11 +10,11 @@ extra_info=)`` once per response and logs the returned float as ``acc``, so vali
 ``val-core/<data_source>/acc/mean@N`` for every benchmark.
 
 - Math sets: the answer is the content of the response's **last** ``\\boxed{...}`` (the system
-  prompt asks for it); math-verify decides equivalence (``\\frac{1}{2}`` = ``0.5``, ``x=3`` = ``3``,
-  ``1,000`` = ``1000``). A response without a box scores 0: the box is the answer format the
-  policy is trained to produce.
+  prompt asks for it; ``\\boxed {...}``, ``\\fbox{...}`` and ``\\boxed 5`` count too); math-verify
+  decides equivalence (``\\frac{1}{2}`` = ``0.5``, ``x=3`` = ``3``, ``1,000`` = ``1000``). A response
+  without a box scores 0: the box is the answer format the policy is trained to produce.
 - Multiple choice (MMLU-Pro): the chosen letter is taken from the last ``\\boxed{...}``, else from
-  the last "answer is (X)" / "Answer: X"; it must equal the gold letter.
+  the last "answer is (X)" / "answer is: X" / "Answer: X"; it must equal the gold letter.
 - Any other ``data_source`` goes to verl's ``default_compute_score``.
 """
 
@@ -26,9 +26,16 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from verl.utils.reward_score import default_compute_score
-from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
 
-__all__ = ["MATH_SOURCES", "CHOICE_SOURCES", "compute_score", "math_score", "choice_score", "extract_choice"]
+__all__ = [
+    "MATH_SOURCES",
+    "CHOICE_SOURCES",
+    "compute_score",
+    "math_score",
+    "choice_score",
+    "extract_choice",
+    "last_boxed_answer",
+]
 
 # The data sources written by recipes/data (short names) and the hub names verl's own examples use.
 MATH_SOURCES = frozenset(
@@ -55,24 +62,51 @@ _TIMEOUT_S = 5
 _GOLD_TARGETS = (LatexExtractionConfig(), ExprExtractionConfig())
 _PRED_TARGETS = (LatexExtractionConfig(boxed_match_priority=0),)
 
+# The last box is found here, not with verl's last_boxed_only_string: math-verify reads neither the
+# "\boxed {5}" nor the "\fbox{5}" that function returns, and its remove_boxed asserts on "\fbox".
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+_BARE_TOKEN = re.compile(r"[^\s$]+")
+
 _LETTER = r"\(?\s*([A-Z])\s*\)?"
-_BOXED_LETTER = re.compile(rf"^(?:\\text\{{)?{_LETTER}\}}?(?:[.:)]|\s|$)")
+_BOXED_LETTER = re.compile(rf"^(?:\\(?:text|textbf|mathrm|mathbf)\{{)?{_LETTER}\}}?(?:[.:)]|\s|$)")
 # Only capital letters count, so "the answer is a prime" is not option A.
-_STATED_LETTER = re.compile(rf"(?i:answer is|answer:)\s*(?i:option\s*)?{_LETTER}(?![A-Za-z])")
+_STATED_LETTER = re.compile(rf"(?i:answer\s+is\s*:?|answer\s*:)[\s*]*(?i:option\s*)?{_LETTER}(?![A-Za-z])")
 
 
 def _timeout() -> int | None:
     return _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
 
 
+def last_boxed_answer(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` of ``text`` (braces balanced; ``\\boxed {...}`` and
+    ``\\fbox{...}`` too; for ``\\boxed 5`` the token after it), or None when there is none or the
+    last box is never closed (a response cut off at the length limit)."""
+    openings = list(_BOX.finditer(text))
+    if not openings:
+        return None
+    start = openings[-1].end()
+    if not text.startswith("{", start):
+        token = _BARE_TOKEN.match(text, start)
+        return token.group(0).rstrip(".,;") if token else None
+    depth = 0
+    for position in range(start, len(text)):
+        if text[position] == "{":
+            depth += 1
+        elif text[position] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : position]
+    return None
+
+
 def math_score(solution_str: str, ground_truth: str) -> float:
     """1.0 if the last ``\\boxed{}`` of ``solution_str`` is equivalent to ``ground_truth``, else 0.0."""
-    boxed = last_boxed_only_string(solution_str)
-    if boxed is None:
+    answer = last_boxed_answer(solution_str)
+    if answer is None:
         return 0.0
     timeout = _timeout()
     gold = parse("\\boxed{" + str(ground_truth).strip().strip("$") + "}", _GOLD_TARGETS, parsing_timeout=timeout)
-    pred = parse(boxed, _PRED_TARGETS, parsing_timeout=timeout)
+    pred = parse("\\boxed{" + answer + "}", _PRED_TARGETS, parsing_timeout=timeout)
     if not gold or not pred:
         return 0.0
     return float(verify(gold, pred, timeout_seconds=timeout))
@@ -80,10 +114,10 @@ def math_score(solution_str: str, ground_truth: str) -> float:
 
 def extract_choice(solution_str: str) -> str | None:
     """The option letter a response chose, or None: from its last ``\\boxed{}`` (``B``, ``(B)``,
-    ``\\text{B}``, ``B. text``), else from its last "answer is (B)" / "Answer: B"."""
-    boxed = last_boxed_only_string(solution_str)
+    ``\\text{B}``, ``\\textbf{(B)}``, ``B. text``), else from its last "answer is (B)" / "Answer: B"."""
+    boxed = last_boxed_answer(solution_str)
     if boxed is not None:
-        match = _BOXED_LETTER.match(remove_boxed(boxed).strip())
+        match = _BOXED_LETTER.match(boxed.strip())
         if match:
             return match.group(1)
     stated = _STATED_LETTER.findall(solution_str)

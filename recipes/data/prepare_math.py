@@ -15,7 +15,8 @@ import logging
 import sys
 
 from common import load_source, verl_row, write_parquet
-from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
+
+from verl_avspo.rewards import last_boxed_answer
 
 DATA_SOURCE = "math"
 HUB_NAME = "DigitalLearningGmbH/MATH-lighteval"
@@ -29,14 +30,14 @@ def math_rows(dataset, levels: list[int] | None = None):
     for index, example in enumerate(dataset):
         if wanted is not None and example["level"] not in wanted:
             continue
-        boxed = last_boxed_only_string(example["solution"])
-        if boxed is None:
+        answer = last_boxed_answer(example["solution"])
+        if answer is None:
             logger.warning("skipping MATH example %d: its solution has no \\boxed{} answer", index)
             continue
         yield verl_row(
             DATA_SOURCE,
             example["problem"],
-            remove_boxed(boxed),
+            answer,
             "math",
             index,
             split="train",
