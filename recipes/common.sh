@@ -113,7 +113,10 @@ OVERRIDES=(
     actor_rollout_ref.actor.optim.lr="$LR"
     actor_rollout_ref.actor.optim.weight_decay=0.01
     actor_rollout_ref.actor.optim.clip_grad=1.0
+    # verl's policy loss reads clip_ratio_low/high (each its own 0.2 default), not clip_ratio.
     actor_rollout_ref.actor.clip_ratio=0.2
+    actor_rollout_ref.actor.clip_ratio_low=0.2
+    actor_rollout_ref.actor.clip_ratio_high=0.2
     actor_rollout_ref.actor.ppo_epochs=1
     actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
     actor_rollout_ref.actor.use_dynamic_bsz=True

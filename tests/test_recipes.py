@@ -68,7 +68,10 @@ def test_model_recipe_composes_with_the_paper_settings(script):
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     assert rollout.n == 8 and rollout.temperature == 1.0 and rollout.name == "vllm"
     assert actor.optim.lr == 1e-6 and actor.optim.weight_decay == 0.01 and actor.optim.clip_grad == 1.0
-    assert actor.clip_ratio == 0.2 and actor.use_kl_loss is False and config.algorithm.use_kl_in_reward is False
+    # The PPO clip as verl's policy loss reads it (clip_ratio is only the fallback of these two).
+    assert actor.clip_ratio_low == actor.clip_ratio_high == 0.2 and actor.policy_loss.loss_mode == "vanilla"
+    assert actor.use_kl_loss is False and config.algorithm.use_kl_in_reward is False
+    assert actor.optim.lr_scheduler_type == "constant" and actor.ppo_epochs == 1
     assert config.data.max_response_length == 1024 and config.trainer.total_epochs == 1
     assert rollout.val_kwargs.do_sample is False and rollout.val_kwargs.n == 1
     assert config.reward.custom_reward_function.path == "pkg://verl_avspo.rewards"
