@@ -144,3 +144,36 @@ def test_log_probs_do_not_depend_on_padding(architecture):
             mask = alone.response_mask[0].bool()
             torch.testing.assert_close(response_log_probs(model, unpadded)[0][mask], batched[row][mask])
     assert (batched <= 0).all()
+
+
+def test_log_probs_are_those_generate_sampled_from():
+    # PPO's old_log_prob must be log π of each sampled token under the distribution generate
+    # sampled it from (temperature 1.0, no top-k/top-p): an off-by-one in the logit slice or in
+    # the position ids would pass the padding test above but fail here.
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, Rollout, build_model, response_log_probs
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
+    prompt_ids, prompt_mask = tokenizer.encode_prompts(["1+2=", "12+34=", "99*9="])
+    torch.manual_seed(0)
+    output = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=True,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        max_new_tokens=4,
+        pad_token_id=tokenizer.pad_id,
+        eos_token_id=tokenizer.eos_id,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    response_ids = output.sequences[:, prompt_ids.shape[1] :]
+    sampled_from = torch.stack(output.scores, dim=1).log_softmax(dim=-1)
+    expected = sampled_from.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    rollout = Rollout(prompt_ids, prompt_mask, response_ids, torch.ones_like(response_ids))
+    with torch.no_grad():
+        log_probs = response_log_probs(model, rollout)
+    torch.testing.assert_close(log_probs, expected)
