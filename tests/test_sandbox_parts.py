@@ -86,6 +86,8 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--estimators", "grpo,foo"])
     with pytest.raises(SystemExit, match=r"group_size=1 is invalid"):
         main(["sandbox", "--group-size", "1"])
+    with pytest.raises(SystemExit, match=r"prompts_per_step=3 is invalid: .* use a multiple of 2"):
+        main(["sandbox", "--prompts-per-step", "3"])
     with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
         main(["sandbox", "--seeds", "0"])
 

@@ -74,7 +74,8 @@ class SandboxConfig:
             raise ValueError(f"group_size={self.group_size} is invalid: a group needs at least 2 answers")
         if self.prompts_per_step % self.mini_batches:
             raise ValueError(
-                f"prompts_per_step={self.prompts_per_step} must be divisible by mini_batches={self.mini_batches}"
+                f"prompts_per_step={self.prompts_per_step} is invalid: the PPO update splits each step's groups into "
+                f"mini_batches={self.mini_batches} equal mini-batches, so use a multiple of {self.mini_batches}"
             )
         for name in ("lr", "clip_ratio", "grad_clip"):
             if not getattr(self, name) > 0:
