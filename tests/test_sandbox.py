@@ -79,6 +79,7 @@ def test_summary_reports_the_measured_numbers(comparison):
     assert "final mean greedy accuracy" in summary and f"vs {acc:.1f}%" in summary
     assert summary.count("vs `grpo`**") == 2  # one verdict per other estimator
     assert "from a single seed" in summary  # one seed: the verdict refuses to call a winner
+    assert "'ACR, step 1' is the early-training ACR" in summary and "| ACR, step 1 |" in summary  # 4 steps // 5 = 0
 
 
 def test_same_seed_same_metrics(comparison, tmp_path):

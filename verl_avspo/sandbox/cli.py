@@ -58,6 +58,8 @@ def run_dir(out: Path, label: str) -> Path:
 
 
 def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
+    from verl_avspo.sandbox.summary import first_steps_column
+
     policy = config.policy
     rollouts = config.prompts_per_step * config.group_size
     return (
@@ -74,7 +76,7 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
-        f"'ACR, first {first_steps} steps' is the early-training ACR the paper found predictive of final accuracy.\n"
+        f"'{first_steps_column(first_steps)}' is the early-training ACR the paper found predictive of final accuracy.\n"
         "Accuracy and pass@k are at the last step; ± is the standard deviation over seeds."
     )
 

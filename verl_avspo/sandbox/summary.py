@@ -14,9 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["run_statistics", "summary_tables", "verdicts", "render_summary"]
+__all__ = ["first_steps_column", "run_statistics", "summary_tables", "verdicts", "render_summary"]
 
 BASELINE = "grpo"
+
+
+def first_steps_column(first_steps: int) -> str:
+    """The collapse table's header for the ACR over the first ``first_steps`` training steps."""
+    return f"ACR, first {first_steps} steps" if first_steps > 1 else "ACR, step 1"
 
 
 def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_steps: int) -> dict[str, float]:
@@ -73,7 +78,7 @@ def summary_tables(
             "effective ACR",
             "all-correct",
             "all-wrong",
-            f"ACR, first {first_steps} steps" if first_steps > 1 else "ACR, step 1",
+            first_steps_column(first_steps),
         ],
         [row(label, ["acr", "acr_effective", "all_correct", "all_wrong", "acr_first"], 1, 3) for label in stats],
     )
