@@ -144,10 +144,31 @@ def test_eval_arguments_are_checked(scripts, tmp_path):
         scripts["prepare_eval"].main(["--out-dir", str(tmp_path), "--local-path", "math50=x.jsonl"])
     with pytest.raises(SystemExit, match="expected NAME=VALUE"):
         scripts["prepare_eval"].main(["--out-dir", str(tmp_path), "--max-samples", "mmlu_pro"])
-    with pytest.raises(ValueError, match="expected a .json, .jsonl or .parquet file"):
-        scripts["prepare_eval"].main(
-            ["--out-dir", str(tmp_path), "--benchmarks", "amc23", "--local-path", "amc23=a.csv"]
-        )
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "message"),
+    [
+        ("prepare_eval", ["--max-samples", "mmlu_pro=all"], "--max-samples mmlu_pro=all: expected a positive integer"),
+        ("prepare_eval", ["--benchmarks", "amc23", "--local-path", "amc23=a.csv"], "expected a .json, .jsonl or"),
+        ("prepare_eval", ["--benchmarks", "amc23", "--local-path", "amc23=missing.jsonl"], "missing.jsonl: no such"),
+        # A file of another benchmark: the missing column is named, not a KeyError traceback.
+        (
+            "prepare_eval",
+            ["--benchmarks", "math500", "--local-path", f"math500={FIXTURES / 'gsm8k.jsonl'}"],
+            "math500: the data has no column 'problem'; expected the columns of HuggingFaceH4/MATH-500",
+        ),
+        ("prepare_math", ["--local-path", str(FIXTURES / "gsm8k.jsonl")], "the data has no column 'solution'"),
+        ("prepare_math", ["--local-path", "missing.jsonl"], "missing.jsonl: no such file"),
+        ("select_difficulty", ["--data", "missing.parquet", "--pass-rates", "missing.parquet"], "missing.parquet"),
+    ],
+)
+def test_bad_inputs_end_in_a_usage_error_naming_the_problem(scripts, tmp_path, capsys, script, argv, message):
+    out = ["--out-dir", str(tmp_path)] if script == "prepare_eval" else ["--out", str(tmp_path / "out.parquet")]
+    with pytest.raises(SystemExit) as exit_info:
+        scripts[script].main(argv + out)
+    assert exit_info.value.code == 2  # argparse's usage error, after the message on stderr
+    assert message in capsys.readouterr().err
 
 
 def test_eval_max_samples_is_a_seeded_subset(scripts):

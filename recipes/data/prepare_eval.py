@@ -106,12 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     local_paths = _pairs(args.local_path, "--local-path")
-    max_samples = {name: int(n) for name, n in _pairs(args.max_samples, "--max-samples").items()}
+    max_samples = {}
+    for name, value in _pairs(args.max_samples, "--max-samples").items():
+        if not value.isdigit() or int(value) < 1:
+            parser.error(f"--max-samples {name}={value}: expected a positive integer, for example {name}=2000")
+        max_samples[name] = int(value)
     for name in args.benchmarks:
         benchmark = BENCHMARKS[name]
-        dataset = load_source(benchmark.hub_name, benchmark.config, benchmark.split, local_paths.get(name))
         out = Path(args.out_dir) / f"{name}.parquet"
-        count = write_parquet(benchmark_rows(name, dataset, max_samples.get(name), args.seed), out)
+        try:
+            dataset = load_source(benchmark.hub_name, benchmark.config, benchmark.split, local_paths.get(name))
+            count = write_parquet(benchmark_rows(name, dataset, max_samples.get(name), args.seed), out)
+        except (FileNotFoundError, ValueError) as err:
+            parser.error(f"{name}: {err}")
+        except KeyError as err:
+            parser.error(f"{name}: the data has no column {err}; expected the columns of {benchmark.hub_name}")
         print(f"{name}: {count} problems -> {out}")
     return 0
 

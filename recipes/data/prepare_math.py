@@ -54,8 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output parquet")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    dataset = load_source(args.hub_name, None, "train", args.local_path)
-    count = write_parquet(math_rows(dataset, args.levels), args.out)
+    try:
+        dataset = load_source(args.hub_name, None, "train", args.local_path)
+        count = write_parquet(math_rows(dataset, args.levels), args.out)
+    except (FileNotFoundError, ValueError) as err:
+        parser.error(str(err))
+    except KeyError as err:
+        parser.error(f"the data has no column {err}; expected the columns of {args.hub_name} (problem, solution, ...)")
     print(f"{count} MATH train problems -> {args.out}")
     return 0
 

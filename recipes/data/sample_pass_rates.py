@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error(f"--samples {args.samples}: need at least one answer per problem")
-    rows = read_parquet(args.data)[: args.limit]
+    try:
+        rows = read_parquet(args.data)[: args.limit]
+    except FileNotFoundError as err:
+        parser.error(str(err))
     completions = BACKENDS[args.backend](args.model, [row["prompt"] for row in rows], args)
     rates = pass_rates(rows, completions)
     rates.to_parquet(args.out, index=False)

@@ -68,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             args.max_problems or None,
             args.seed,
         )
-    except ValueError as err:
+    except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
+    except KeyError as err:
+        parser.error(
+            f"missing column {err}: --data must come from prepare_math.py and --pass-rates from "
+            "sample_pass_rates.py (columns index, pass_rate)"
+        )
     count = write_parquet(kept, args.out)
     print(f"{count} problems with pass rate in [{args.low}, {args.high}] -> {args.out}")
     return 0
