@@ -174,3 +174,7 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
         cli.main(["report", str(tmp_path)])
     with pytest.raises(SystemExit, match="no such log file or directory"):
         cli.main(["report", str(tmp_path / "missing.jsonl")])
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    with pytest.raises(SystemExit, match=r"--smooth must be >= 1 \(1 plots the raw values\); got 0"):
+        cli.main(["report", str(log), "--smooth", "0", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

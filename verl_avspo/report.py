@@ -327,6 +327,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.window < 1 or not 0.0 <= args.threshold <= 1.0:
         raise SystemExit(f"--window must be >= 1 and --threshold in [0, 1]; got {args.window} and {args.threshold}")
+    if args.smooth < 1:  # checked before --out is created
+        raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
     try:
         runs = collect_runs(args.logs, args.name)
         summaries, files = write_report(runs, args.out, args.window, args.threshold, args.smooth)
