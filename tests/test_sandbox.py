@@ -99,6 +99,32 @@ def test_same_seed_same_metrics(comparison, tmp_path):
     assert paper["avspo/threshold"].between(0.1, 0.9).all()
 
 
+def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
+    # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
+    # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+    from verl_avspo.sandbox.task import ArithmeticTask
+
+    drawn = []
+    real_sample = ArithmeticTask.sample
+
+    def spy(self, num_prompts, generator):
+        problems = real_sample(self, num_prompts, generator)
+        drawn[-1].append(problems.prompts)
+        return problems
+
+    monkeypatch.setattr(ArithmeticTask, "sample", spy)
+    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    for spec in parse_estimators("grpo,dapo"):
+        drawn.append([])
+        train(config, spec, 0, tmp_path / f"{spec.label}.jsonl", comparison / "cache")
+    dapo = read_metrics(tmp_path / "dapo.jsonl")
+    assert (dapo.loc[1:, "train/kept_groups"] < 1).any()  # dapo did drop groups
+    assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
+
+
 def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_settings):
     from verl_avspo.sandbox.config import PolicyConfig
     from verl_avspo.sandbox.policy import warm_policy

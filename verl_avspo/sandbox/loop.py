@@ -134,8 +134,10 @@ def train(
             with torch.no_grad():
                 old_log_probs = response_log_probs(model, rollout)
             model.train()
-            groups = keep.view(-1, config.group_size).all(dim=1).nonzero().squeeze(1)
-            groups = groups[torch.randperm(groups.numel(), generator=prompt_rng)]
+            # Shuffle all groups, then keep: every estimator draws the same from prompt_rng, so
+            # runs with the same seed see the same prompts (dapo too) and stay paired by seed.
+            groups = torch.randperm(config.prompts_per_step, generator=prompt_rng)
+            groups = groups[keep.view(-1, config.group_size).all(dim=1)[groups]]
             losses, clipfracs = [], []
             # No mini-batch when dapo dropped every group: the step makes no update.
             for chunk in groups.chunk(config.mini_batches) if groups.numel() else ():
