@@ -65,6 +65,10 @@ def test_a_misspelt_override_is_refused_by_composition(capsys):
             ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
             "alert.action=stop needs the V1 trainer",
         ),
+        (
+            ["trainer.v1.trainer_mode=colocate_async", "algorithm.avspo.alert.action=stop"],
+            "alert.action=stop needs trainer.v1.trainer_mode=sync: the colocate_async trainer is verl's own",
+        ),
         (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
         (["actor_rollout_ref.rollout.n=eight"], "actor_rollout_ref.rollout.n='eight' is invalid: it is the number"),
         (["actor_rollout_ref.rollout.n=null"], "actor_rollout_ref.rollout.n=None is invalid"),

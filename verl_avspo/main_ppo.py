@@ -126,17 +126,24 @@ def check_config(config: DictConfig) -> AVSPOConfig:
         settings = avspo_settings(algorithm)
     except ValueError as err:
         raise ConfigCheckError(str(err)) from err
+    mode = config.trainer.v1.trainer_mode
     if settings.alert.action == "stop" and not config.trainer.use_v1:
         raise ConfigCheckError(
             "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
             "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
         )
-    if config.trainer.use_v1 and config.trainer.v1.trainer_mode != "sync":
+    if settings.alert.action == "stop" and mode != "sync":
+        raise ConfigCheckError(
+            f"algorithm.avspo.alert.action=stop needs trainer.v1.trainer_mode=sync: the {mode} trainer is verl's "
+            "own, without ACR metrics or the alert, so the run would never stop. Set trainer.v1.trainer_mode=sync "
+            "or algorithm.avspo.alert.action=warn."
+        )
+    if config.trainer.use_v1 and mode != "sync":
         logger.warning(
             "trainer.v1.trainer_mode=%s: the launcher adds ACR metrics, the stagnation alert and AVSPO checkpoint "
             "state to the sync trainer only; this run trains with verl's own %s trainer.",
-            config.trainer.v1.trainer_mode,
-            config.trainer.v1.trainer_mode,
+            mode,
+            mode,
         )
     filter_groups = algorithm.get("filter_groups", None)
     if estimator == "avspo" and filter_groups is not None and filter_groups.get("enable", False):
