@@ -105,6 +105,13 @@ def test_verls_own_validation_runs_in_the_dry_run(capsys):
     assert "verl's validate_config rejected the config" in err and "ppo_micro_batch_size_per_gpu" in err
 
 
+def test_text_for_a_number_in_verls_config_gets_a_message_not_a_traceback(capsys):
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl-avspo: verl's validate_config failed on a value of the wrong type: ")
+    assert "check the numbers in your overrides" in err and "Traceback" not in err
+
+
 def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path):
     result = launch(
         tmp_path, "--dry-run", *RUNNABLE, "algorithm.avspo.strategy=www", "algorithm.avspo.apply_to=all_wrong"

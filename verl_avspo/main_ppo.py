@@ -17,6 +17,7 @@ import importlib
 import inspect
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,6 +170,12 @@ def _verl_validate(config: DictConfig) -> None:
         raise ConfigCheckError(f"verl's config is incomplete: {str(err).splitlines()[0]}.{fix}") from err
     except (AssertionError, ValueError, hydra.errors.InstantiationException) as err:
         raise ConfigCheckError(f"verl's validate_config rejected the config: {err}") from err
+    except TypeError as err:  # verl's YAML is untyped, so text given for a number fails in its arithmetic
+        where = traceback.extract_tb(err.__traceback__)[-1].line
+        raise ConfigCheckError(
+            f"verl's validate_config failed on a value of the wrong type: {err} (at `{where}`). A numeric setting "
+            "was given text: check the numbers in your overrides (batch sizes, trainer.nnodes, n_gpus_per_node)."
+        ) from err
 
 
 def preflight(config: DictConfig) -> AVSPOConfig:
