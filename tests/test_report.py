@@ -66,7 +66,11 @@ def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
     assert "That fit is the paper's" in fit and "not a prediction for this run" in fit
 
     short = summarise("short", read_run(write_log(tmp_path / "short.jsonl", [0.5] * 40)))
-    assert "first 40 logged steps (ACR_100) = 0.500 (the log has fewer than 100 steps)" in short.findings[1]
+    assert "ACR over steps 1–40 (40 logged; ACR_100) = 0.500 (fewer than 100 logged steps)" in short.findings[1]
+
+    # By step number, as `verl-avspo table` counts it: logged every 4 steps, steps 1..97 are 25 rows.
+    sparse = summarise("sparse", read_run(write_log(tmp_path / "sparse.jsonl", [0.2] * 25 + [0.8] * 75, every=4)))
+    assert sparse.row["ACR_100"] == "0.200"
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,9 @@ def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float
         return summary
 
     acr = frame["acr/rate"].dropna()
-    first = acr.iloc[:100]
+    first = acr[acr.index <= 100]  # by step number, as `verl-avspo table` does
+    if first.empty:  # a log that starts late (a resumed run): its earliest 100 logged steps
+        first = acr.iloc[:100]
     acr_100 = float(first.mean())
     correct, wrong = _mean(frame, "acr/all_correct") or 0.0, _mean(frame, "acr/all_wrong") or 0.0
     effective = _mean(frame, "acr/effective")
@@ -208,8 +210,8 @@ def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float
 
     intercept, slope = PAPER_FIT
     summary.findings.append(
-        f"{name}: ACR over the first {len(first)} logged steps (ACR_100) = {acr_100:.3f}"
-        + ("" if len(first) == 100 else " (the log has fewer than 100 steps)")
+        f"{name}: ACR over steps {first.index[0]}–{first.index[-1]} ({len(first)} logged; ACR_100) = {acr_100:.3f}"
+        + ("" if len(first) == 100 else " (fewer than 100 logged steps)")
         + f". The paper's fit, acc ≈ 51.4 − 29.6·ACR_100 (MATH-500 %, R² = 0.617 over 245 of the paper's "
         f"configurations), would put it at {intercept + slope * acr_100:.1f}%. That fit is the paper's, for its "
         "models, data and settings; it is not a prediction for this run."
