@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_bounds, smooth_advantages
+from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_bounds, dynamic_clip_token_losses, smooth_advantages
 
 
 def _step(history, groups):
@@ -215,3 +215,18 @@ def test_dynamic_clip_bounds_closed_form():
         dynamic_clip_bounds(q.log(), 0.2, -0.1)
     with pytest.raises(ValueError, match="max_ratio=0.5"):
         dynamic_clip_bounds(q.log(), 0.2, 0.2, max_ratio=0.5)
+
+
+def test_dynamic_clip_token_losses():
+    old = torch.tensor([[0.0, 0.0, math.log(0.01), 0.0]])  # q = 1, 1, 0.01, 1
+    new = torch.tensor([[math.log(1.5), math.log(0.5), math.log(0.05), math.log(1.1)]], requires_grad=True)
+    advantages = torch.tensor([[1.0, -1.0, 1.0, -2.0]])
+    losses, clipped = dynamic_clip_token_losses(old, new, advantages, 0.2, 0.28)
+    high_q1, low_q1 = (1 + math.sqrt(2.12)) / 2, (1 + math.sqrt(0.2)) / 2
+    # r = 1.5 > high with A > 0: clipped at high. r = 0.5 < low with A < 0: clipped at low.
+    # r = 5 for a rare token (q = 0.01): inside its wide range [0.5, 5.8], not clipped. r = 1.1: inside.
+    expected = [-high_q1, low_q1, -5.0, 2.2]
+    assert losses.detach()[0].tolist() == pytest.approx(expected, rel=1e-5)
+    assert clipped[0].tolist() == [True, True, False, False]
+    losses.sum().backward()
+    assert new.grad[0, 0] == 0 and new.grad[0, 1] == 0 and new.grad[0, 2] != 0

@@ -38,7 +38,9 @@ fixed [1-ε_low, 1+ε_high]. DCPO bounds the change of the *probability* instead
     high = min(0.5 + 0.5 · sqrt(1 + 4 ε_high / q), r_max)       # r_max = 10 in the paper
 
 At q = 1 these are the roots of r(1 - r) = ε_low and r(r - 1) = ε_high; as q -> 0 the lower bound
-falls to 0.5 and the upper one rises to r_max.
+falls to 0.5 and the upper one rises to r_max. The token loss is PPO's with these bounds,
+``max(-A·r, -A·clip(r, low, high))``. (The released code also applies dual-clip at 10 to tokens with
+A < 0; that is left to the caller, e.g. verl's ``clip_ratio_c``.)
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import torch
 
 from verl_avspo.collapse import group_ids, group_stats
 
-__all__ = ["PromptRewardHistory", "smooth_advantages", "dynamic_clip_bounds"]
+__all__ = ["PromptRewardHistory", "smooth_advantages", "dynamic_clip_bounds", "dynamic_clip_token_losses"]
 
 
 def smooth_advantages(adv_new: torch.Tensor, adv_total: torch.Tensor, visits: torch.Tensor) -> torch.Tensor:
@@ -248,3 +250,28 @@ def dynamic_clip_bounds(
     low = 0.5 + 0.5 * (1 - 4 * eps_low / q).clamp(min=0).sqrt()
     high = (0.5 + 0.5 * (1 + 4 * eps_high / q).sqrt()).clamp(max=max_ratio)
     return low, high
+
+
+def dynamic_clip_token_losses(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    max_ratio: float = 10.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO-clip token losses with DCPO's bounds: ``max(-A r, -A clip(r, low, high))``.
+
+    Args:
+        old_log_prob, log_prob: (B, T) log q (behaviour policy) and log p (with gradients).
+        advantages: (B, T) token advantages.
+
+    Returns:
+        losses: (B, T) to aggregate over the response mask as the trainer does.
+        clipped: (B, T) bool, where the clipped term was the larger (PPO's clipfrac numerator).
+    """
+    low, high = dynamic_clip_bounds(old_log_prob, eps_low, eps_high, max_ratio)
+    ratio = (log_prob - old_log_prob.detach()).exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.minimum(torch.maximum(ratio, low), high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
