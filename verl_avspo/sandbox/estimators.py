@@ -7,6 +7,17 @@ the batch is full of groups with reward variance, which costs extra generation; 
 estimator samples the same ``prompts_per_step x group_size`` responses per step, and ``dapo``
 drops the collapsed groups from the policy loss instead of replacing them. The loss is then a
 token mean over the remaining groups only, so it is larger per kept token than GRPO's.
+
+The paper's other baselines:
+
+- ``dcpo``: DCPO's smooth advantage standardization (``verl_avspo.dcpo.PromptRewardHistory``, one
+  history per run, keyed by the problem's text) and its dynamic-adaptive clipping in the PPO loss,
+  with the sandbox's clip ratio as ε_low = ε_high. Its raw ACR is on the verifier's rewards, as GRPO's.
+- ``intuitor`` and ``rent``: GRPO on an intrinsic reward computed from the sampling policy's own
+  logits, INTUITOR's self-certainty and RENT's negative mean token entropy (every response token;
+  the sandbox's answers are at most 4 tokens long), instead of the verifier's reward. The verifier
+  still measures their accuracy. Their rewards are continuous, so their groups almost never
+  collapse and their raw ACR is not comparable with the verifier-reward estimators'.
 """
 
 from __future__ import annotations
@@ -17,11 +28,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.config import PRESETS
 
-__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED"]
+__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS"]
 
 # Outcome estimators that need only rewards, the response mask and uid (no critic, no baseline
 # rollouts, no extra actor statistics), so the sandbox can drive them unchanged.
-SUPPORTED = ("grpo", "rloo", "avspo", "dapo", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg")
+SUPPORTED = (
+    "grpo",
+    "rloo",
+    "avspo",
+    "dapo",
+    "dcpo",
+    "intuitor",
+    "rent",
+    "grpo_passk",
+    "reinforce_plus_plus_baseline",
+    "opo",
+    "gpg",
+)
+# Estimators trained on a reward computed from the policy's logits instead of the verifier's.
+INTRINSIC_REWARDS = {"intuitor": "self_certainty", "rent": "negative_entropy"}
 
 
 @dataclass(frozen=True)
@@ -33,12 +58,21 @@ class EstimatorSpec:
         adv_estimator: verl's ``algorithm.adv_estimator``.
         preset: the AVSPO preset (``avspo`` only).
         drop_collapsed: DAPO-style filtering of collapsed groups before the policy loss.
+        reward: ``verifier`` (exact match), or the intrinsic ``self_certainty`` / ``negative_entropy``.
+        dcpo: DCPO's advantages (from the run's prompt history, not verl's dispatch) and clipping.
     """
 
     label: str
     adv_estimator: str
     preset: str | None = None
     drop_collapsed: bool = False
+    reward: str = "verifier"
+    dcpo: bool = False
+
+    @property
+    def intrinsic(self) -> bool:
+        """True when the training reward is not the verifier's."""
+        return self.reward != "verifier"
 
     def algorithm_config(self, seed: int) -> DictConfig:
         """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""
@@ -68,12 +102,16 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 )
         if name == "dapo":
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
+        elif name == "dcpo":
+            specs.append(EstimatorSpec(item, "grpo", dcpo=True))
+        elif name in INTRINSIC_REWARDS:
+            specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name]))
         else:
             specs.append(EstimatorSpec(item, name, preset or None))
     # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
     seen = {}
     for s in specs:
-        key = (s.adv_estimator, s.preset, s.drop_collapsed)
+        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.reward, s.dcpo)
         if key in seen:
             raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
         seen[key] = s.label

@@ -5,7 +5,13 @@ temperature 1.0, scores them with the exact-match verifier, computes advantages 
 ``ray_trainer.compute_advantage`` on a ``DataProto`` (so any registered estimator, ``avspo``
 included, is selected by name), and takes PPO-clip steps with verl's ``vanilla`` policy loss and
 AdamW. Metrics are written in verl's file-logger JSONL format under the same names as the verl
-integration (``acr/rate``, ``acr/effective``, ``avspo/threshold``, ...).
+integration (``acr/rate``, ``acr/effective``, ``avspo/threshold``, ...), plus ``actor/entropy``:
+the token-mean entropy of the sampling policy over the step's responses.
+
+``intuitor`` and ``rent`` train on an intrinsic reward from the same logits (self-certainty,
+negative entropy); ``acr/*`` is then measured on that reward, and ``train/reward_mean`` stays
+the verifier's. ``dcpo`` takes its advantages from a per-run ``PromptRewardHistory`` keyed by the
+problem's text and its loss from DCPO's dynamic clip bounds.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ from tqdm.auto import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo import register
 from verl_avspo.collapse import detect_collapse, group_ids, group_stats, measure_collapse
+from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_token_losses
+from verl_avspo.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.logs import write_record
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
-from verl_avspo.sandbox.policy import CharTokenizer, response_log_probs, sample, warm_policy
+from verl_avspo.sandbox.policy import CharTokenizer, response_log_probs, response_logits, sample, warm_policy
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 
 __all__ = ["train", "evaluate"]
@@ -44,6 +53,15 @@ def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor
     ids, num_groups = group_ids(uids)
     stats = group_stats(scores, ids, num_groups)
     return detect_collapse(stats).collapsed[ids]
+
+
+def _dcpo_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
+    """verl's policy-loss signature, with DCPO's dynamic-adaptive clip bounds (ε from ``config``)."""
+    losses, clipped = dynamic_clip_token_losses(
+        old_log_prob, log_prob, advantages, config.clip_ratio_low, config.clip_ratio_high
+    )
+    loss = core_algos.agg_loss(loss_mat=losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+    return loss, {"actor/pg_clipfrac": masked_mean(clipped.float(), response_mask).item()}
 
 
 @torch.no_grad()
@@ -86,7 +104,8 @@ def train(
     register.reset()  # a fresh AVSPO controller (θ, EMA, J_{t-1}) for this run
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
-    policy_loss = core_algos.get_policy_loss_fn("vanilla")
+    policy_loss = _dcpo_policy_loss if estimator.dcpo else core_algos.get_policy_loss_fn("vanilla")
+    history = PromptRewardHistory() if estimator.dcpo else None
     actor = ActorConfig(
         strategy="fsdp",  # a label here; verl's loss reads only the clip ratios and global_batch_info
         rollout_n=config.group_size,
@@ -113,26 +132,39 @@ def train(
             model.eval()
             rollout = sample(model, tokenizer, prompts, max_new_tokens)
             scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
+            # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
+            with torch.no_grad():
+                logits = response_logits(model, rollout)
+                old_log_probs = logprobs_from_logits(logits, rollout.response_ids)
+                entropy = token_entropy(logits)
+                response_mask = rollout.response_mask.float()
+                if estimator.reward == "self_certainty":
+                    rewards = self_certainty(logits, response_mask)
+                elif estimator.reward == "negative_entropy":
+                    rewards = negative_entropy(entropy, response_mask)
+                else:
+                    rewards = scores
 
-            # 2. Advantages through verl's dispatch, then the step's collapse metrics.
-            data = DataProto.from_dict(
-                tensors={
-                    "token_level_rewards": _token_rewards(scores, rollout.response_mask),
-                    "response_mask": rollout.response_mask.float(),
-                },
-                non_tensors={"uid": uids},
-            )
-            data = compute_advantage(data, algorithm.adv_estimator, config=algorithm)
-            advantages = data.batch["advantages"]
+            # 2. Advantages through verl's dispatch (DCPO: the run's prompt history), then the
+            # step's collapse metrics on the rewards the estimator saw.
+            if estimator.dcpo:
+                advantages = history.advantages(rewards, prompts, uids).unsqueeze(1) * response_mask
+            else:
+                data = DataProto.from_dict(
+                    tensors={
+                        "token_level_rewards": _token_rewards(rewards, rollout.response_mask),
+                        "response_mask": response_mask,
+                    },
+                    non_tensors={"uid": uids},
+                )
+                advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             if estimator.adv_estimator == "avspo":
                 metrics = register.pop_last_metrics()
             else:
-                metrics = measure_collapse(scores, uids, advantages)
+                metrics = measure_collapse(rewards, uids, advantages)
             keep = ~_collapsed_responses(scores, uids) if estimator.drop_collapsed else torch.ones_like(scores).bool()
 
             # 3. PPO-clip update on the kept responses, in mini-batches of whole groups.
-            with torch.no_grad():
-                old_log_probs = response_log_probs(model, rollout)
             model.train()
             # Shuffle all groups, then keep: every estimator draws the same from prompt_rng, so
             # runs with the same seed see the same prompts (dapo too) and stay paired by seed.
@@ -161,6 +193,7 @@ def train(
             metrics.update(
                 {
                     "train/reward_mean": scores.mean().item(),
+                    "actor/entropy": masked_mean(entropy, response_mask).item(),
                     "train/kept_groups": groups.numel() / config.prompts_per_step,
                     "actor/pg_loss": float(np.mean(losses)) if losses else 0.0,
                     "actor/pg_clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,

@@ -23,7 +23,15 @@ from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 from verl_avspo.sandbox.config import PolicyConfig
 from verl_avspo.sandbox.task import ArithmeticTask
 
-__all__ = ["CharTokenizer", "Rollout", "build_model", "sample", "response_log_probs", "warm_policy"]
+__all__ = [
+    "CharTokenizer",
+    "Rollout",
+    "build_model",
+    "sample",
+    "response_logits",
+    "response_log_probs",
+    "warm_policy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -143,16 +151,20 @@ def sample(
     return Rollout(prompt_ids, prompt_mask, response_ids, response_mask)
 
 
-def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
-    """log π(response token | prefix), (n, R), with gradients."""
+def response_logits(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
+    """The float32 next-token logits that predicted each response token, (n, R, V), with gradients."""
     input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
     attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     prompt_width, response_width = rollout.prompt_ids.shape[1], rollout.response_ids.shape[1]
     # The logit at position t predicts token t + 1.
-    logits = logits[:, prompt_width - 1 : prompt_width - 1 + response_width]
-    return logprobs_from_logits(logits.float(), rollout.response_ids)
+    return logits[:, prompt_width - 1 : prompt_width - 1 + response_width].float()
+
+
+def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
+    """log π(response token | prefix), (n, R), with gradients."""
+    return logprobs_from_logits(response_logits(model, rollout), rollout.response_ids)
 
 
 def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokenizer) -> str:
