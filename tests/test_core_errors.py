@@ -66,7 +66,7 @@ def test_presets_and_overrides():
     assert mixed.threshold_init == 0.2 and mixed.strategy == "opposite"
     assert resolve_config({"preset": "grpo"}).apply_to == "none"
     assert resolve_config({"k": "4"}).k == 4
-    assert set(PRESETS) == {"paper", "paper_code", "grpo"}
+    assert set(PRESETS) == {"paper", "paper_code", "grpo", "beta_loo", "beta_fitted"}
 
 
 def batch(scores, uids=None, length=4):

@@ -4,6 +4,9 @@ Framework-free: this is the estimator itself; ``verl_avspo.register`` only adapt
 registry. Groups that AVSPO does not augment get exactly verl's GRPO advantage (singletons
 included: mean 0, std 1); augmented groups are normalised with the mean and unbiased std of their
 n real plus K virtual rewards. Only real samples get advantages.
+
+``strategy: beta`` replaces the virtual samples by Beta-prior pseudo-counts in every group, with a
+posterior-mean baseline (``verl_avspo.prior``, docs/method.md §6).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from verl_avspo.collapse import (
 )
 from verl_avspo.config import AVSPOConfig
 from verl_avspo.controller import AdaptiveController, Decision
+from verl_avspo.prior import BetaPrior, beta_baseline, beta_prior
 from verl_avspo.virtual import virtual_counts, virtual_rewards
 
 __all__ = ["AdvantageOutput", "response_scores", "compute_avspo_outcome_advantage"]
@@ -37,8 +41,8 @@ class AdvantageOutput:
     stats: GroupStats
     collapse: Collapse
     decision: Decision
-    augmented: torch.Tensor  # (num_groups,) bool
-    virtual_k: torch.Tensor  # (num_groups,) int64, 0 where not augmented
+    augmented: torch.Tensor  # (num_groups,) bool; for strategy beta, the collapsed groups given a signal
+    virtual_k: torch.Tensor  # (num_groups,) int64, 0 where not augmented (always 0 for strategy beta)
     metrics: dict[str, float]
 
 
@@ -121,7 +125,45 @@ def compute_avspo_outcome_advantage(
             stacklevel=2,
         )
     decision = controller.observe(collapse.rate, mean_score)
+    if config.strategy == "beta":
+        scalar, augmented, prior = _beta_advantages(scores, stats, collapse, config, norm_adv_by_std)
+        virtual_k = torch.zeros_like(stats.count)
+        extra = {"avspo/prior_strength": prior.strength, "avspo/prior_mean": prior.mean}
+    else:
+        scalar, augmented, virtual_k = _virtual_sample_advantages(
+            scores, stats, collapse, decision, config, controller, norm_adv_by_std
+        )
+        extra = {}
+    # Same values as `scalar.unsqueeze(-1) * response_mask`, but on CPU that mixed-dtype multiply
+    # first copies verl's int64 mask into a float temporary: this form saves a (bs, L) pass and
+    # halves the peak memory (benchmarks/bench_advantage.py).
+    advantages = response_mask.to(torch.result_type(scalar, response_mask), copy=True).mul_(scalar.unsqueeze(-1))
 
+    num_augmented = int(augmented.sum())
+    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, config.tau))
+    metrics.update(
+        {
+            "avspo/threshold": decision.threshold,
+            "avspo/signal": decision.signal,
+            "avspo/triggered": num_augmented / max(collapse.num_eligible, 1),
+            "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
+            **extra,
+        }
+    )
+    return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
+
+
+def _virtual_sample_advantages(
+    scores: torch.Tensor,
+    stats: GroupStats,
+    collapse: Collapse,
+    decision: Decision,
+    config: AVSPOConfig,
+    controller: AdaptiveController,
+    norm_adv_by_std: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The paper's construction: (bs,) advantages in the scores' dtype, (num_groups,) augmented and K."""
+    ids = stats.ids
     # verl's GRPO statistics: singletons get mean 0 and std 1.
     single = stats.count < 2
     mean = torch.where(single, 0.0, stats.mean)
@@ -160,20 +202,28 @@ def compute_avspo_outcome_advantage(
 
     centred = scores.to(torch.float64) - mean[ids]
     scalar = centred / (std[ids] + config.epsilon) if norm_adv_by_std else centred
-    scalar = scalar.to(scores.dtype)
-    # Same values as `scalar.unsqueeze(-1) * response_mask`, but on CPU that mixed-dtype multiply
-    # first copies verl's int64 mask into a float temporary: this form saves a (bs, L) pass and
-    # halves the peak memory (benchmarks/bench_advantage.py).
-    advantages = response_mask.to(torch.result_type(scalar, response_mask), copy=True).mul_(scalar.unsqueeze(-1))
+    return scalar.to(scores.dtype), augmented, virtual_k
 
-    num_augmented = int(groups.numel())
-    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, config.tau))
-    metrics.update(
-        {
-            "avspo/threshold": decision.threshold,
-            "avspo/signal": decision.signal,
-            "avspo/triggered": num_augmented / max(collapse.num_eligible, 1),
-            "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
-        }
-    )
-    return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
+
+def _beta_advantages(
+    scores: torch.Tensor, stats: GroupStats, collapse: Collapse, config: AVSPOConfig, norm_adv_by_std: bool
+) -> tuple[torch.Tensor, torch.Tensor, BetaPrior]:
+    """``strategy: beta``: A_i = (x_i − b_i)/(sqrt(b_i (1 − b_i)) + ε) for every response, with x the
+    reward mapped to [0, 1] and b_i the posterior-mean baseline; without std normalisation
+    A_i = R·(x_i − b_i), in reward units. Collapsed all-correct groups are scaled by ``correct_weight``.
+
+    Returns (bs,) advantages in the scores' dtype, the (num_groups,) collapsed groups given a
+    non-zero advantage, and the prior used.
+    """
+    lo, hi = config.reward_range
+    # Clipped so that scores outside reward_range (already warned about) keep the posterior proper.
+    x = ((scores.to(torch.float64) - lo) / (hi - lo)).clamp(0.0, 1.0)
+    successes = torch.zeros_like(stats.mean).index_add_(0, stats.ids, x)
+    prior = beta_prior(config.prior, successes, stats.count, config.prior_strength_max)
+    baseline, scale = beta_baseline(x, stats.ids, successes, stats.count, prior, config.baseline)
+    centred = x - baseline
+    scalar = centred / (scale + config.epsilon) if norm_adv_by_std else (hi - lo) * centred
+    weight = torch.where(collapse.all_correct, config.correct_weight, 1.0).to(torch.float64)
+    scalar = scalar * weight[stats.ids]
+    augmented = collapse.collapsed & (weight > 0)
+    return scalar.to(scores.dtype), augmented, prior

@@ -21,14 +21,22 @@ __all__ = [
     "APPLY_TO",
     "ACR_SIGNALS",
     "ALERT_ACTIONS",
+    "PRIORS",
+    "BASELINES",
     "resolve_config",
     "resolve_alert",
 ]
 
-STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay")
+STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
 APPLY_TO = ("both", "all_correct", "all_wrong", "none")
 ACR_SIGNALS = ("batch", "ema")
 ALERT_ACTIONS = ("warn", "stop")
+PRIORS = ("jeffreys", "laplace", "fitted")
+BASELINES = ("loo", "group")
+# Keys read only by `strategy: beta`, and the virtual-sample keys that it does not read: giving
+# one where it has no effect is an error, so that a setting never silently does nothing.
+BETA_KEYS = ("prior", "baseline", "prior_strength_max", "correct_weight")
+VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,11 @@ class AVSPOConfig:
     threshold_bounds: tuple[float, float] = (0.1, 0.9)
     seed: int = 0
     epsilon: float = 1e-6
+    # strategy: beta (docs/method.md §6)
+    prior: str = "jeffreys"
+    baseline: str = "loo"
+    prior_strength_max: float = 8.0
+    correct_weight: float = 1.0
     alert: AlertConfig = field(default_factory=AlertConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +85,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper_code": {"strategy": "opposite", "k": 1, "adaptive_threshold": False, "threshold_init": 0.0},
     # Never triggers: the estimator reduces exactly to verl's grpo (ACR is still measured).
     "grpo": {"apply_to": "none", "adaptive_threshold": False},
+    # Beta-prior pseudo-counts with a leave-one-out posterior-mean baseline: every group, always on.
+    "beta_loo": {"strategy": "beta", "prior": "jeffreys", "baseline": "loo"},
+    # The same with an empirical-Bayes prior fitted to the batch's group success rates.
+    "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
 _KEYS = tuple(f.name for f in fields(AVSPOConfig))
@@ -135,6 +152,29 @@ def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
+def _check_strategy_keys(strategy: str, given: Mapping[str, Any]) -> None:
+    """Refuse a key given explicitly where the chosen strategy does not read it."""
+    if strategy == "beta":
+        for key in VIRTUAL_SAMPLE_KEYS:
+            if key in given:
+                _fail(
+                    key,
+                    given[key],
+                    "strategy=beta adds prior pseudo-counts to every group and reads no virtual-sample "
+                    f"setting ({', '.join(VIRTUAL_SAMPLE_KEYS)}); remove it (to weight the all-correct half, "
+                    "use correct_weight)",
+                )
+    else:
+        for key in BETA_KEYS:
+            if key in given:
+                _fail(
+                    key,
+                    given[key],
+                    f"it applies only with strategy=beta, and strategy is {strategy!r}; "
+                    "set strategy=beta (or preset=beta_loo), or remove it",
+                )
+
+
 def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     """Validate ``algorithm.avspo.alert``."""
     given = {} if mapping is None else dict(mapping)
@@ -189,6 +229,13 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         )
     values["seed"] = _integer("seed", values["seed"], 0)
     values["epsilon"] = _number("epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
+    values["prior"] = _choice("prior", values["prior"], PRIORS)
+    values["baseline"] = _choice("baseline", values["baseline"], BASELINES)
+    values["prior_strength_max"] = _number(
+        "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
+    )
+    values["correct_weight"] = _number("correct_weight", values["correct_weight"], 0.0, math.inf)
+    _check_strategy_keys(values["strategy"], given)
     alert = values["alert"]
     values["alert"] = alert if isinstance(alert, AlertConfig) else resolve_alert(alert)
     return AVSPOConfig(**values)
