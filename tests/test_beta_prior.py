@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import resolve_config
+from verl_avspo.config import PRESETS, resolve_config
 from verl_avspo.controller import AdaptiveController
 from verl_avspo.prior import BetaPrior, fit_beta_prior
 
@@ -177,6 +177,11 @@ def test_presets():
     assert resolve_config({"preset": "beta_loo", "prior": "laplace"}).prior == "laplace"
     paper = resolve_config({})  # the paper stays the default
     assert (paper.preset, paper.strategy) == ("paper", "stratified")
+    # A resolved config lists every key at its preset value and still resolves to itself.
+    for preset in PRESETS:
+        for extra in ({}, {"strategy": "beta"}):
+            resolved = resolve_config({"preset": preset, **extra})
+            assert resolve_config(resolved.to_dict()) == resolved
 
 
 @pytest.mark.parametrize(

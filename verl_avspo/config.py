@@ -152,11 +152,16 @@ def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
-def _check_strategy_keys(strategy: str, given: Mapping[str, Any]) -> None:
-    """Refuse a key given explicitly where the chosen strategy does not read it."""
+def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values: Mapping[str, Any]) -> None:
+    """Refuse a key set, to a value other than its preset's, where the chosen strategy does not read
+    it. (A resolved config, which lists every key at its preset value, still round-trips.)"""
+
+    def changed(key: str) -> bool:
+        return key in given and given[key] != preset_values[key]
+
     if strategy == "beta":
         for key in VIRTUAL_SAMPLE_KEYS:
-            if key in given:
+            if changed(key):
                 _fail(
                     key,
                     given[key],
@@ -166,7 +171,7 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any]) -> None:
                 )
     else:
         for key in BETA_KEYS:
-            if key in given:
+            if changed(key):
                 _fail(
                     key,
                     given[key],
@@ -235,7 +240,7 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
     )
     values["correct_weight"] = _number("correct_weight", values["correct_weight"], 0.0, math.inf)
-    _check_strategy_keys(values["strategy"], given)
+    _check_strategy_keys(values["strategy"], given, {**asdict(AVSPOConfig()), **PRESETS[preset]})
     alert = values["alert"]
     values["alert"] = alert if isinstance(alert, AlertConfig) else resolve_alert(alert)
     return AVSPOConfig(**values)
