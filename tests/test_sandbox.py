@@ -3,6 +3,7 @@ loss, its outputs, the consistency of its metrics, and determinism. Tiny setting
 (20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -11,7 +12,8 @@ import torch
 from verl_avspo.cli import main
 from verl_avspo.logs import read_metrics
 
-ESTIMATORS = "grpo,avspo:paper_code,dapo"
+ESTIMATORS = "grpo,avspo:paper_code,dapo,dcpo,intuitor,rent"
+LABELS = ("grpo", "avspo-paper_code", "dapo", "dcpo", "intuitor", "rent")
 TINY = ["--steps", "4", "--seeds", "1", "--sft-steps", "20", "--eval-size", "8", "--eval-every", "2"]
 
 
@@ -33,7 +35,7 @@ def comparison(tmp_path_factory, torch_settings):
 
 
 def _runs(out):
-    return {label: read_metrics(out / "runs" / label / "seed0.jsonl") for label in ("grpo", "avspo-paper_code", "dapo")}
+    return {label: read_metrics(out / "runs" / label / "seed0.jsonl") for label in LABELS}
 
 
 def test_outputs_exist(comparison):
@@ -64,10 +66,14 @@ def test_acr_metrics_are_consistent(comparison):
 
 
 def test_first_step_is_shared_by_estimators_with_the_same_seed(comparison):
-    # Same seed: same warm-up model, same prompts, same samples at step 1, so the same rewards.
-    first = [frame.loc[1, ["acr/rate", "train/reward_mean"]] for frame in _runs(comparison).values()]
+    # Same seed: same warm-up model, same prompts, same samples at step 1, so the same verifier
+    # rewards and entropy (the intrinsic-reward runs measure ACR on their own reward).
+    runs = _runs(comparison)
+    first = [frame.loc[1, ["train/reward_mean", "actor/entropy"]] for frame in runs.values()]
     for other in first[1:]:
         pd.testing.assert_series_equal(first[0], other)
+    verifier = [runs[label].loc[1, "acr/rate"] for label in ("grpo", "avspo-paper_code", "dapo", "dcpo")]
+    assert len(set(verifier)) == 1
 
 
 def test_summary_reports_the_measured_numbers(comparison):
@@ -77,9 +83,29 @@ def test_summary_reports_the_measured_numbers(comparison):
     assert f"| `grpo` | {raw:.3f} | {raw:.3f} |" in summary
     acc = 100 * grpo.loc[4, "eval/acc_mean"]
     assert "final mean greedy accuracy" in summary and f"vs {acc:.1f}%" in summary
-    assert summary.count("vs `grpo`**") == 2  # one verdict per other estimator
+    assert summary.count("vs `grpo`**") == 5  # one verdict per other estimator
+    assert "| `intuitor` † |" in summary and "| `rent` † |" in summary and "| `dcpo` |" in summary
+    assert "raw ACR is not comparable" in summary
     assert "from a single seed" in summary  # one seed: the verdict refuses to call a winner
     assert "'ACR, step 1' is the early-training ACR" in summary and "| ACR, step 1 |" in summary  # 4 steps // 5 = 0
+
+
+def test_paper_baselines_in_the_loop(comparison):
+    runs = _runs(comparison)
+    for frame in runs.values():
+        # Token-mean entropy of the sampling policy, in nats: within [0, log V] for V = 16 tokens.
+        assert frame.loc[1:, "actor/entropy"].between(0, math.log(16)).all()
+    grpo, dcpo = runs["grpo"].loc[1:], runs["dcpo"].loc[1:]
+    # Step 1 is every problem's first visit: DCPO's advantages are GRPO's there.
+    assert dcpo.loc[1, "acr/effective"] == grpo.loc[1, "acr/effective"]
+    assert (dcpo["acr/effective"] <= dcpo["acr/rate"]).all()
+    for label in ("intuitor", "rent"):
+        steps = runs[label].loc[1:]
+        # Continuous intrinsic rewards: no group ties, while the verifier's groups mostly collapse.
+        assert (steps["acr/rate"] == 0).all() and (grpo["acr/rate"] > 0.5).all()
+        assert (steps["acr/effective"] == 0).all()
+        # Their reward is not the verifier's, so their loss differs from GRPO's at the same step-1 samples.
+        assert steps.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
 
 
 def test_same_seed_same_metrics(comparison, tmp_path):

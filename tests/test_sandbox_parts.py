@@ -179,3 +179,43 @@ def test_log_probs_are_those_generate_sampled_from():
     with torch.no_grad():
         log_probs = response_log_probs(model, rollout)
     torch.testing.assert_close(log_probs, expected)
+
+
+def test_paper_baseline_specs():
+    dcpo, intuitor, rent = parse_estimators("dcpo,intuitor,rent")
+    assert (dcpo.dcpo, dcpo.reward, dcpo.intrinsic) == (True, "verifier", False)
+    assert (intuitor.reward, rent.reward) == ("self_certainty", "negative_entropy")
+    assert intuitor.intrinsic and rent.intrinsic and not intuitor.dcpo
+    assert intuitor.algorithm_config(seed=0).adv_estimator == "grpo"  # GRPO on the intrinsic reward
+    with pytest.raises(ValueError, match="only avspo takes a preset"):
+        parse_estimators("dcpo:paper")
+
+
+def test_summary_marks_intrinsic_rewards_and_shows_entropy():
+    from verl_avspo.sandbox.summary import render_summary, run_statistics
+
+    steps = pd.Index([0, 1, 2], name="step")
+    frame = pd.DataFrame(
+        {
+            "acr/rate": [None, 0.5, 0.25],
+            "acr/effective": [None, 0.5, 0.25],
+            "acr/all_correct": [None, 0.25, 0.0],
+            "acr/all_wrong": [None, 0.25, 0.25],
+            "actor/entropy": [None, 1.5, 0.5],
+            "eval/acc_level_1": [0.1, None, 0.5],
+            "eval/acc_mean": [0.1, None, 0.5],
+            "eval/pass@8_level_1": [0.2, None, 0.75],
+        },
+        index=steps,
+    )
+    stats = run_statistics(frame, 1, 8, 1)
+    assert stats["entropy"] == 1.0 and stats["acr"] == 0.375
+    old = run_statistics(frame.drop(columns="actor/entropy"), 1, 8, 1)  # a log from before the column
+    text = render_summary({"grpo": [stats], "rent": [stats], "dcpo": [old]}, ["1+1"], 8, 1, "setup", [], ["rent"])
+    assert "| `grpo` | 0.375 | 0.375 | 0.125 | 0.250 | 0.500 | 1.000 |" in text
+    assert "| `rent` † | 0.375 |" in text and "| `dcpo` | 0.375 |" in text
+    assert "| 0.500 | n/a |" in text  # dcpo's old log has no entropy
+    assert "† `rent` train on an intrinsic reward" in text and "raw ACR is not comparable" in text
+    assert "raw ACR of 0.375 (on its intrinsic reward: not comparable)." in text
+    assert "`dcpo` vs `grpo`" in text and "raw ACR of 0.375." in text
+    assert "†" not in render_summary({"grpo": [stats]}, ["1+1"], 8, 1, "setup", [])

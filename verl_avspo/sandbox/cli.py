@@ -27,8 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--estimators",
         default="grpo,avspo,avspo:paper_code",
         help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset; dapo is "
-        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling "
-        "(default: grpo,avspo,avspo:paper_code)",
+        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dcpo, intuitor "
+        "and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole table: "
+        "grpo,avspo,dcpo,intuitor,rent)",
     )
     parser.add_argument(
         "--steps", type=int, default=defaults.steps, help=f"RL steps per run (default {defaults.steps})"
@@ -57,6 +58,18 @@ def run_dir(out: Path, label: str) -> Path:
     return out / "runs" / label.replace(":", "-")
 
 
+def _baselines_text(estimators) -> str:
+    """What the paper's other baselines in this comparison do ("" if none is in it)."""
+    labels = {spec.label for spec in estimators}
+    sentences = {
+        "dcpo": "`dcpo` standardizes each reward against its problem's rewards over all visits as well as its group "
+        "(smooth advantage standardization) and clips the ratio with DCPO's token-wise bounds.",
+        "intuitor": "`intuitor` trains GRPO on the policy's self-certainty instead of the verifier's reward.",
+        "rent": "`rent` trains GRPO on the negative mean token entropy instead of the verifier's reward.",
+    }
+    return "".join(f" {text}" for name, text in sentences.items() if name in labels)
+
+
 def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
     from verl_avspo.sandbox.summary import first_steps_column
 
@@ -72,7 +85,7 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"rollouts per step for every estimator, temperature 1.0, verl's `compute_advantage` and `vanilla` PPO-clip "
         f"loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches), AdamW lr {config.lr}; seeds "
         f"0..{seeds - 1} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
-        "collapsed groups from the loss (no re-sampling).\n"
+        f"collapsed groups from the loss (no re-sampling).{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
@@ -151,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
         label: [run_statistics(f, len(level_names), config.pass_k, first_steps) for f in runs]
         for label, runs in frames.items()
     }
-    summary = render_summary(
-        stats, level_names, config.pass_k, first_steps, _setup_text(config, estimators, args.seeds, first_steps), plots
-    )
+    setup = _setup_text(config, estimators, args.seeds, first_steps)
+    intrinsic = [spec.label for spec in estimators if spec.intrinsic]
+    summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic)
     (args.out / "summary.md").write_text(summary)
     print(summary)
     print(

@@ -8,15 +8,17 @@ step of a run carries its final evaluation; training metrics (``acr/*``) exist f
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["first_steps_column", "run_statistics", "summary_tables", "verdicts", "render_summary"]
+__all__ = ["first_steps_column", "intrinsic_note", "run_statistics", "summary_tables", "verdicts", "render_summary"]
 
 BASELINE = "grpo"
+# Marks, in the collapse table, the estimators whose ACR is measured on an intrinsic reward.
+INTRINSIC_MARK = "†"
 
 
 def first_steps_column(first_steps: int) -> str:
@@ -38,10 +40,14 @@ def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_step
     stats["all_correct"] = training["acr/all_correct"].mean()
     stats["all_wrong"] = training["acr/all_wrong"].mean()
     stats["acr_first"] = training["acr/rate"].iloc[:first_steps].mean()
+    # Logs written before the entropy was logged have no column: NaN, shown as "n/a".
+    stats["entropy"] = training["actor/entropy"].mean() if "actor/entropy" in training else math.nan
     return {key: float(value) for key, value in stats.items()}
 
 
 def _mean_std(values: Sequence[float], scale: float, digits: int) -> str:
+    if any(math.isnan(v) for v in values):
+        return "n/a"
     mean = float(np.mean(values)) * scale
     if len(values) < 2:
         return f"{mean:.{digits}f}"
@@ -54,15 +60,33 @@ def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def intrinsic_note(labels: Collection[str]) -> str:
+    """The footnote that says why these estimators' raw ACR cannot be compared ("" if none)."""
+    if not labels:
+        return ""
+    names = ", ".join(f"`{label}`" for label in labels)
+    return (
+        f"{INTRINSIC_MARK} {names} train on an intrinsic reward computed from the policy's own logits (self-certainty, "
+        "negative entropy), and their ACR is measured on that reward. It is continuous, so their groups almost never "
+        "collapse: their raw ACR is not comparable with that of the estimators trained on the verifier's 0/1 "
+        "reward (as the paper notes). Their accuracy is still the verifier's."
+    )
+
+
 def summary_tables(
-    stats: Mapping[str, Sequence[dict[str, float]]], level_names: Sequence[str], pass_k: int, first_steps: int
+    stats: Mapping[str, Sequence[dict[str, float]]],
+    level_names: Sequence[str],
+    pass_k: int,
+    first_steps: int,
+    intrinsic: Collection[str] = (),
 ) -> str:
     """Three markdown tables, one row per estimator: final greedy accuracy, final pass@k (both in
-    percent) and advantage collapse (rates)."""
+    percent) and advantage collapse (rates, and the mean token entropy of the sampled responses).
+    Labels in ``intrinsic`` are marked in the collapse table, with :func:`intrinsic_note` below it."""
     levels = range(1, len(level_names) + 1)
 
-    def row(label: str, keys: Sequence[str], scale: float, digits: int) -> list[str]:
-        return [f"`{label}`"] + [_mean_std([run[key] for run in stats[label]], scale, digits) for key in keys]
+    def row(label: str, keys: Sequence[str], scale: float, digits: int, mark: str = "") -> list[str]:
+        return [f"`{label}`{mark}"] + [_mean_std([run[key] for run in stats[label]], scale, digits) for key in keys]
 
     accuracy = _markdown(
         ["estimator", *level_names, "mean"],
@@ -79,20 +103,32 @@ def summary_tables(
             "all-correct",
             "all-wrong",
             first_steps_column(first_steps),
+            "token entropy (nats)",
         ],
-        [row(label, ["acr", "acr_effective", "all_correct", "all_wrong", "acr_first"], 1, 3) for label in stats],
+        [
+            row(
+                label,
+                ["acr", "acr_effective", "all_correct", "all_wrong", "acr_first", "entropy"],
+                1,
+                3,
+                f" {INTRINSIC_MARK}" if label in intrinsic else "",
+            )
+            for label in stats
+        ],
     )
+    note = intrinsic_note([label for label in stats if label in intrinsic])
     return (
         f"### Final greedy accuracy (%)\n\n{accuracy}\n\n"
         f"### Final pass@{pass_k} (%, {pass_k} samples at temperature 1.0)\n\n{pass_at_k}\n\n"
-        f"### Advantage collapse (mean over training steps)\n\n{collapse}\n"
+        f"### Advantage collapse (mean over training steps)\n\n{collapse}\n" + (f"\n{note}\n" if note else "")
     )
 
 
-def verdicts(stats: Mapping[str, Sequence[dict[str, float]]]) -> list[str]:
+def verdicts(stats: Mapping[str, Sequence[dict[str, float]]], intrinsic: Collection[str] = ()) -> list[str]:
     """One sentence per estimator against GRPO, on the final mean greedy accuracy, paired by seed
     (runs with the same seed share the warm-up model and the prompt sequence). An estimator
-    "beat" GRPO when its mean paired gain exceeds twice its standard error."""
+    "beat" GRPO when its mean paired gain exceeds twice its standard error. The ACR of labels in
+    ``intrinsic`` is said to be on their own reward."""
     if BASELINE not in stats:
         return [f"No `{BASELINE}` run in this comparison, so there is no baseline to compare against."]
     baseline = [run["acc_mean"] for run in stats[BASELINE]]
@@ -109,7 +145,8 @@ def verdicts(stats: Mapping[str, Sequence[dict[str, float]]]) -> list[str]:
         )
         collapse = (
             f" Its effective ACR was {np.mean([r['acr_effective'] for r in runs]):.3f} against a raw ACR of "
-            f"{np.mean([r['acr'] for r in runs]):.3f}."
+            f"{np.mean([r['acr'] for r in runs]):.3f}"
+            + (" (on its intrinsic reward: not comparable)." if label in intrinsic else ".")
         )
         if len(gains) < 2:
             sentences.append(
@@ -140,12 +177,13 @@ def render_summary(
     first_steps: int,
     setup: str,
     plots: Sequence[Path],
+    intrinsic: Collection[str] = (),
 ) -> str:
-    """The whole ``summary.md``."""
+    """The whole ``summary.md``; ``intrinsic``: the labels trained on an intrinsic reward."""
     images = "\n".join(f"![{path.stem}]({path.name})" for path in plots)
-    findings = "\n".join(f"- {sentence}" for sentence in verdicts(stats))
+    findings = "\n".join(f"- {sentence}" for sentence in verdicts(stats, intrinsic))
     return (
         "# CPU sandbox: GRPO and AVSPO at the same rollout budget\n\n"
         f"{setup}\n\n## Result\n\n{findings}\n\n"
-        f"{summary_tables(stats, level_names, pass_k, first_steps)}\n## Curves\n\n{images}\n"
+        f"{summary_tables(stats, level_names, pass_k, first_steps, intrinsic)}\n## Curves\n\n{images}\n"
     )
