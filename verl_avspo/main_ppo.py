@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import logging
 import sys
@@ -29,6 +30,7 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.main_ppo_v0 import TaskRunner as LegacyTaskRunner
 from verl.trainer.ppo import core_algos
 
+from verl_avspo.baselines import DCPOConfig, IntrinsicConfig, dcpo_settings, intrinsic_settings
 from verl_avspo.config import AVSPOConfig
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "compose_config",
     "is_group_estimator",
     "check_config",
+    "check_baselines",
+    "verl_has_self_certainty",
     "preflight",
     "main",
 ]
@@ -67,12 +71,12 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 def _check_estimator(name: str) -> None:
     if name in core_algos.ADV_ESTIMATOR_REGISTRY:
         return
-    if name == "avspo":
+    if name in ("avspo", "dcpo"):
         try:
             importlib.import_module("verl_avspo.register")
         except Exception as err:  # the real error, which verl's entry-point loader would swallow
             raise ConfigCheckError(
-                f"algorithm.adv_estimator=avspo is unknown because the verl-avspo plugin failed to load: "
+                f"algorithm.adv_estimator={name} is unknown because the verl-avspo plugin failed to load: "
                 f"{type(err).__name__}: {err}. Fix that error (run `verl-avspo doctor`), then retry."
             ) from err
         if name in core_algos.ADV_ESTIMATOR_REGISTRY:
@@ -152,7 +156,81 @@ def check_config(config: DictConfig) -> AVSPOConfig:
             "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "
             "AVSPO sees (almost) none and rarely triggers; the logged acr/* rates are measured before filtering."
         )
+    check_baselines(config)
     return settings
+
+
+def verl_has_self_certainty() -> bool:
+    """Whether the installed verl's FSDP engine returns per-token self-certainty, i.e. carries
+    patches/verl-0.9.1-intrinsic.patch. Reads the module's source file; imports nothing."""
+    spec = importlib.util.find_spec("verl.workers.engine.fsdp.transformer_impl")
+    if spec is None or spec.origin is None:
+        return False
+    return "calculate_self_certainty" in Path(spec.origin).read_text(encoding="utf-8")
+
+
+def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
+    """The checks of DCPO (estimator and policy loss) and of the intrinsic rewards (INTUITOR, RENT).
+
+    Raises:
+        ConfigCheckError: naming the key, the value and the fix.
+    """
+    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
+    try:
+        dcpo, intrinsic = dcpo_settings(algorithm), intrinsic_settings(algorithm)
+    except ValueError as err:
+        raise ConfigCheckError(str(err)) from err
+    loss_mode = str(OmegaConf.select(actor, "policy_loss.loss_mode", default="vanilla"))
+    if loss_mode not in core_algos.POLICY_LOSS_REGISTRY:
+        close = difflib.get_close_matches(loss_mode, list(core_algos.POLICY_LOSS_REGISTRY), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigCheckError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss.{hint} "
+            f"Registered: {', '.join(sorted(core_algos.POLICY_LOSS_REGISTRY))}."
+        )
+    if loss_mode == "dcpo" and not float(actor.get("clip_ratio_c", 3.0)) > 1:
+        raise ConfigCheckError(
+            f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} with policy_loss.loss_mode=dcpo: it caps "
+            "DCPO's upper ratio bound and dual-clips negative advantages, so it must be > 1. Set it to 10 (DCPO's)."
+        )
+    needs = []
+    if algorithm.adv_estimator == "dcpo":
+        needs.append("algorithm.adv_estimator=dcpo (its prompt identity is passed by our V1 trainer)")
+    if intrinsic.enabled:
+        needs.append(f"algorithm.intrinsic.reward={intrinsic.reward} (computed in our V1 trainer)")
+    if needs and not (config.trainer.use_v1 and config.trainer.v1.trainer_mode == "sync"):
+        raise ConfigCheckError(
+            f"{' and '.join(needs)} needs the V1 sync trainer; this config has trainer.use_v1="
+            f"{config.trainer.use_v1}, trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}. Set "
+            "trainer.use_v1=True trainer.v1.trainer_mode=sync."
+        )
+    if intrinsic.enabled:
+        rollout_correction = algorithm.get("rollout_correction", None)
+        if rollout_correction is not None and rollout_correction.get("bypass_mode", False):
+            raise ConfigCheckError(
+                f"algorithm.intrinsic.reward={intrinsic.reward} reads the old policy's per-token distribution "
+                "statistics, which verl skips with algorithm.rollout_correction.bypass_mode=True (old log-probs are "
+                "the rollout's). Set algorithm.rollout_correction.bypass_mode=False."
+            )
+    if intrinsic.reward == "self_certainty":
+        if not verl_has_self_certainty():
+            raise ConfigCheckError(
+                "algorithm.intrinsic.reward=self_certainty (INTUITOR) needs each token's mean log-probability over "
+                "the vocabulary, which verl 0.9.1's actor does not return. Apply patches/verl-0.9.1-intrinsic.patch "
+                "to verl (see patches/README.md), or use algorithm.intrinsic.reward=negative_entropy (RENT), which "
+                "verl supports as is."
+            )
+        if str(actor.strategy) not in ("fsdp", "fsdp2"):
+            raise ConfigCheckError(
+                f"algorithm.intrinsic.reward=self_certainty with actor_rollout_ref.actor.strategy={actor.strategy}: "
+                "the intrinsic patch adds self-certainty to verl's FSDP engine only. Use strategy fsdp or fsdp2."
+            )
+        if config.actor_rollout_ref.model.get("use_fused_kernels", False):
+            raise ConfigCheckError(
+                "algorithm.intrinsic.reward=self_certainty with actor_rollout_ref.model.use_fused_kernels=True: "
+                "fused kernels never materialise the logits that self-certainty needs. Set it to False."
+            )
+    return dcpo, intrinsic
 
 
 def _verl_validate(config: DictConfig) -> None:
@@ -194,6 +272,18 @@ def _describe(config: DictConfig, settings: AVSPOConfig) -> str:
     ]
     for key, value in settings.to_dict().items():
         lines.append(f"  {key}: {value}")
+    dcpo, intrinsic = dcpo_settings(config.algorithm), intrinsic_settings(config.algorithm)
+    if config.algorithm.adv_estimator == "dcpo":
+        lines.append(
+            "DCPO settings (algorithm.dcpo, resolved): " + ", ".join(f"{k}={v}" for k, v in dcpo.to_dict().items())
+        )
+    if intrinsic.enabled:
+        lines.append(
+            "intrinsic reward (algorithm.intrinsic, resolved): "
+            + ", ".join(f"{k}={v}" for k, v in intrinsic.to_dict().items())
+        )
+    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
+    lines.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,20 @@ Checkpoints: ``_save_checkpoint`` / ``_load_checkpoint`` are overridden rather t
 folder that already holds it, and it is restored right after verl resolves the resume folder.
 The file stays local: ``trainer.default_hdfs_dir`` receives verl's actor files only.
 
+Baselines (V1 sync trainer only; the launcher refuses other trainers for them):
+
+- ``algorithm.adv_estimator=dcpo``: before verl's advantage stage the trainer reads each
+  response's prompt identity from TransferQueue (``algorithm.dcpo.prompt_key``: the ``index``
+  field that verl's RLHFDataset fills from ``extra_info.index`` and the agent loop stores with
+  every response, or a hash of ``raw_prompt``) and hands ``uid -> key`` to the estimator
+  (``register.set_prompt_keys``). DCPO's per-prompt history is checkpointed with AVSPO's state.
+- ``algorithm.intrinsic.reward=negative_entropy`` (RENT) / ``self_certainty`` (INTUITOR): the
+  verifier's ``rm_scores`` are replaced, before the advantage stage, by the intrinsic reward of
+  each response, computed from the old policy's per-token entropy (which verl's old-log-prob pass
+  already returns) or self-certainty (which it returns only with
+  ``patches/verl-0.9.1-intrinsic.patch``); the verifier's mean score is still logged
+  (``intrinsic/verifier_score``). ``acr/*`` then measure the intrinsic reward's groups.
+
 Known limit: V1's ``compute_advantage_for_multi_trajectories`` groups multi-output agent sessions
 only for ``grpo``; for other estimators (avspo included) and for ACR every output row counts as
 one sample of its prompt's group.
@@ -30,6 +44,8 @@ one sample of its prompt's group.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -38,21 +54,28 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.fs import local_mkdir_safe
+from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from verl_avspo import register
 from verl_avspo.alert import StagnationMonitor
+from verl_avspo.baselines import dcpo_settings, intrinsic_settings
 from verl_avspo.collapse import acr_metrics, detect_collapse, effective_collapse_rate, group_ids, group_stats
 from verl_avspo.config import AVSPOConfig
+from verl_avspo.intrinsic import masked_token_mean, negative_entropy
 from verl_avspo.main_ppo import is_group_estimator
 
 __all__ = [
     "STATE_FILE",
+    "SELF_CERTAINTY_KEY",
+    "prompt_key",
+    "intrinsic_rewards",
     "step_collapse_metrics",
     "AVSPOTrainerMixin",
     "AVSPOTrainerSync",
@@ -66,6 +89,50 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "avspo_state.pt"
 # Prompt groups that V1's DAPO sampler generated but discarded as surplus (not collapsed).
 _SURPLUS_KEY = "training/filter_groups/discarded_surplus_samples"
+# The per-token output that patches/verl-0.9.1-intrinsic.patch adds to the actor's log-prob pass,
+# and the flag that requests it.
+SELF_CERTAINTY_KEY = "self_certainty"
+_SELF_CERTAINTY_FLAG = "calculate_self_certainty"
+
+
+def prompt_key(value: Any, source: str) -> int | str:
+    """A prompt's stable identity across steps, as a checkpointable int or str.
+
+    Args:
+        value: the response's ``index`` (verl's copy of ``extra_info.index``) or its ``raw_prompt``
+            (chat messages).
+        source: ``index`` or ``raw_prompt`` (``algorithm.dcpo.prompt_key``).
+    """
+    if source == "raw_prompt":
+        text = json.dumps(value, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+    if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
+        return int(value)
+    return str(value)
+
+
+def intrinsic_rewards(
+    reward: str, token_values: torch.Tensor, response_mask: torch.Tensor, last_tokens: int | None = None
+) -> torch.Tensor:
+    """Each response's intrinsic reward from per-token values of the old policy.
+
+    Args:
+        reward: ``negative_entropy`` (RENT; ``token_values`` are entropies) or ``self_certainty``
+            (INTUITOR; ``token_values`` are KL(U || p_t)).
+        token_values: (bs, response_length).
+        response_mask: (bs, response_length).
+        last_tokens: RENT only, average over the last ``last_tokens`` response tokens.
+
+    Returns:
+        (bs,) float32.
+    """
+    if reward == "negative_entropy":
+        return negative_entropy(token_values.float(), response_mask, last_tokens)
+    if reward == "self_certainty":
+        return masked_token_mean(token_values.float(), response_mask)
+    raise ValueError(
+        f"algorithm.intrinsic.reward={reward!r} has no per-token source: use self_certainty or negative_entropy"
+    )
 
 
 def step_collapse_metrics(
@@ -130,6 +197,9 @@ class AVSPOTrainerMixin:
         self.stagnation = StagnationMonitor(self.avspo_settings.alert)
         estimator = str(self.config.algorithm.adv_estimator)
         self.uses_avspo = estimator == register.NAME
+        self.uses_dcpo = estimator == register.DCPO_NAME
+        self.dcpo_settings = dcpo_settings(self.config.algorithm)
+        self.intrinsic = intrinsic_settings(self.config.algorithm)
         self.measures_collapse = is_group_estimator(estimator)
 
     # ---- metrics -------------------------------------------------------------------------
@@ -154,13 +224,26 @@ class AVSPOTrainerMixin:
     def _checkpoint_folder(self) -> str:
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
+    def _dcpo_history(self):
+        norm_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+        return register.get_dcpo_history(self.dcpo_settings, norm_by_std)
+
     def avspo_state_dict(self) -> dict[str, Any]:
         controller = register.get_controller(self.avspo_settings).state_dict() if self.uses_avspo else None
-        return {"controller": controller, "stagnation": self.stagnation.state_dict()}
+        dcpo = self._dcpo_history().state_dict() if self.uses_dcpo else None
+        return {"controller": controller, "stagnation": self.stagnation.state_dict(), "dcpo": dcpo}
 
     def load_avspo_state_dict(self, state: dict[str, Any]) -> None:
         if self.uses_avspo and state.get("controller") is not None:
             register.get_controller(self.avspo_settings).load_state_dict(state["controller"])
+        if self.uses_dcpo:
+            if state.get("dcpo") is None:
+                logger.warning(
+                    "the checkpoint holds no DCPO reward history (saved by a run with another estimator?): "
+                    "every prompt's next visit counts as its first"
+                )
+            else:
+                self._dcpo_history().load_state_dict(state["dcpo"])
         self.stagnation.load_state_dict(state["stagnation"])
 
     def _save_checkpoint(self):
@@ -205,14 +288,95 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
     Installed under the mode name ``sync`` by :func:`install_sync_trainer`.
     """
 
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        """verl's old-log-prob pass; for INTUITOR it also asks the actor for each token's
+        self-certainty (an output only a verl patched with patches/verl-0.9.1-intrinsic.patch
+        produces) and stores its response part in TransferQueue."""
+        wants_certainty = self.intrinsic.reward == "self_certainty"
+        if wants_certainty:
+            batch.extra_info[_SELF_CERTAINTY_FLAG] = True
+        batch = super()._compute_old_log_prob(batch, metrics)
+        if wants_certainty:
+            batch.extra_info.pop(_SELF_CERTAINTY_FLAG, None)
+            fields = tq.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id)
+            if SELF_CERTAINTY_KEY not in fields.keys():
+                raise RuntimeError(
+                    "algorithm.intrinsic.reward=self_certainty (INTUITOR): the actor returned no per-token "
+                    "self-certainty. verl 0.9.1 computes it only when patched: apply "
+                    "patches/verl-0.9.1-intrinsic.patch (FSDP engine) to the verl that the workers import, and "
+                    "leave actor_rollout_ref.model.use_fused_kernels off."
+                )
+            data = tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=[SELF_CERTAINTY_KEY, "response_mask"]
+            )
+            data[SELF_CERTAINTY_KEY] = response_from_nested(data[SELF_CERTAINTY_KEY], data["response_mask"])
+            batch = tq.kv_batch_put(
+                keys=batch.keys, partition_id=batch.partition_id, fields=data.select(SELF_CERTAINTY_KEY)
+            )
+        return batch
+
+    @staticmethod
+    def _real_rows(batch) -> list[bool]:
+        """False for the no-op rows that _balance_batch appended (one shared `pad...` uid, score 0)
+        to make the batch divisible by the DP size: they are not responses."""
+        return [not tag.get("is_padding", False) for tag in batch.tags]
+
+    def _apply_intrinsic_reward(self, batch, metrics: dict) -> None:
+        """Replace ``rm_scores`` by each response's intrinsic reward (on its last token, where verl's
+        reward loop puts a score), from the old policy's per-token entropy or self-certainty."""
+        source = "entropy" if self.intrinsic.reward == "negative_entropy" else SELF_CERTAINTY_KEY
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores", "response_mask", source]
+        )
+        response_mask = data["response_mask"]
+        mask = response_mask.to_padded_tensor(0)
+        rewards = intrinsic_rewards(
+            self.intrinsic.reward, data[source].to_padded_tensor(0.0), mask, self.intrinsic.last_tokens
+        )
+        verifier = data["rm_scores"].to_padded_tensor(0.0)
+        lengths = response_mask.offsets().diff()
+        scores = torch.zeros_like(verifier)
+        rows = torch.arange(len(lengths))
+        scores[rows, (lengths - 1).clamp(min=0)] = rewards.to(scores.dtype)
+        real = torch.tensor(self._real_rows(batch), dtype=torch.bool)
+        scores[~real] = 0.0
+        tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=TensorDict({"rm_scores": response_to_nested(scores, response_mask)}, batch_size=len(batch)),
+        )
+        metrics["intrinsic/reward"] = float(rewards[real].mean())
+        metrics["intrinsic/verifier_score"] = float(verifier[real].sum(dim=-1).mean())
+
+    def _pass_prompt_keys(self, batch) -> None:
+        """Hand the dcpo estimator the stable prompt key of each uid of this batch."""
+        source = self.dcpo_settings.prompt_key
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
+        keys: dict[str, Any] = {}
+        for uid, value, real in zip(list(data["uid"]), list(data[source]), self._real_rows(batch), strict=True):
+            keys[str(uid)] = prompt_key(value, source) if real else None
+        distinct = {key for key in keys.values() if key is not None}
+        groups = sum(key is not None for key in keys.values())
+        if source == "index" and groups > 1 and len(distinct) == 1:
+            raise ValueError(
+                f"algorithm.adv_estimator=dcpo: all {groups} prompts of this batch have the same index "
+                f"{next(iter(distinct))!r}. verl's RLHFDataset sets index from each row's extra_info.index and "
+                "uses 0 when it is missing, so DCPO would pool every prompt's rewards. Give every row a unique "
+                "extra_info.index (recipes/data does), or set algorithm.dcpo.prompt_key=raw_prompt."
+            )
+        register.set_prompt_keys(keys)
+
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage, then the step's collapse metrics. Costs one TransferQueue read
-        of ``uid``, ``rm_scores`` and the ``advantages`` just written."""
+        of ``uid``, ``rm_scores`` and the ``advantages`` just written (plus, before the stage, the
+        intrinsic reward's inputs or DCPO's prompt keys when those are on)."""
+        if self.intrinsic.enabled:
+            self._apply_intrinsic_reward(batch, metrics)
+        if self.uses_dcpo:
+            self._pass_prompt_keys(batch)
         batch = super()._compute_advantage(batch, metrics)
         if self.measures_collapse:
-            # _balance_batch appended no-op rows (one shared `pad...` uid, score 0) to make the
-            # batch divisible by the DP size; they are not responses, so they are not counted.
-            keys = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+            keys = [key for key, real in zip(batch.keys, self._real_rows(batch), strict=True) if real]
             data = tq.kv_batch_get(
                 keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "advantages"]
             )

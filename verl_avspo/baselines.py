@@ -1,0 +1,137 @@
+"""Settings of the paper's other baselines in verl: DCPO (``algorithm.dcpo``) and the intrinsic
+rewards of INTUITOR and RENT (``algorithm.intrinsic``). Framework-free (no torch, no verl).
+
+``resolve_dcpo`` / ``resolve_intrinsic`` take any mapping (a plain dict or verl's DictConfig; a
+key set to ``None`` means "not given") and return a frozen, validated settings object. Every error
+names the key, the value, what is allowed and how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = [
+    "DCPO_PROMPT_KEYS",
+    "INTRINSIC_REWARDS",
+    "DCPOConfig",
+    "IntrinsicConfig",
+    "resolve_dcpo",
+    "resolve_intrinsic",
+    "dcpo_settings",
+    "intrinsic_settings",
+]
+
+# Where the trainer takes a prompt's identity across steps from: verl's ``index`` field (the
+# dataset row's ``extra_info.index``), or a hash of the prompt's chat messages (``raw_prompt``).
+DCPO_PROMPT_KEYS = ("index", "raw_prompt")
+# none: the verifier's reward; self_certainty: INTUITOR; negative_entropy: RENT.
+INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
+
+
+@dataclass(frozen=True)
+class DCPOConfig:
+    """DCPO's smooth advantage standardization (``verl_avspo.dcpo``).
+
+    epsilon: added to the group and cumulative stds (verl's GRPO uses 1e-6).
+    prompt_key: ``index`` | ``raw_prompt``, the stable prompt identity across steps.
+    """
+
+    epsilon: float = 1e-6
+    prompt_key: str = "index"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class IntrinsicConfig:
+    """The reward the advantages are computed from (``verl_avspo.intrinsic``).
+
+    reward: ``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT).
+    last_tokens: RENT only; average the entropy over each response's last ``last_tokens`` tokens
+        (None: all of them).
+    """
+
+    reward: str = "none"
+    last_tokens: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.reward != "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _given(raw: Any, section: str, cls: type) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"algorithm.{section}={raw!r} is invalid: expected a mapping of keys "
+            f"({', '.join(f.name for f in fields(cls))}). Set for example algorithm.{section}.{fields(cls)[0].name}=..."
+        )
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown:
+        raise ValueError(
+            f"algorithm.{section} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}. "
+            "Remove or rename them."
+        )
+    return {str(k): v for k, v in raw.items() if v is not None}
+
+
+def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
+    """Validated DCPO settings from ``algorithm.dcpo`` (absent or null keys take the defaults)."""
+    given = _given(raw, "dcpo", DCPOConfig)
+    settings = DCPOConfig(**given)
+    epsilon = settings.epsilon
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon < 0:
+        raise ValueError(
+            f"algorithm.dcpo.epsilon={epsilon!r} is invalid: expected a finite number >= 0 added to the stds "
+            "before dividing. Set algorithm.dcpo.epsilon=1e-6 (verl's GRPO value)."
+        )
+    if settings.prompt_key not in DCPO_PROMPT_KEYS:
+        raise ValueError(
+            f"algorithm.dcpo.prompt_key={settings.prompt_key!r} is invalid: expected one of "
+            f"{', '.join(DCPO_PROMPT_KEYS)} (index: the dataset's extra_info.index; raw_prompt: a hash of the "
+            "prompt's messages). Set algorithm.dcpo.prompt_key=index."
+        )
+    return DCPOConfig(epsilon=float(epsilon), prompt_key=settings.prompt_key)
+
+
+def resolve_intrinsic(raw: Mapping[str, Any] | None) -> IntrinsicConfig:
+    """Validated intrinsic-reward settings from ``algorithm.intrinsic``."""
+    settings = IntrinsicConfig(**_given(raw, "intrinsic", IntrinsicConfig))
+    if settings.reward not in INTRINSIC_REWARDS:
+        raise ValueError(
+            f"algorithm.intrinsic.reward={settings.reward!r} is invalid: expected one of "
+            f"{', '.join(INTRINSIC_REWARDS)} (self_certainty: INTUITOR, negative_entropy: RENT). "
+            "Set algorithm.intrinsic.reward=none to train on the verifier's reward."
+        )
+    last = settings.last_tokens
+    if last is not None:
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise ValueError(
+                f"algorithm.intrinsic.last_tokens={last!r} is invalid: expected a positive integer (the number of "
+                "final response tokens whose entropy RENT averages) or null for every token."
+            )
+        if settings.reward != "negative_entropy":
+            raise ValueError(
+                f"algorithm.intrinsic.last_tokens={last} only applies to algorithm.intrinsic.reward=negative_entropy "
+                f"(RENT), not {settings.reward}. Remove it, or set algorithm.intrinsic.reward=negative_entropy."
+            )
+    return settings
+
+
+def dcpo_settings(algorithm_config: Any) -> DCPOConfig:
+    """DCPO settings of verl's ``config.algorithm`` (``dcpo`` may be absent)."""
+    return resolve_dcpo(None if algorithm_config is None else algorithm_config.get("dcpo", None))
+
+
+def intrinsic_settings(algorithm_config: Any) -> IntrinsicConfig:
+    """Intrinsic-reward settings of verl's ``config.algorithm`` (``intrinsic`` may be absent)."""
+    return resolve_intrinsic(None if algorithm_config is None else algorithm_config.get("intrinsic", None))
