@@ -1,9 +1,10 @@
-"""OpenRLHF adapter: AVSPO as a drop-in for OpenRLHF's ``group_norm`` reward shaping.
+"""AVSPO as a drop-in for OpenRLHF's ``group_norm`` reward shaping, over the shared core.
 
-OpenRLHF (``advantage_estimator=group_norm``) reshapes the batch's scalar rewards to
-(num_prompts, n_samples_per_prompt) and normalises each row by its mean and std. This adapter
-does the same through the framework-free AVSPO core, so collapsed rows get AVSPO's push and every
-row is measured for ACR. It does not import OpenRLHF. Where OpenRLHF computes::
+OpenRLHF (``--algo.advantage.estimator group_norm``) reshapes the batch's scalar rewards to
+(num_prompts, n_samples_per_prompt) and normalises each row by its mean and std. This class does
+the same through the framework-free AVSPO core, so collapsed rows get AVSPO's push and every row
+is measured for ACR. It does not import OpenRLHF; ``python -m verl_avspo.openrlhf`` installs it
+into OpenRLHF's trainer (``verl_avspo.openrlhf.patch``). By hand, where OpenRLHF computes::
 
     rewards = rewards.reshape(-1, n_samples_per_prompt)
     rewards = (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)

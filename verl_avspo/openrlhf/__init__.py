@@ -1,0 +1,32 @@
+"""OpenRLHF adapter: AVSPO and the ACR metrics for OpenRLHF's Ray PPO trainer.
+
+- ``python -m verl_avspo.openrlhf <train_ppo_ray arguments> [--avspo.KEY VALUE ...]`` runs
+  ``openrlhf.cli.train_ppo_ray`` with the adapter installed in every Ray worker
+  (:mod:`verl_avspo.openrlhf.launcher`).
+- :class:`GroupNormAVSPO` is the estimator itself, a stateful callable over (num_prompts, G)
+  rewards, for use by hand.
+- :func:`install` / :func:`worker_setup` put it into OpenRLHF's trainer classes
+  (:mod:`verl_avspo.openrlhf.patch`).
+
+Importing this package imports neither OpenRLHF nor Ray.
+"""
+
+from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
+from verl_avspo.openrlhf.patch import (
+    CHECKED_VERSIONS,
+    SUPPORTED_VERSIONS,
+    OpenRLHFIncompatibleError,
+    check_openrlhf,
+    install,
+    worker_setup,
+)
+
+__all__ = [
+    "CHECKED_VERSIONS",
+    "SUPPORTED_VERSIONS",
+    "GroupNormAVSPO",
+    "OpenRLHFIncompatibleError",
+    "check_openrlhf",
+    "install",
+    "worker_setup",
+]

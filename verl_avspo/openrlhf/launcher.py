@@ -1,0 +1,183 @@
+"""``python -m verl_avspo.openrlhf``: OpenRLHF's ``train_ppo_ray`` with AVSPO and the ACR metrics.
+
+The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (SPEC §4 keys).
+AVSPO computes the advantages when ``--algo.advantage.estimator avspo`` is given (it runs as
+``group_norm`` in OpenRLHF's argument checks), or when ``--avspo.*`` keys are given with
+``group_norm`` or ``dr_grpo`` (the latter without the std division). Without either, OpenRLHF's own
+estimator runs and only the ``acr/*`` metrics are added. The older flat spelling
+``--advantage_estimator`` is accepted and rewritten.
+
+The adapter must be installed where OpenRLHF computes advantages, i.e. inside its Ray actors. The
+launcher therefore adds a ``worker_process_setup_hook`` and the settings to the runtime_env of the
+``ray.init`` that OpenRLHF itself calls, then runs ``openrlhf.cli.train_ppo_ray`` as ``__main__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import runpy
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+
+from verl_avspo.config import resolve_config
+from verl_avspo.openrlhf.patch import (
+    AVSPO_ESTIMATORS,
+    SETTINGS_ENV,
+    OpenRLHFIncompatibleError,
+    check_openrlhf,
+)
+
+__all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "runtime_env_hook", "main"]
+
+WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
+_ESTIMATOR_FLAG = "--algo.advantage.estimator"
+_LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
+_PREFIX = "--avspo."
+# OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
+OPENRLHF_EPSILON = 1e-9
+
+USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arguments> [--avspo.KEY VALUE ...]
+
+  {_ESTIMATOR_FLAG} avspo     AVSPO replaces group_norm (preset paper unless --avspo.preset says otherwise)
+  --avspo.preset paper|paper_code|grpo, --avspo.strategy stratified, --avspo.reward_range 0 1, ...
+                                   any algorithm.avspo key of docs/configuration.md; with group_norm or
+                                   dr_grpo they switch AVSPO on for that estimator
+  without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong,
+                                   acr/effective in its logged metrics
+OpenRLHF's own options follow."""
+
+
+class UsageError(ValueError):
+    """A command-line value the launcher refuses, with the fix."""
+
+
+def _value(tokens: Sequence[str], flag: str) -> Any:
+    if not tokens:
+        raise UsageError(f"{flag} needs a value, for example {flag} paper")
+    values = [yaml.safe_load(token) for token in tokens]
+    return values[0] if len(values) == 1 else values
+
+
+def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """Separate ``--avspo.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from OpenRLHF's arguments.
+
+    Values are read as YAML (``0.5``, ``false``, ``adaptive``, ``[0, 1]``); several values after
+    one key make a list (``--avspo.reward_range 0 1``).
+    """
+    rest: list[str] = []
+    settings: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith(_PREFIX):
+            rest.append(token)
+            i += 1
+            continue
+        flag, has_value, inline = token.partition("=")
+        key = flag[len(_PREFIX) :]
+        if has_value:
+            values, i = [inline], i + 1
+        else:
+            end = i + 1
+            while end < len(argv) and not argv[end].startswith("--"):
+                end += 1
+            values, i = list(argv[i + 1 : end]), end
+        if not key or key.startswith("alert"):
+            raise UsageError(
+                f"{flag} is not an AVSPO setting the OpenRLHF adapter takes"
+                + ("; the stagnation alert is part of the verl launcher only (watch acr/rate)" if key else "")
+            )
+        if key in settings:
+            raise UsageError(f"{flag} is given twice; give it once")
+        settings[key] = _value(values, flag)
+    return rest, settings
+
+
+def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """OpenRLHF's arguments with the estimator OpenRLHF should see, and the AVSPO settings to run
+    (None: OpenRLHF's own estimator, ACR metrics only)."""
+    argv = list(argv)
+    position, estimator = None, None
+    for i, token in enumerate(argv):
+        flag, has_value, inline = token.partition("=")
+        if flag in (_ESTIMATOR_FLAG, _LEGACY_ESTIMATOR_FLAG):
+            if has_value:
+                position, estimator = i, inline
+                argv[i] = f"{_ESTIMATOR_FLAG}={inline}"
+            elif i + 1 < len(argv):
+                position, estimator = i + 1, argv[i + 1]
+                argv[i] = _ESTIMATOR_FLAG
+            else:
+                raise UsageError(f"{flag} needs a value, for example {flag} avspo")
+    if estimator == "avspo":
+        argv[position] = f"{_ESTIMATOR_FLAG}=group_norm" if "=" in argv[position] else "group_norm"
+        return argv, settings
+    if not settings:
+        return argv, None
+    if estimator not in AVSPO_ESTIMATORS:
+        given = f"{_ESTIMATOR_FLAG}={estimator}" if estimator else f"no {_ESTIMATOR_FLAG} (OpenRLHF's default: gae)"
+        raise UsageError(
+            f"--avspo.* settings ({', '.join(sorted(settings))}) were given with {given}; AVSPO replaces a group "
+            f"estimator: use {_ESTIMATOR_FLAG} avspo (or group_norm, or dr_grpo for no std division)"
+        )
+    return argv, settings
+
+
+def _validated(settings: dict[str, Any]) -> dict[str, Any]:
+    settings = {"epsilon": OPENRLHF_EPSILON, **settings}
+    try:
+        resolve_config(settings)
+    except ValueError as error:
+        raise UsageError(str(error).replace("algorithm.avspo.", _PREFIX)) from None
+    return settings
+
+
+def runtime_env_hook(init: Callable[..., Any], settings: dict[str, Any] | None) -> Callable[..., Any]:
+    """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given."""
+
+    @functools.wraps(init)
+    def ray_init(*args: Any, **kwargs: Any) -> Any:
+        runtime_env = dict(kwargs.get("runtime_env") or {})
+        hook = runtime_env.get("worker_process_setup_hook")
+        if hook not in (None, WORKER_SETUP_HOOK):
+            raise UsageError(
+                f"the runtime_env already has worker_process_setup_hook={hook!r}; the OpenRLHF adapter needs "
+                f"{WORKER_SETUP_HOOK!r} there (call {hook!r} from your own hook and import verl_avspo.openrlhf "
+                "worker_setup there too)"
+            )
+        runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars[SETTINGS_ENV] = json.dumps(settings) if settings is not None else ""
+        runtime_env["env_vars"] = env_vars
+        kwargs["runtime_env"] = runtime_env
+        return init(*args, **kwargs)
+
+    return ray_init
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(token in ("-h", "--help") for token in argv):
+        print(USAGE)
+    try:
+        rest, settings = split_avspo_arguments(argv)
+        rest, settings = choose_estimator(rest, settings)
+        settings = None if settings is None else _validated(settings)
+        version = check_openrlhf()
+    except (UsageError, OpenRLHFIncompatibleError) as error:
+        print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)
+        return 2
+    import ray
+
+    os.environ[SETTINGS_ENV] = json.dumps(settings) if settings is not None else ""
+    ray.init = runtime_env_hook(ray.init, settings)
+    what = f"AVSPO {json.dumps(settings)}" if settings is not None else "ACR metrics"
+    print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what} in every Ray worker", file=sys.stderr)
+    sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
+    runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    return 0

@@ -1,0 +1,465 @@
+"""AVSPO and the ACR metrics inside OpenRLHF's PPO trainer (OpenRLHF 0.10.4 to 0.11.x).
+
+OpenRLHF has no estimator registry: its group baselines are an if/elif on
+``args.algo.advantage.estimator`` inside ``RemoteExperienceMaker.compute_advantages_and_returns``,
+and that runs in the trainer's Ray actor, not in the launching process. :func:`install` wraps, in
+the process it runs in:
+
+- ``SamplesGenerator.generate_samples``: records the rewards of every generated group before
+  dynamic filtering drops any, and hands them on as an attribute of the returned rollout list (so
+  they cross the async trainer's queue with it);
+- ``RemoteExperienceMaker.compute_advantages_and_returns``: while it runs, the experience maker's
+  ``apply_length_penalties`` is followed by AVSPO's group step, and its ``compute_reward`` records
+  each response's scalar advantage for ``acr/effective``. With AVSPO on, the estimator name is set
+  to one that OpenRLHF's group if/elif does not match, so OpenRLHF leaves AVSPO's advantages as
+  they are, while the per-token stage (which reads the maker's own ``advantage_estimator``) still
+  turns them into ``group_norm``'s returns;
+- ``BasePPOTrainer._compute_rollout_stats``: adds the step's ``acr/*`` and ``avspo/*`` metrics to
+  the status OpenRLHF logs (wandb, TensorBoard, the console);
+- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: AVSPO's state in the
+  checkpoint's client states, restored on resume.
+
+:func:`worker_setup` is the Ray ``worker_process_setup_hook`` that ``python -m verl_avspo.openrlhf``
+sets: every worker of the job installs the wrappers as soon as it imports
+``openrlhf.trainer.ppo_trainer``, which the trainer actors (sync and async) do first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from verl_avspo.collapse import effective_collapse_rate, group_stats, measure_collapse
+from verl_avspo.config import AVSPOConfig, resolve_config
+from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
+
+__all__ = [
+    "SETTINGS_ENV",
+    "SUPPORTED_VERSIONS",
+    "CHECKED_VERSIONS",
+    "AVSPO_ESTIMATORS",
+    "OpenRLHFIncompatibleError",
+    "GeneratedRollout",
+    "check_openrlhf",
+    "install",
+    "worker_setup",
+]
+
+logger = logging.getLogger(__name__)
+
+# JSON of the AVSPO settings (SPEC §4 keys); empty or unset: ACR metrics only, OpenRLHF's estimator.
+SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
+SUPPORTED_VERSIONS = ">=0.10.4,<0.12"
+# 0.11.2 is installed and tested; 0.10.4 and 0.11.0 were compared with it source file by source file.
+CHECKED_VERSIONS = ("0.10.4", "0.11.0", "0.11.2")
+# OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
+AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
+# Estimators with a per-prompt baseline: a collapsed group gets all-zero advantages.
+_GROUP_BASELINES = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+# A name OpenRLHF's group if/elif and its batch whitening do not match: rewards pass unchanged.
+_PASS_THROUGH = "avspo"
+_TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
+_STATE_KEY = "verl_avspo"
+_STEP = "_verl_avspo_step"
+_PREFILTER = "_verl_avspo_prefilter"
+_RECORDED = "_verl_avspo_rewards"
+_INSTALLED = "_verl_avspo_installed"
+METRICS_ATTR = "verl_avspo_metrics"
+
+# The advantage step of the compute_advantages_and_returns call now running (this thread).
+_ACTIVE: ContextVar[_AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step", default=None)
+
+
+class OpenRLHFIncompatibleError(RuntimeError):
+    """The installed OpenRLHF lacks the structure the adapter wraps."""
+
+
+class GeneratedRollout(list):
+    """The rollout samples ``SamplesGenerator.generate_samples`` returns, plus
+    ``prefilter_rewards``: (num_groups, n_samples_per_prompt) float64 rewards of every group
+    generated for it, those dynamic filtering dropped included, or None where rewards come
+    later (a reward model) or nothing was generated (samples served from the buffer)."""
+
+    def __init__(self, samples: list, prefilter_rewards: torch.Tensor | None):
+        super().__init__(samples)
+        self.prefilter_rewards = prefilter_rewards
+
+
+def _targets() -> tuple[ModuleType, ModuleType, ModuleType]:
+    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer.ppo_utils import experience_maker, samples_generator
+
+    return experience_maker, samples_generator, ppo_trainer
+
+
+def _missing_structure(experience_maker: ModuleType, samples_generator: ModuleType, ppo_trainer: ModuleType):
+    needed = {
+        "RemoteExperienceMaker.make_experience_batch": (experience_maker, "RemoteExperienceMaker"),
+        "RemoteExperienceMaker.compute_advantages_and_returns": (experience_maker, "RemoteExperienceMaker"),
+        "SamplesGenerator.generate_samples": (samples_generator, "SamplesGenerator"),
+        "SamplesGenerator._process_response_into_experience": (samples_generator, "SamplesGenerator"),
+        "BasePPOTrainer._compute_rollout_stats": (ppo_trainer, "BasePPOTrainer"),
+        "BasePPOTrainer.save_logs_and_checkpoints": (ppo_trainer, "BasePPOTrainer"),
+        "BasePPOTrainer.init_checkpoint_states": (ppo_trainer, "BasePPOTrainer"),
+    }
+    missing = []
+    for name, (module, owner) in needed.items():
+        if not callable(getattr(getattr(module, owner, None), name.split(".")[1], None)):
+            missing.append(f"{module.__name__}.{name}")
+    for name in ("apply_length_penalties", "compute_reward"):
+        if not callable(getattr(experience_maker, name, None)):
+            missing.append(f"{experience_maker.__name__}.{name}")
+    if missing:
+        return missing
+    # The pass-through relies on the group step being an if/elif on the args' estimator name that
+    # runs after the length penalties, and on the per-token stage reading the maker's own name.
+    try:
+        source = inspect.getsource(experience_maker.RemoteExperienceMaker.compute_advantages_and_returns)
+    except (OSError, TypeError):
+        return ["the source of RemoteExperienceMaker.compute_advantages_and_returns"]
+    expected = (
+        "apply_length_penalties(",
+        "compute_reward(",
+        'args.algo.advantage.estimator == "group_norm"',
+        "self.advantage_estimator",
+    )
+    where = "RemoteExperienceMaker.compute_advantages_and_returns"
+    return [f"`{text}` in {where}" for text in expected if text not in source]
+
+
+def check_openrlhf() -> str:
+    """Check that the installed OpenRLHF has what the adapter wraps; return its version.
+
+    Raises:
+        OpenRLHFIncompatibleError: OpenRLHF is missing, cannot be imported, or lacks a method or
+            the group-step structure; the message names the version found and those supported.
+    """
+    supported = f"supported: openrlhf{SUPPORTED_VERSIONS} (checked: {', '.join(CHECKED_VERSIONS)})"
+    try:
+        version = importlib.metadata.version("openrlhf")
+    except importlib.metadata.PackageNotFoundError:
+        raise OpenRLHFIncompatibleError(
+            f"OpenRLHF is not installed; {supported}. Install it with pip install 'openrlhf{SUPPORTED_VERSIONS}'."
+        ) from None
+    try:
+        modules = _targets()
+    except ImportError as error:
+        raise OpenRLHFIncompatibleError(
+            f"OpenRLHF {version} is installed but its trainer does not import ({error}); {supported}. "
+            "Install OpenRLHF's own dependencies (vllm, deepspeed, flash-attn) on the machine that trains."
+        ) from error
+    missing = _missing_structure(*modules)
+    if missing:
+        raise OpenRLHFIncompatibleError(
+            f"OpenRLHF {version} lacks what verl_avspo.openrlhf wraps: {'; '.join(missing)}. {supported}. "
+            f"Install one with pip install 'openrlhf{SUPPORTED_VERSIONS}'."
+        )
+    from packaging.specifiers import SpecifierSet
+
+    if version not in SpecifierSet(SUPPORTED_VERSIONS):
+        warnings.warn(
+            f"OpenRLHF {version} is outside the versions verl_avspo.openrlhf was checked against ({supported}); "
+            "the structure it wraps is there, so it goes on. Compare acr/* and the advantages with a short run.",
+            stacklevel=2,
+        )
+    return version
+
+
+def settings_from_env() -> dict[str, Any] | None:
+    """The AVSPO settings the launcher passed to this worker, or None (ACR metrics only)."""
+    raw = os.environ.get(SETTINGS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        settings = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{SETTINGS_ENV}={raw!r} is not JSON ({error}); it must hold the AVSPO settings") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{SETTINGS_ENV}={raw!r} must be a JSON object of AVSPO settings (for example {{}})")
+    return settings
+
+
+def _group_index(num_groups: int, group_size: int) -> torch.Tensor:
+    return torch.arange(num_groups).repeat_interleave(group_size)
+
+
+def _prompt_order(experiences: list) -> tuple[torch.Tensor, list[int]]:
+    """Each response's position in prompt order (OpenRLHF's ``experience.index``), and the
+    number of responses per experience."""
+    order = torch.tensor([i for experience in experiences for i in experience.index])
+    return order, [len(experience.index) for experience in experiences]
+
+
+def _to_prompt_order(values: torch.Tensor, order: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(bs,) values in experience order -> (num_prompts, group_size) in prompt order."""
+    ordered = torch.empty_like(values)
+    ordered[order] = values
+    return ordered.view(-1, group_size)
+
+
+class _AdvantageStep:
+    """One experience maker's AVSPO estimator (None: OpenRLHF's own) and the step's metrics."""
+
+    def __init__(self, estimator: str, settings: Mapping[str, Any] | None):
+        self.estimator = estimator
+        self.avspo: GroupNormAVSPO | None = None
+        if settings is not None:
+            if estimator not in AVSPO_ESTIMATORS:
+                raise ValueError(
+                    f"AVSPO settings were given but --algo.advantage.estimator={estimator!r}; AVSPO replaces "
+                    f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
+                )
+            self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
+        self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(None)
+        self.outputs: list[torch.Tensor] = []
+
+    def shape(self, experiences: list, group_size: int) -> None:
+        """AVSPO's group step on the penalised rewards, written back as OpenRLHF's would be."""
+        if self.avspo is None:
+            return
+        order, lengths = _prompt_order(experiences)
+        rewards = _to_prompt_order(torch.cat([experience.rewards for experience in experiences]), order, group_size)
+        advantages = self.avspo(rewards).reshape(-1)[order]
+        for experience, shaped in zip(experiences, advantages.split(lengths), strict=True):
+            experience.rewards = shaped
+
+    def metrics(self, experiences: list, group_size: int, prefilter: torch.Tensor | None) -> dict[str, float]:
+        """The step's ``acr/*`` (raw rewards, before dynamic filtering where known) and ``avspo/*``."""
+        tau, reward_range = self.config.tau, self.config.reward_range
+        order, _ = _prompt_order(experiences)
+        trained = _to_prompt_order(
+            torch.cat([experience.info["reward"].reshape(-1) for experience in experiences]).to(torch.float64),
+            order,
+            group_size,
+        )
+        raw = prefilter if prefilter is not None and prefilter.numel() else trained
+        num_groups, size = raw.shape
+        metrics = measure_collapse(raw.reshape(-1), _group_index(num_groups, size), None, tau, reward_range)
+        if self.avspo is not None or self.estimator in _GROUP_BASELINES:
+            advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size)
+            stats = group_stats(trained.reshape(-1), _group_index(trained.shape[0], group_size), trained.shape[0])
+            metrics["acr/effective"] = effective_collapse_rate(advantages.reshape(-1), stats, tau)
+        if self.avspo is not None:
+            metrics.update({key: value for key, value in self.avspo.metrics.items() if key.startswith("avspo/")})
+        return metrics
+
+
+def _advantage_step(maker: Any) -> _AdvantageStep:
+    step = getattr(maker, _STEP, None)
+    if step is None:
+        step = _AdvantageStep(maker.advantage_estimator, settings_from_env())
+        setattr(maker, _STEP, step)
+    return step
+
+
+def _after_length_penalties(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def apply_length_penalties(experiences, args, *rest, **kwargs):
+        result = original(experiences, args, *rest, **kwargs)
+        step = _ACTIVE.get()
+        if step is not None:
+            step.shape(experiences, args.rollout.n_samples_per_prompt)
+        return result
+
+    return apply_length_penalties
+
+
+def _recording_rewards(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def compute_reward(r, *rest, **kwargs):
+        step = _ACTIVE.get()
+        if step is not None:
+            step.outputs.append(r.detach().reshape(-1).clone())
+        return original(r, *rest, **kwargs)
+
+    return compute_reward
+
+
+def _compute_advantages_and_returns(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def compute_advantages_and_returns(self, experiences, *rest, **kwargs):
+        step = _advantage_step(self)
+        prefilter = getattr(self, _PREFILTER, None)
+        setattr(self, _PREFILTER, None)
+        advantage_args = self.strategy.args.algo.advantage
+        step.outputs = []
+        token = _ACTIVE.set(step)
+        if step.avspo is not None:
+            advantage_args.estimator = _PASS_THROUGH
+        try:
+            experiences = original(self, experiences, *rest, **kwargs)
+        finally:
+            advantage_args.estimator = step.estimator
+            _ACTIVE.reset(token)
+        group_size = self.strategy.args.rollout.n_samples_per_prompt
+        setattr(self, METRICS_ATTR, step.metrics(experiences, group_size, prefilter))
+        return experiences
+
+    return compute_advantages_and_returns
+
+
+def _make_experience_batch(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def make_experience_batch(self, rollout_samples, *rest, **kwargs):
+        setattr(self, _PREFILTER, getattr(rollout_samples, "prefilter_rewards", None))
+        return original(self, rollout_samples, *rest, **kwargs)
+
+    return make_experience_batch
+
+
+def _generate_samples(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def generate_samples(self, *rest, **generate_kwargs):
+        group_size = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
+        setattr(self, _RECORDED, [])
+        try:
+            result = original(self, *rest, **generate_kwargs)
+            rewards = getattr(self, _RECORDED)
+        finally:
+            setattr(self, _RECORDED, None)
+        prefilter = None
+        if rewards and None not in rewards and len(rewards) % group_size == 0:
+            prefilter = torch.tensor(rewards, dtype=torch.float64).view(-1, group_size)
+        return (GeneratedRollout(result[0], prefilter), *result[1:])
+
+    return generate_samples
+
+
+def _process_response(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def process_response_into_experience(self, response, *rest, **kwargs):
+        recorded = getattr(self, _RECORDED, None)
+        if recorded is not None:
+            reward = response.get("reward")
+            recorded.append(None if reward is None else float(reward))
+        return original(self, response, *rest, **kwargs)
+
+    return process_response_into_experience
+
+
+def _rollout_stats(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def compute_rollout_stats(self, experiences, *rest, **kwargs):
+        stats = original(self, experiences, *rest, **kwargs)
+        stats.update(getattr(self.experience_maker, METRICS_ATTR, {}))
+        return stats
+
+    return compute_rollout_stats
+
+
+def _save_logs_and_checkpoints(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None, *rest, **kwargs):
+        avspo = _advantage_step(self.experience_maker).avspo
+        if avspo is not None:
+            # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
+            client_states = {} if client_states is None else client_states
+            client_states[_STATE_KEY] = avspo.state_dict()
+        return original(self, global_step, logs_dict, client_states, *rest, **kwargs)
+
+    return save_logs_and_checkpoints
+
+
+def _init_checkpoint_states(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def init_checkpoint_states(self, *rest, **kwargs):
+        states = original(self, *rest, **kwargs)
+        avspo = _advantage_step(self.experience_maker).avspo
+        saved = states.get(_STATE_KEY)
+        if avspo is not None and saved is not None:
+            avspo.load_state_dict(saved)
+        elif avspo is not None and states.get("global_step", 0) > 0:
+            logger.warning(
+                "resuming at step %s from a checkpoint without AVSPO state: the adaptive threshold starts afresh",
+                states["global_step"],
+            )
+        return states
+
+    return init_checkpoint_states
+
+
+def install() -> str:
+    """Wrap OpenRLHF's trainer classes in this process (idempotent); return OpenRLHF's version.
+
+    Raises:
+        OpenRLHFIncompatibleError: see :func:`check_openrlhf`.
+    """
+    version = check_openrlhf()
+    experience_maker, samples_generator, ppo_trainer = _targets()
+    maker = experience_maker.RemoteExperienceMaker
+    if getattr(maker, _INSTALLED, False):
+        return version
+    wrappers = [
+        (experience_maker, "apply_length_penalties", _after_length_penalties),
+        (experience_maker, "compute_reward", _recording_rewards),
+        (maker, "make_experience_batch", _make_experience_batch),
+        (maker, "compute_advantages_and_returns", _compute_advantages_and_returns),
+        (samples_generator.SamplesGenerator, "generate_samples", _generate_samples),
+        (samples_generator.SamplesGenerator, "_process_response_into_experience", _process_response),
+        (ppo_trainer.BasePPOTrainer, "_compute_rollout_stats", _rollout_stats),
+        (ppo_trainer.BasePPOTrainer, "save_logs_and_checkpoints", _save_logs_and_checkpoints),
+        (ppo_trainer.BasePPOTrainer, "init_checkpoint_states", _init_checkpoint_states),
+    ]
+    for owner, name, wrap in wrappers:
+        setattr(owner, name, wrap(getattr(owner, name)))
+    setattr(maker, _INSTALLED, True)
+    what = "ACR metrics and AVSPO" if settings_from_env() is not None else "ACR metrics"
+    logger.info("verl_avspo: %s installed in OpenRLHF %s", what, version)
+    return version
+
+
+class _ThenRun(importlib.abc.Loader):
+    """A module loader that runs ``action`` once the module has executed."""
+
+    def __init__(self, loader: importlib.abc.Loader, action: Callable[[], Any]):
+        self._loader, self._action = loader, action
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._action()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... of the real loader
+        return getattr(self._loader, name)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``action`` right after ``module`` is first imported (one shot)."""
+
+    def __init__(self, module: str, action: Callable[[], Any]):
+        self.module, self.action = module, action
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.module:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenRun(spec.loader, self.action)
+        return spec
+
+
+def worker_setup() -> None:
+    """Ray ``worker_process_setup_hook``: install the wrappers once this worker imports OpenRLHF's
+    trainer. Workers that never do (vLLM engines, model shards) import nothing more."""
+    if _TRIGGER_MODULE in sys.modules:
+        install()
+    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(_TRIGGER_MODULE, install))
