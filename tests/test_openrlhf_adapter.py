@@ -1,13 +1,15 @@
-"""The OpenRLHF adapter reproduces OpenRLHF's group_norm where AVSPO does not trigger, and AVSPO's
-closed form where it does. OpenRLHF itself is not installed: its group_norm is two lines, written
-out here as the reference."""
+"""GroupNormAVSPO reproduces OpenRLHF's group_norm where AVSPO does not trigger and AVSPO's closed
+form where it does, and the launcher's argument handling. None of this imports OpenRLHF: its
+group_norm is two lines, written out here as the reference (tests/test_openrlhf_trainer.py runs the
+real one)."""
 
 import math
+import re
 
 import pytest
 import torch
 
-from verl_avspo.openrlhf import GroupNormAVSPO
+from verl_avspo.openrlhf import GroupNormAVSPO, OpenRLHFIncompatibleError, launcher
 
 
 def openrlhf_group_norm(rewards):
@@ -42,3 +44,72 @@ def test_state_round_trip():
 def test_flat_rewards_are_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"reshape with rewards.reshape\(-1, n_samples_per_prompt\)"):
         GroupNormAVSPO()(torch.ones(8))
+
+
+def test_avspo_arguments_are_split_from_openrlhfs():
+    argv = ["--rollout.n_samples_per_prompt", "8", "--avspo.preset", "paper", "--avspo.reward_range", "-1", "1"]
+    argv += ["--avspo.k=adaptive", "--avspo.adaptive_threshold", "false", "--train.seed", "1"]
+    rest, settings = launcher.split_avspo_arguments(argv)
+    assert rest == ["--rollout.n_samples_per_prompt", "8", "--train.seed", "1"]
+    assert settings == {"preset": "paper", "reward_range": [-1, 1], "k": "adaptive", "adaptive_threshold": False}
+
+
+@pytest.mark.parametrize(
+    ("argv", "settings", "openrlhf_argv", "avspo"),
+    [
+        (["--algo.advantage.estimator", "avspo"], {}, ["--algo.advantage.estimator", "group_norm"], {}),
+        (["--advantage_estimator=avspo"], {}, ["--algo.advantage.estimator=group_norm"], {}),
+        (["--advantage_estimator", "dr_grpo"], {"k": 2}, ["--algo.advantage.estimator", "dr_grpo"], {"k": 2}),
+        (["--algo.advantage.estimator", "group_norm"], {}, ["--algo.advantage.estimator", "group_norm"], None),
+        (["--algo.advantage.estimator", "rloo"], {}, ["--algo.advantage.estimator", "rloo"], None),
+    ],
+)
+def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
+    assert launcher.choose_estimator(argv, settings) == (openrlhf_argv, avspo)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo.advantage.estimator", "rloo", "--avspo.preset", "paper"], r"algo\.advantage\.estimator=rloo.*avspo"),
+        (["--avspo.preset", "paper"], r"no --algo\.advantage\.estimator \(OpenRLHF's default: gae\)"),
+        (["--algo.advantage.estimator", "avspo", "--avspo.strategy", "best"], r"--avspo\.strategy='best' is invalid"),
+        (["--algo.advantage.estimator", "avspo", "--avspo.preset"], r"--avspo\.preset needs a value"),
+        (["--algo.advantage.estimator", "avspo", "--avspo.alert.window", "5"], r"alert is part of the verl launcher"),
+        (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
+    ],
+)
+def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, monkeypatch):
+    def not_reached():
+        raise AssertionError("OpenRLHF must not be checked after a usage error")
+
+    monkeypatch.setattr(launcher, "check_openrlhf", not_reached)
+    assert launcher.main(argv) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkeypatch):
+    def missing():
+        raise OpenRLHFIncompatibleError("OpenRLHF is not installed; supported: openrlhf>=0.10.4,<0.12")
+
+    monkeypatch.setattr(launcher, "check_openrlhf", missing)
+    assert launcher.main(["--algo.advantage.estimator", "avspo"]) == 2
+    assert "verl_avspo.openrlhf: error: OpenRLHF is not installed; supported" in capsys.readouterr().err
+
+
+def test_ray_init_gets_the_setup_hook_and_settings():
+    seen = {}
+
+    def init(**kwargs):
+        seen.update(kwargs)
+
+    wrapped = launcher.runtime_env_hook(init, {"preset": "paper_code"})
+    wrapped(runtime_env={"env_vars": {"NCCL_DEBUG": "WARN"}}, num_cpus=2)
+    assert seen["num_cpus"] == 2
+    assert seen["runtime_env"]["worker_process_setup_hook"] == "verl_avspo.openrlhf.worker_setup"
+    assert seen["runtime_env"]["env_vars"] == {
+        "NCCL_DEBUG": "WARN",
+        "VERL_AVSPO_OPENRLHF_SETTINGS": '{"preset": "paper_code"}',
+    }
+    with pytest.raises(ValueError, match=r"already has worker_process_setup_hook='mine'"):
+        wrapped(runtime_env={"worker_process_setup_hook": "mine"})
