@@ -101,9 +101,9 @@ def test_paper_baselines_in_the_loop(comparison):
     assert (dcpo["acr/effective"] <= dcpo["acr/rate"]).all()
     for label in ("intuitor", "rent"):
         steps = runs[label].loc[1:]
-        # Continuous intrinsic rewards: no group ties, while the verifier's groups mostly collapse.
-        assert (steps["acr/rate"] == 0).all() and (grpo["acr/rate"] > 0.5).all()
-        assert (steps["acr/effective"] == 0).all()
+        # Continuous intrinsic rewards tie only when a group repeats one answer; the verifier's often do.
+        assert (steps["acr/rate"] < grpo["acr/rate"]).all()
+        assert (steps["acr/effective"] == steps["acr/rate"]).all()  # GRPO on that reward
         # Their reward is not the verifier's, so their loss differs from GRPO's at the same step-1 samples.
         assert steps.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
 

@@ -219,3 +219,17 @@ def test_summary_marks_intrinsic_rewards_and_shows_entropy():
     assert "raw ACR of 0.375 (on its intrinsic reward: not comparable)." in text
     assert "`dcpo` vs `grpo`" in text and "raw ACR of 0.375." in text
     assert "†" not in render_summary({"grpo": [stats]}, ["1+1"], 8, 1, "setup", [])
+
+
+def test_identical_answers_share_one_intrinsic_reward():
+    from verl_avspo.sandbox.loop import _share_among_identical
+    from verl_avspo.sandbox.policy import Rollout
+
+    prompts = torch.tensor([[1, 5], [1, 5], [1, 5], [1, 6]])
+    # Rows 0 and 1 are one answer (padding after <eos> differs); row 2 differs; row 3 is another prompt.
+    responses = torch.tensor([[7, 2, 0], [7, 2, 9], [8, 2, 0], [7, 2, 0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 1, 0]])
+    rollout = Rollout(prompts, torch.ones_like(prompts), responses, mask)
+    shared = _share_among_identical(torch.tensor([1.0, 1.0 + 3e-7, 2.0, 5.0]), rollout)
+    assert shared[0] == shared[1] and shared[0].item() == pytest.approx(1.0 + 1.5e-7)
+    assert shared[2:].tolist() == [2.0, 5.0]

@@ -55,6 +55,18 @@ def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor
     return detect_collapse(stats).collapsed[ids]
 
 
+def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
+    """(n,) rewards with every identical (prompt, response) pair given their mean.
+
+    Batched forward passes differ in the last bits between rows, so identical answers get
+    intrinsic rewards ~1e-7 apart; GRPO divides by (std + 1e-6) and would turn that noise into
+    advantages of order 0.1 in a group that has in truth collapsed.
+    """
+    rows = torch.cat([rollout.prompt_ids, rollout.response_ids * rollout.response_mask], dim=1)
+    _, same = torch.unique(rows, dim=0, return_inverse=True)
+    return group_stats(rewards, same, int(same.max()) + 1).mean[same].to(rewards.dtype)
+
+
 def _dcpo_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
     """verl's policy-loss signature, with DCPO's dynamic-adaptive clip bounds (ε from ``config``)."""
     losses, clipped = dynamic_clip_token_losses(
@@ -144,6 +156,8 @@ def train(
                     rewards = negative_entropy(entropy, response_mask)
                 else:
                     rewards = scores
+            if estimator.intrinsic:
+                rewards = _share_among_identical(rewards, rollout)
 
             # 2. Advantages through verl's dispatch (DCPO: the run's prompt history), then the
             # step's collapse metrics on the rewards the estimator saw.
@@ -194,6 +208,7 @@ def train(
                 {
                     "train/reward_mean": scores.mean().item(),
                     "actor/entropy": masked_mean(entropy, response_mask).item(),
+                    **({"train/intrinsic_reward_mean": rewards.mean().item()} if estimator.intrinsic else {}),
                     "train/kept_groups": groups.numel() / config.prompts_per_step,
                     "actor/pg_loss": float(np.mean(losses)) if losses else 0.0,
                     "actor/pg_clipfrac": float(np.mean(clipfracs)) if clipfracs else 0.0,
