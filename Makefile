@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml
 	# torch first: a plain dependency resolve would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
+	# OpenRLHF, for tests/test_openrlhf_trainer.py: its wheel pins CUDA-only packages (flash-attn,
+	# vllm), so it goes in without dependencies; deepspeed, which its trainer imports, is an sdist
+	# built against the torch above (no ops are compiled).
+	$(BIN)/python -m pip install --quiet setuptools wheel
+	$(BIN)/python -m pip install --quiet --no-build-isolation deepspeed==0.19.6
+	$(BIN)/python -m pip install --quiet --no-deps openrlhf==0.11.2
 	touch $(STAMP)
 
 lint: $(STAMP)
