@@ -1,0 +1,134 @@
+"""Plots of the sandbox study for docs/results.md, from the runs of benchmarks/sandbox_study.sh.
+
+Reads ``<study>/<mix>/runs/<estimator>/seed<k>.jsonl`` (verl's file-logger format) and writes, under
+``--out``: ``final_accuracy.png`` (final mean greedy accuracy and pass@k per estimator and mix,
+mean ± std over seeds) and, per mix, ACR, accuracy and token-entropy curves; prints a table per mix.
+
+Usage: python benchmarks/study_plots.py runs/study --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from verl_avspo.logs import read_metrics  # noqa: E402
+from verl_avspo.plots import plot_metrics  # noqa: E402
+
+
+def load(mix_dir: Path) -> dict[str, list]:
+    """Estimator label (``avspo:beta_loo``) -> its per-seed metric frames, in seed order."""
+    runs = {}
+    for folder in sorted((mix_dir / "runs").iterdir()):
+        seeds = sorted(folder.glob("seed*.jsonl"), key=lambda p: int(p.stem[4:]))
+        runs[folder.name.replace("-", ":", 1)] = [read_metrics(p) for p in seeds]
+    return dict(sorted(runs.items(), key=lambda item: item[0] != "grpo"))  # grpo, the baseline, first
+
+
+def final(frames: list, column: str) -> np.ndarray:
+    return np.array([100 * frame.loc[frame.index.max(), column] for frame in frames])
+
+
+def pass_column(frame) -> list[str]:
+    return [c for c in frame.columns if c.startswith("eval/pass@") and "_level_" in c]
+
+
+def bar_chart(mixes: dict[str, dict[str, list]], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(mixes), figsize=(6 * len(mixes), 4.2), squeeze=False)
+    for ax, (mix, runs) in zip(axes[0], mixes.items(), strict=True):
+        labels = list(runs)
+        acc = [final(runs[label], "eval/acc_mean") for label in labels]
+        passes = []
+        for label in labels:
+            columns = pass_column(runs[label][0])
+            passes.append(np.mean([final(runs[label], c) for c in columns], axis=0))
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, [a.mean() for a in acc], 0.4, yerr=[a.std(ddof=1) for a in acc], label="greedy accuracy")
+        ax.bar(x + 0.2, [p.mean() for p in passes], 0.4, yerr=[p.std(ddof=1) for p in passes], label="pass@k")
+        ax.set_xticks(x, labels, rotation=40, ha="right", fontsize=8)
+        ax.set_title(f"{mix}: final, mean over levels (± std over seeds)")
+        ax.set_ylabel("%")
+        ax.set_ylim(0, 1.2 * max(p.mean() + p.std(ddof=1) for p in passes))
+        ax.legend(fontsize=8, loc="upper center", ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(runs: dict[str, list]) -> str:
+    """Markdown: per estimator, mean ± std over seeds of the final accuracy and pass@k (mean over
+    levels), raw and effective ACR and token entropy (means over steps), and the paired accuracy
+    difference to grpo (mean ± standard error over seeds)."""
+
+    def cell(values: np.ndarray, digits: int) -> str:
+        return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+    def over_steps(frames: list, column: str) -> np.ndarray:
+        return np.array([frame[column].dropna().mean() for frame in frames])
+
+    baseline = final(runs["grpo"], "eval/acc_mean")
+    lines = [
+        "| estimator | accuracy (%) | pass@k (%) | Δ accuracy vs grpo (paired) | raw ACR | effective ACR | entropy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, frames in runs.items():
+        acc = final(frames, "eval/acc_mean")
+        passes = np.mean([final(frames, c) for c in pass_column(frames[0])], axis=0)
+        gain = acc - baseline
+        delta = "—" if label == "grpo" else f"{gain.mean():+.1f} ± {gain.std(ddof=1) / np.sqrt(len(gain)):.1f}"
+        lines.append(
+            f"| `{label}` | {cell(acc, 1)} | {cell(passes, 1)} | {delta} | {cell(over_steps(frames, 'acr/rate'), 3)} "
+            f"| {cell(over_steps(frames, 'acr/effective'), 3)} | {cell(over_steps(frames, 'actor/entropy'), 3)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", type=Path, help="the --out folder of benchmarks/sandbox_study.sh")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args(argv)
+    mixes = {mix.name: load(mix) for mix in sorted(args.study.iterdir()) if (mix / "runs").is_dir()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    bar_chart(mixes, args.out / "final_accuracy.png")
+    for mix, runs in mixes.items():
+        verifier = {label: frames for label, frames in runs.items() if label not in ("intuitor", "rent")}
+        plot_metrics(
+            verifier,
+            ["acr/rate", "acr/effective"],
+            args.out / f"{mix}_acr.png",
+            f"{mix}: advantage collapse (mean over seeds, 5-step rolling mean)",
+            "fraction of groups",
+            smooth=5,
+            column_labels={"acr/rate": "raw ACR", "acr/effective": "effective ACR"},
+            band=False,
+        )
+        plot_metrics(
+            runs,
+            ["eval/acc_mean"],
+            args.out / f"{mix}_accuracy.png",
+            f"{mix}: held-out greedy accuracy, mean over levels (band: ± std over seeds)",
+            "accuracy",
+        )
+        plot_metrics(
+            runs,
+            ["actor/entropy"],
+            args.out / f"{mix}_entropy.png",
+            f"{mix}: token entropy of the sampling policy (5-step rolling mean)",
+            "nats",
+            smooth=5,
+            band=False,
+        )
+        print(f"## {mix}\n\n{table(runs)}\n")
+    print(f"wrote {', '.join(sorted(p.name for p in args.out.glob('*.png')))} under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
