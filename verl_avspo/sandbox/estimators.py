@@ -16,8 +16,8 @@ The paper's other baselines:
 - ``intuitor`` and ``rent``: GRPO on an intrinsic reward computed from the sampling policy's own
   logits, INTUITOR's self-certainty and RENT's negative mean token entropy (every response token;
   the sandbox's answers are at most 4 tokens long), instead of the verifier's reward. The verifier
-  still measures their accuracy. Their rewards are continuous, so their groups almost never
-  collapse and their raw ACR is not comparable with the verifier-reward estimators'.
+  still measures their accuracy. Their rewards are continuous, so their groups collapse only when
+  they repeat one answer, and their raw ACR is not comparable with the verifier-reward estimators'.
 """
 
 from __future__ import annotations

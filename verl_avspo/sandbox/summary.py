@@ -67,9 +67,9 @@ def intrinsic_note(labels: Collection[str]) -> str:
     names = ", ".join(f"`{label}`" for label in labels)
     return (
         f"{INTRINSIC_MARK} {names} train on an intrinsic reward computed from the policy's own logits (self-certainty, "
-        "negative entropy), and their ACR is measured on that reward. It is continuous, so their groups almost never "
-        "collapse: their raw ACR is not comparable with that of the estimators trained on the verifier's 0/1 "
-        "reward (as the paper notes). Their accuracy is still the verifier's."
+        "negative entropy), and their ACR is measured on that reward. It is continuous, so their groups collapse only "
+        "when they repeat one answer: their raw ACR is not comparable with that of the estimators trained on the "
+        "verifier's 0/1 reward (as the paper notes). Their accuracy is still the verifier's."
     )
 
 
