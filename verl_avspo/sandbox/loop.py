@@ -58,9 +58,10 @@ def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor
 def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
     """(n,) rewards with every identical (prompt, response) pair given their mean.
 
-    Batched forward passes differ in the last bits between rows, so identical answers get
-    intrinsic rewards ~1e-7 apart; GRPO divides by (std + 1e-6) and would turn that noise into
-    advantages of order 0.1 in a group that has in truth collapsed.
+    A guard: batched forward passes may differ in the last bits between rows (several threads, a
+    GPU), and GRPO divides by (std + 1e-6), which would turn ~1e-7 of noise between identical
+    answers into advantages of order 0.1. With one CPU thread the rows came out bit-identical
+    (the default comparison gave the same numbers with and without it).
     """
     rows = torch.cat([rollout.prompt_ids, rollout.response_ids * rollout.response_mask], dim=1)
     _, same = torch.unique(rows, dim=0, return_inverse=True)
