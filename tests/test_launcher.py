@@ -161,3 +161,71 @@ def test_cfg_job_prints_the_composed_config_without_running(tmp_path):
 def test_group_estimators_are_those_that_take_the_uid_index():
     assert all(is_group_estimator(name) for name in ("grpo", "rloo", "grpo_passk", "avspo"))
     assert not any(is_group_estimator(name) for name in ("gae", "remax", "reinforce_plus_plus"))
+
+
+# ---- baselines: DCPO, INTUITOR, RENT ---------------------------------------------------------------
+
+
+def test_our_config_declares_the_dcpo_and_intrinsic_keys():
+    from verl_avspo.baselines import DCPOConfig, IntrinsicConfig
+
+    config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
+    assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
+    assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
+    dcpo, intrinsic = main_ppo.check_baselines(config)
+    assert dcpo == DCPOConfig(epsilon=1e-6, prompt_key="raw_prompt")
+    assert intrinsic == IntrinsicConfig(reward="negative_entropy", last_tokens=None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.dcpo.prompt_key=uid"], "algorithm.dcpo.prompt_key='uid' is invalid: expected one of index"),
+        (["algorithm.dcpo.epsilon=-1"], "algorithm.dcpo.epsilon=-1 is invalid: expected a finite number >= 0"),
+        (["algorithm.intrinsic.reward=entropy"], "algorithm.intrinsic.reward='entropy' is invalid: expected one of"),
+        (
+            ["algorithm.intrinsic.reward=self_certainty", "algorithm.intrinsic.last_tokens=4"],
+            "last_tokens=4 only applies to algorithm.intrinsic.reward=negative_entropy",
+        ),
+        (
+            ["algorithm.adv_estimator=dcpo", "trainer.use_v1=False"],
+            "algorithm.adv_estimator=dcpo (its prompt identity is passed by our V1 trainer) needs the V1 sync trainer",
+        ),
+        (
+            ["algorithm.intrinsic.reward=negative_entropy", "trainer.v1.trainer_mode=colocate_async"],
+            "needs the V1 sync trainer; this config has trainer.use_v1=True, trainer.v1.trainer_mode=colocate_async",
+        ),
+        (
+            ["algorithm.intrinsic.reward=negative_entropy", "algorithm.rollout_correction.bypass_mode=True"],
+            "which verl skips with algorithm.rollout_correction.bypass_mode=True",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcp"],
+            "policy_loss.loss_mode='dcp' is not a registered policy loss. Did you mean 'dcpo'?",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=1"],
+            "clip_ratio_c=1 with policy_loss.loss_mode=dcpo",
+        ),
+    ],
+)
+def test_bad_baseline_settings_fail_before_ray_with_the_key_and_the_fix(overrides, message):
+    with pytest.raises(ConfigCheckError, match=re.escape(message)):
+        check_config(compose_config(RUNNABLE + overrides))
+
+
+def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
+    overrides = RUNNABLE + ["algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty"]
+    monkeypatch.setattr(main_ppo, "verl_has_self_certainty", lambda: False)
+    with pytest.raises(ConfigCheckError, match=r"Apply patches/verl-0\.9\.1-intrinsic\.patch"):
+        check_config(compose_config(overrides))
+    # A patched verl passes, except where the patch cannot serve: fused kernels (no logits).
+    monkeypatch.setattr(main_ppo, "verl_has_self_certainty", lambda: True)
+    check_config(compose_config(overrides))
+    with pytest.raises(ConfigCheckError, match="use_fused_kernels=True: fused kernels never materialise the logits"):
+        check_config(compose_config([*overrides, "actor_rollout_ref.model.use_fused_kernels=True"]))
+
+
+def test_installed_verl_is_not_patched_for_self_certainty():
+    # The control for the test above: the detection reads the real engine source.
+    assert main_ppo.verl_has_self_certainty() is False
