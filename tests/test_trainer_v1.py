@@ -331,3 +331,32 @@ def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
     trainer.total_training_steps = 3
     assert run_scripted(trainer, [0.1, 0.6, 0.7]) == [0, 0, 1]
     assert trainer.total_training_steps == 3 and trainer.actor_rollout_wg.saved == []
+
+
+def test_rent_replaces_the_verifier_scores_by_negative_entropy_before_the_advantage():
+    # The per-token entropies are put into TransferQueue as the actor's old-log-prob pass leaves them
+    # (a jagged response-length field); that GPU pass itself is not run.
+    trainer = make_trainer("algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=negative_entropy")
+    batch = put_groups("rent", [[1, 0, 1], [0, 0, 0]])
+    generator = torch.Generator().manual_seed(0)
+    entropies = [torch.rand(2 + s, generator=generator) for _ in range(2) for s in range(3)]
+    tq.kv_batch_put(
+        keys=batch.keys,
+        partition_id="train",
+        fields=list_of_dict_to_tensordict([{"entropy": e} for e in entropies]),
+    )
+    metrics = {}
+    batch = trainer._compute_advantage(batch, metrics)
+
+    rewards, mask, uid, advantages = read_back(batch)
+    expected_scores = torch.tensor([-float(e.mean()) for e in entropies])
+    assert torch.allclose(rewards.sum(-1), expected_scores, atol=1e-6)
+    lengths = mask.sum(-1).long()
+    assert torch.equal(rewards[torch.arange(6), lengths - 1], rewards.sum(-1))  # on each last token
+    expected, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)
+    assert torch.allclose(advantages.to_padded_tensor(0.0), expected, atol=1e-6)
+    assert metrics["intrinsic/reward"] == pytest.approx(float(expected_scores.mean()), abs=1e-6)
+    assert metrics["intrinsic/verifier_score"] == pytest.approx(2 / 6)
+    # The all-wrong verifier group is no longer collapsed: its entropies differ.
+    assert metrics["acr/rate"] == 0.0
+    tq.kv_clear(keys=batch.keys, partition_id="train")
