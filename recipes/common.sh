@@ -5,7 +5,7 @@
 # set in the environment; arguments given to the model script are passed on to verl last, so they
 # override anything here (Hydra keeps the last value of a key).
 #
-#   ESTIMATOR  avspo (default) | grpo | drgrpo | dapo | paper_code
+#   ESTIMATOR  avspo (default) | grpo | drgrpo | dapo | paper_code | dcpo | rent | intuitor
 #   MODE       train (default) | eval (the final checkpoint, 2048 tokens, all benchmarks)
 #   DRY_RUN=1  compose and validate the config offline (no Ray, no GPU), print the command, exit
 #   TAG        suffix of the run name, for ablations: TAG=k1 bash ... algorithm.avspo.k=1
@@ -68,8 +68,19 @@ case "$ESTIMATOR" in
     dapo)
         ALGORITHM=(algorithm.adv_estimator=grpo algorithm.filter_groups.enable=True
             algorithm.filter_groups.metric=reward) ;;
+    # DCPO: smooth advantage standardization over each prompt's reward history (keyed by the
+    # data's extra_info.index) and dynamic-adaptive clipping, capped and dual-clipped at 10 as in
+    # the authors' code.
+    dcpo)
+        ALGORITHM=(algorithm.adv_estimator=dcpo actor_rollout_ref.actor.policy_loss.loss_mode=dcpo
+            actor_rollout_ref.actor.clip_ratio_c=10) ;;
+    # RENT: GRPO on the negative mean token entropy of each response (no verifier in training).
+    rent) ALGORITHM=(algorithm.adv_estimator=grpo algorithm.intrinsic.reward=negative_entropy) ;;
+    # INTUITOR: GRPO on self-certainty. Needs patches/verl-0.9.1-intrinsic.patch applied to verl;
+    # the launcher refuses it on an unpatched verl.
+    intuitor) ALGORITHM=(algorithm.adv_estimator=grpo algorithm.intrinsic.reward=self_certainty) ;;
     *)
-        echo "ESTIMATOR=$ESTIMATOR is not a recipe estimator; use one of: avspo grpo drgrpo dapo paper_code" >&2
+        echo "ESTIMATOR=$ESTIMATOR is not a recipe estimator; use one of: avspo grpo drgrpo dapo paper_code dcpo rent intuitor" >&2
         exit 2 ;;
 esac
 

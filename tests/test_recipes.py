@@ -111,6 +111,16 @@ def test_model_recipe_composes_with_the_paper_settings(script):
                 "trainer.use_v1": True,  # the V1 trainer implements filter_groups itself
             },
         ),
+        (
+            "dcpo",
+            {
+                "algorithm.adv_estimator": "dcpo",
+                "actor_rollout_ref.actor.policy_loss.loss_mode": "dcpo",
+                "actor_rollout_ref.actor.clip_ratio_c": 10,
+                "trainer.use_v1": True,
+            },
+        ),
+        ("rent", {"algorithm.adv_estimator": "grpo", "algorithm.intrinsic.reward": "negative_entropy"}),
     ],
 )
 def test_estimator_is_one_variable(estimator, expected):
@@ -158,6 +168,15 @@ def test_eval_mode_validates_the_merged_checkpoint_at_2048_tokens():
     assert config.actor_rollout_ref.model.path == "/runs/qwen2.5-math-1.5b_avspo/hf"
     assert Path(config.data.val_files[-1]).stem == "mmlu_pro"
     assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/qwen2.5-math-1.5b_avspo/eval.jsonl"
+
+
+def test_intuitor_recipe_names_the_patch_on_unpatched_verl():
+    from verl_avspo.main_ppo import ConfigCheckError
+
+    _, overrides = _overrides(MAIN, ESTIMATOR="intuitor")
+    assert "algorithm.intrinsic.reward=self_certainty" in overrides
+    with pytest.raises(ConfigCheckError, match=r"Apply patches/verl-0\.9\.1-intrinsic\.patch"):
+        preflight(compose_config(overrides))
 
 
 @pytest.mark.parametrize(("variable", "value"), [("ESTIMATOR", "ppo"), ("MODE", "serve")])

@@ -3,7 +3,7 @@
 # Hardware (estimate, see recipes/README.md): 2 GPUs with 80 GB.
 #
 #   bash recipes/qwen2.5-3b-instruct/train.sh                      # AVSPO, the paper's method
-#   ESTIMATOR=grpo bash recipes/qwen2.5-3b-instruct/train.sh       # or drgrpo | dapo | paper_code
+#   ESTIMATOR=grpo bash recipes/qwen2.5-3b-instruct/train.sh       # or drgrpo | dapo | paper_code | dcpo | rent | intuitor
 #   DRY_RUN=1 bash recipes/qwen2.5-3b-instruct/train.sh            # check the config offline, print the command
 #   MODE=eval bash recipes/qwen2.5-3b-instruct/train.sh            # final evaluation of the merged checkpoint
 #   bash recipes/qwen2.5-3b-instruct/train.sh trainer.test_freq=5  # extra arguments go to verl
