@@ -13,6 +13,10 @@ Rows:
                      threshold starts at 0.5, so at an ACR of 0.4 it computes GRPO plus ACR
     avspo <strategy> the paper preset with that strategy and ``threshold_init: 0.1``, so every
                      collapsed group is augmented (the most work AVSPO can do)
+    dcpo             ``verl_avspo.register.compute_dcpo_advantage`` (DCPO's smooth advantage
+                     standardization), each call preceded by the trainer's ``set_prompt_keys``;
+                     every call revisits the same prompts, so from the second on every group is
+                     blended with its history
     acr metrics      ``verl_avspo.collapse.measure_collapse`` on precomputed scores
     floor            the traffic no outcome estimator avoids: sum token rewards to scores, write
                      scores times mask (the fastest exact torch form of both)
@@ -160,6 +164,14 @@ def methods(batch: Batch) -> dict[str, Callable[[], object]]:
     rows["avspo paper"] = avspo(algorithm_config(preset="paper"))
     for strategy in STRATEGIES:
         rows[f"avspo {strategy}"] = avspo(algorithm_config(preset="paper", strategy=strategy, threshold_init=0.1))
+    prompt_keys = {uid: key for key, uid in enumerate(dict.fromkeys(batch.index.tolist()))}
+    dcpo_config = OmegaConf.create({"adv_estimator": "dcpo", "norm_adv_by_std_in_grpo": True})
+
+    def dcpo():
+        register.set_prompt_keys(prompt_keys)  # what the trainer does before verl's advantage stage
+        return register.compute_dcpo_advantage(**inputs, index=batch.index, config=dcpo_config)
+
+    rows["dcpo"] = dcpo
     rows["acr metrics"] = lambda: measure_collapse(batch.scores, batch.index)
     rows["floor"] = lambda: floor(batch.token_level_rewards, batch.response_mask)
     return rows

@@ -40,7 +40,7 @@ def test_main_prints_one_row_per_method_with_all_columns(bench, capsys):
     header, rows = _table(out)
     assert tuple(header) == bench.COLUMNS
     expected = ["grpo", "grpo_vectorized", "avspo paper"] + [f"avspo {s}" for s in STRATEGIES]
-    expected += ["acr metrics", "floor"]
+    expected += ["dcpo", "acr metrics", "floor"]
     assert [row[3] for row in rows] == expected * 2
     assert [row[0] for row in rows] == ["64"] * len(expected) + ["96"] * len(expected)
     by_method = {row[3]: row for row in rows[: len(expected)]}
@@ -98,6 +98,17 @@ def test_rows_compute_what_they_claim(bench):
         if strategy != "www":  # www leaves all-wrong groups at c = 0 where they were
             assert metrics["acr/effective"] == 0.0, strategy
         assert not torch.equal(augmented, grpo)
+    # DCPO: the first call is GRPO (first visits). The second revisits every prompt with the same
+    # rewards: the unbiased std over the 2G = 16 rewards is sqrt(14/15) of the group's, so
+    # A = (Â_new + Â_total) / 2 = Â_new (1 + sqrt(15/14)) / 2; a collapsed group's history is as
+    # collapsed as the group, so it stays 0.
+    first, _ = calls["dcpo"]()
+    torch.testing.assert_close(first, grpo)
+    second, _ = calls["dcpo"]()
+    mixed = grpo.abs().sum(-1) > 0
+    torch.testing.assert_close(second[~mixed], grpo[~mixed])
+    ratio = second[mixed].sum(-1) / grpo[mixed].sum(-1)
+    torch.testing.assert_close(ratio, torch.full_like(ratio, 0.5 + 0.5 * (15 / 14) ** 0.5), rtol=1e-5, atol=0)
     assert calls["acr metrics"]() == measure_collapse(batch.scores, batch.index)
     assert torch.equal(calls["floor"](), batch.scores.unsqueeze(-1) * batch.response_mask)
 
@@ -144,5 +155,5 @@ def test_cuda_run_prints_the_table(bench, capsys):
     argv += ["--threads", str(torch.get_num_threads())]
     assert bench.main(argv) == 0
     header, rows = _table(capsys.readouterr().out)
-    assert tuple(header) == bench.COLUMNS and len(rows) == 3 + len(STRATEGIES) + 2
+    assert tuple(header) == bench.COLUMNS and len(rows) == 3 + len(STRATEGIES) + 3
     assert all(np.isfinite(float(row[10])) for row in rows)

@@ -96,7 +96,7 @@ def test_nan_and_inf_scores_say_how_many_and_where():
             lambda b: b.update(token_level_rewards=torch.ones(6)),
             r"token_level_rewards must be a \(batch, response_length\) tensor",
         ),
-        (lambda b: b.update(index=None), r"index is missing: AVSPO groups responses by prompt"),
+        (lambda b: b.update(index=None), r"index is missing: AVSPO and DCPO group responses by prompt"),
         (lambda b: b.update(index=b["index"][:4]), r"index has 4 entries but the batch has 6 responses"),
         (
             lambda b: b.update(

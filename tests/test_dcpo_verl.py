@@ -24,6 +24,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo import register
+from verl_avspo.baselines import dcpo_settings
 from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_bounds
 from verl_avspo.main_ppo import compose_config
 from verl_avspo.trainer import STATE_FILE, AVSPOTrainerSync
@@ -109,6 +110,26 @@ def test_keys_are_consumed_by_one_call():
     compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
     with pytest.raises(ValueError, match="no prompt identity"):
         compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
+    config = algorithm_config()
+    data = outcome_batch([[1, 0, 1, 0]], "x")
+    data.batch["token_level_rewards"][1, -1] = bad
+    register.set_prompt_keys({"x0": 1})
+    with pytest.raises(ValueError, match=r"1 response score\(s\) are not finite.*uid=\['x0'\]"):
+        compute_advantage(data, adv_estimator="dcpo", config=config)
+    assert len(register.get_dcpo_history(dcpo_settings(config))) == 0
+
+
+def test_a_mask_of_the_wrong_shape_is_refused():
+    data = outcome_batch([[1, 0]], "x")
+    register.set_prompt_keys({"x0": 1})
+    with pytest.raises(ValueError, match=r"response_mask shape \(2, 2\) does not match"):
+        register.compute_dcpo_advantage(
+            data.batch["token_level_rewards"], torch.ones(2, 2), data.non_tensor_batch["uid"], algorithm_config()
+        )
 
 
 # ---- the V1 trainer's advantage stage -----------------------------------------------------------

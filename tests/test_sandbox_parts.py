@@ -184,6 +184,7 @@ def test_log_probs_are_those_generate_sampled_from():
 def test_paper_baseline_specs():
     dcpo, intuitor, rent = parse_estimators("dcpo,intuitor,rent")
     assert (dcpo.dcpo, dcpo.reward, dcpo.intrinsic) == (True, "verifier", False)
+    assert dcpo.algorithm_config(seed=0).adv_estimator == "dcpo"  # verl's dispatch, as registered
     assert (intuitor.reward, rent.reward) == ("self_certainty", "negative_entropy")
     assert intuitor.intrinsic and rent.intrinsic and not intuitor.dcpo
     assert intuitor.algorithm_config(seed=0).adv_estimator == "grpo"  # GRPO on the intrinsic reward

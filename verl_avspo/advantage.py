@@ -31,7 +31,7 @@ from verl_avspo.controller import AdaptiveController, Decision
 from verl_avspo.prior import BetaPrior, beta_baseline, beta_prior
 from verl_avspo.virtual import virtual_counts, virtual_rewards
 
-__all__ = ["AdvantageOutput", "response_scores", "compute_avspo_outcome_advantage"]
+__all__ = ["AdvantageOutput", "response_scores", "token_advantages", "compute_avspo_outcome_advantage"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tens
         raise ValueError("the batch is empty: there are no responses to compute advantages for")
     if index is None:
         raise ValueError(
-            "index is missing: AVSPO groups responses by prompt and needs verl's non_tensor_batch['uid'] "
+            "index is missing: AVSPO and DCPO group responses by prompt and need verl's non_tensor_batch['uid'] "
             "(one id per response, shared by the responses of one prompt)."
         )
     if len(index) != token_level_rewards.shape[0]:
@@ -89,6 +89,16 @@ def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tens
             "finite number (for example 0.0 for an unparseable answer)."
         )
     return scores
+
+
+def token_advantages(scalar: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Each response's scalar advantage (bs,) on its response tokens -> (bs, L).
+
+    Same values as ``scalar.unsqueeze(-1) * response_mask``, but on CPU that mixed-dtype multiply
+    first copies verl's int64 mask into a float temporary: this form saves a (bs, L) pass and
+    halves the peak memory (benchmarks/bench_advantage.py).
+    """
+    return response_mask.to(torch.result_type(scalar, response_mask), copy=True).mul_(scalar.unsqueeze(-1))
 
 
 def compute_avspo_outcome_advantage(
@@ -134,10 +144,7 @@ def compute_avspo_outcome_advantage(
             scores, stats, collapse, decision, config, controller, norm_adv_by_std
         )
         extra = {}
-    # Same values as `scalar.unsqueeze(-1) * response_mask`, but on CPU that mixed-dtype multiply
-    # first copies verl's int64 mask into a float temporary: this form saves a (bs, L) pass and
-    # halves the peak memory (benchmarks/bench_advantage.py).
-    advantages = response_mask.to(torch.result_type(scalar, response_mask), copy=True).mul_(scalar.unsqueeze(-1))
+    advantages = token_advantages(scalar, response_mask)
 
     num_augmented = int(augmented.sum())
     metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, config.tau))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from verl_avspo.advantage import compute_avspo_outcome_advantage
+from verl_avspo.advantage import compute_avspo_outcome_advantage, response_scores, token_advantages
 from verl_avspo.baselines import DCPOConfig, dcpo_settings
 from verl_avspo.config import AVSPOConfig, resolve_config
 from verl_avspo.controller import AdaptiveController
@@ -201,9 +201,10 @@ def compute_dcpo_advantage(
     """
     settings = dcpo_settings(config)
     norm_adv_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    # Checked before the keys are read: a NaN reward would poison its prompt's history for good.
+    scores = response_scores(token_level_rewards, response_mask, index)
     real, keys = _dcpo_prompt_keys(index)
     _prompt_keys.clear()  # one step's keys serve one call
-    scores = token_level_rewards.sum(dim=-1)
     advantage = torch.zeros_like(scores)
     real_rows = torch.from_numpy(real).to(scores.device)
     if keys:
@@ -211,7 +212,7 @@ def compute_dcpo_advantage(
         real_index = np.asarray(index, dtype=object)[real]
         with torch.no_grad():
             advantage[real_rows] = history.advantages(scores[real_rows], keys, real_index).to(scores.dtype)
-    advantages = advantage.unsqueeze(-1) * response_mask
+    advantages = token_advantages(advantage, response_mask)
     return advantages, advantages
 
 

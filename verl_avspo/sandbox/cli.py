@@ -63,7 +63,8 @@ def _baselines_text(estimators) -> str:
     labels = {spec.label for spec in estimators}
     sentences = {
         "dcpo": "`dcpo` standardizes each reward against its problem's rewards over all visits as well as its group "
-        "(smooth advantage standardization) and clips the ratio with DCPO's token-wise bounds.",
+        "(smooth advantage standardization) and clips the ratio with DCPO's token-wise bounds (dual clip at 10), "
+        "through verl's registered `dcpo` estimator and policy loss.",
         "intuitor": "`intuitor` trains GRPO on the policy's self-certainty instead of the verifier's reward.",
         "rent": "`rent` trains GRPO on the negative mean token entropy instead of the verifier's reward.",
     }

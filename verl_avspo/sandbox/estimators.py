@@ -10,9 +10,11 @@ token mean over the remaining groups only, so it is larger per kept token than G
 
 The paper's other baselines:
 
-- ``dcpo``: DCPO's smooth advantage standardization (``verl_avspo.dcpo.PromptRewardHistory``, one
-  history per run, keyed by the problem's text) and its dynamic-adaptive clipping in the PPO loss,
-  with the sandbox's clip ratio as ε_low = ε_high. Its raw ACR is on the verifier's rewards, as GRPO's.
+- ``dcpo``: verl's ``dcpo`` estimator and policy loss as this package registers them, so exactly
+  what ``algorithm.adv_estimator=dcpo`` runs in verl: smooth advantage standardization with one
+  prompt history per run, keyed by the problem's text (the loop hands the keys over as our trainer
+  does), and dynamic-adaptive clipping with the sandbox's clip ratio as ε_low = ε_high and DCPO's
+  ``clip_ratio_c`` of 10. Its raw ACR is on the verifier's rewards, as GRPO's.
 - ``intuitor`` and ``rent``: GRPO on an intrinsic reward computed from the sampling policy's own
   logits, INTUITOR's self-certainty and RENT's negative mean token entropy (every response token;
   the sandbox's answers are at most 4 tokens long), instead of the verifier's reward. The verifier
@@ -59,7 +61,6 @@ class EstimatorSpec:
         preset: the AVSPO preset (``avspo`` only).
         drop_collapsed: DAPO-style filtering of collapsed groups before the policy loss.
         reward: ``verifier`` (exact match), or the intrinsic ``self_certainty`` / ``negative_entropy``.
-        dcpo: DCPO's advantages (from the run's prompt history, not verl's dispatch) and clipping.
     """
 
     label: str
@@ -67,12 +68,16 @@ class EstimatorSpec:
     preset: str | None = None
     drop_collapsed: bool = False
     reward: str = "verifier"
-    dcpo: bool = False
 
     @property
     def intrinsic(self) -> bool:
         """True when the training reward is not the verifier's."""
         return self.reward != "verifier"
+
+    @property
+    def dcpo(self) -> bool:
+        """True for DCPO, whose estimator needs prompt keys and whose policy loss is its own."""
+        return self.adv_estimator == "dcpo"
 
     def algorithm_config(self, seed: int) -> DictConfig:
         """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""
@@ -102,8 +107,6 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 )
         if name == "dapo":
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
-        elif name == "dcpo":
-            specs.append(EstimatorSpec(item, "grpo", dcpo=True))
         elif name in INTRINSIC_REWARDS:
             specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name]))
         else:
@@ -111,7 +114,7 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
     # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
     seen = {}
     for s in specs:
-        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.reward, s.dcpo)
+        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.reward)
         if key in seen:
             raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
         seen[key] = s.label

@@ -3,15 +3,15 @@
 Each step samples ``group_size`` answers for each of ``prompts_per_step`` prompts at
 temperature 1.0, scores them with the exact-match verifier, computes advantages with verl's
 ``ray_trainer.compute_advantage`` on a ``DataProto`` (so any registered estimator, ``avspo``
-included, is selected by name), and takes PPO-clip steps with verl's ``vanilla`` policy loss and
+included, is selected by name), and takes PPO-clip steps with verl's ``vanilla`` policy loss (or ``dcpo``) and
 AdamW. Metrics are written in verl's file-logger JSONL format under the same names as the verl
 integration (``acr/rate``, ``acr/effective``, ``avspo/threshold``, ...), plus ``actor/entropy``:
 the token-mean entropy of the sampling policy over the step's responses.
 
 ``intuitor`` and ``rent`` train on an intrinsic reward from the same logits (self-certainty,
 negative entropy); ``acr/*`` is then measured on that reward, and ``train/reward_mean`` stays
-the verifier's. ``dcpo`` takes its advantages from a per-run ``PromptRewardHistory`` keyed by the
-problem's text and its loss from DCPO's dynamic clip bounds.
+the verifier's. ``dcpo`` is verl's ``dcpo`` estimator (prompt keys: the problem's text) and
+``dcpo`` policy loss as this package registers them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from verl.workers.config.actor import ActorConfig
 
 from verl_avspo import register
 from verl_avspo.collapse import detect_collapse, group_ids, group_stats, measure_collapse
-from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_token_losses
 from verl_avspo.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.logs import write_record
 from verl_avspo.sandbox.config import SandboxConfig
@@ -66,15 +65,6 @@ def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
     rows = torch.cat([rollout.prompt_ids, rollout.response_ids * rollout.response_mask], dim=1)
     _, same = torch.unique(rows, dim=0, return_inverse=True)
     return group_stats(rewards, same, int(same.max()) + 1).mean[same].to(rewards.dtype)
-
-
-def _dcpo_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
-    """verl's policy-loss signature, with DCPO's dynamic-adaptive clip bounds (ε from ``config``)."""
-    losses, clipped = dynamic_clip_token_losses(
-        old_log_prob, log_prob, advantages, config.clip_ratio_low, config.clip_ratio_high
-    )
-    loss = core_algos.agg_loss(loss_mat=losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
-    return loss, {"actor/pg_clipfrac": masked_mean(clipped.float(), response_mask).item()}
 
 
 @torch.no_grad()
@@ -114,11 +104,10 @@ def train(
     # cache sample the same rollouts.
     torch.manual_seed(seed)
     prompt_rng = torch.Generator().manual_seed(seed)
-    register.reset()  # a fresh AVSPO controller (θ, EMA, J_{t-1}) for this run
+    register.reset()  # fresh estimator state for this run: AVSPO's controller, DCPO's prompt history
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
-    policy_loss = _dcpo_policy_loss if estimator.dcpo else core_algos.get_policy_loss_fn("vanilla")
-    history = PromptRewardHistory() if estimator.dcpo else None
+    policy_loss = core_algos.get_policy_loss_fn("dcpo" if estimator.dcpo else "vanilla")
     actor = ActorConfig(
         strategy="fsdp",  # a label here; verl's loss reads only the clip ratios and global_batch_info
         rollout_n=config.group_size,
@@ -126,6 +115,9 @@ def train(
         clip_ratio=config.clip_ratio,
         clip_ratio_low=config.clip_ratio,
         clip_ratio_high=config.clip_ratio,
+        # verl's dual clip of negative advantages (and, for DCPO, the cap of its upper bound):
+        # verl's default 3, DCPO's released 10.
+        clip_ratio_c=10.0 if estimator.dcpo else 3.0,
         loss_agg_mode="token-mean",
         use_torch_compile=False,
     )
@@ -160,19 +152,18 @@ def train(
             if estimator.intrinsic:
                 rewards = _share_among_identical(rewards, rollout)
 
-            # 2. Advantages through verl's dispatch (DCPO: the run's prompt history), then the
-            # step's collapse metrics on the rewards the estimator saw.
+            # 2. Advantages through verl's dispatch, then the step's collapse metrics on the
+            # rewards the estimator saw. DCPO's prompt identity is the problem's text.
             if estimator.dcpo:
-                advantages = history.advantages(rewards, prompts, uids).unsqueeze(1) * response_mask
-            else:
-                data = DataProto.from_dict(
-                    tensors={
-                        "token_level_rewards": _token_rewards(rewards, rollout.response_mask),
-                        "response_mask": response_mask,
-                    },
-                    non_tensors={"uid": uids},
-                )
-                advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
+                register.set_prompt_keys(dict(zip(uids[:: config.group_size], problems.prompts, strict=True)))
+            data = DataProto.from_dict(
+                tensors={
+                    "token_level_rewards": _token_rewards(rewards, rollout.response_mask),
+                    "response_mask": response_mask,
+                },
+                non_tensors={"uid": uids},
+            )
+            advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             if estimator.adv_estimator == "avspo":
                 metrics = register.pop_last_metrics()
             else:
