@@ -45,9 +45,7 @@ STUBS = {
 }
 GROUP_SIZE = 4
 # Six prompts x 4 answers: two mixed, one all-correct, two all-wrong, one non-binary mixed.
-REWARDS = torch.tensor(
-    [[1.0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0], [0.5, 0.25, 1, 0], [0, 0, 0, 0]]
-)
+REWARDS = torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0], [0.5, 0.25, 1, 0], [0, 0, 0, 0]])
 COLLAPSED = torch.tensor([False, True, True, False, False, True])
 
 

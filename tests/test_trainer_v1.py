@@ -2,8 +2,9 @@
 
 ``AVSPOTrainerSync(config)`` is built with verl's real ``PPOTrainer.__init__`` (it needs no GPU).
 What does need GPUs is stubbed, and only that: the FSDP actor worker group (``actor_rollout_wg``,
-whose save/load we record) and, for ``step()``, the per-iteration GPU pipeline ``_step_once`` and
-the rollout dispatch ``prepare_step``.
+whose save/load we record, and whose ``compute_log_prob`` output ``LogProbWorkerGroup`` writes)
+and, for ``step()``, the per-iteration GPU pipeline ``_step_once`` and the rollout dispatch
+``prepare_step``.
 """
 
 import logging
@@ -359,4 +360,64 @@ def test_rent_replaces_the_verifier_scores_by_negative_entropy_before_the_advant
     assert metrics["intrinsic/verifier_score"] == pytest.approx(2 / 6)
     # The all-wrong verifier group is no longer collapsed: its entropies differ.
     assert metrics["acr/rate"] == 0.0
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+class LogProbWorkerGroup:
+    """Stands in for the FSDP actor worker group's ``compute_log_prob`` (it needs GPUs): writes
+    what the worker leaves in TransferQueue, per-token outputs over each whole sequence (a 3-token
+    prompt plus the response), with ``self_certainty`` only where the patched engine would add it."""
+
+    PROMPT = 3
+
+    def __init__(self, patched):
+        self.patched, self.flags, self.full = patched, [], {}
+
+    def compute_log_prob(self, batch):
+        self.flags.append(batch.extra_info.get("calculate_self_certainty"))
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
+        generator = torch.Generator().manual_seed(1)
+        # What the rollout left beside them (verl compares its log-probs with the actor's).
+        rollout = [
+            {"responses": torch.zeros(len(m), dtype=torch.int64), "rollout_log_probs": -torch.rand(len(m))}
+            for m in data["response_mask"].unbind()
+        ]
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=list_of_dict_to_tensordict(rollout))
+        lengths = [self.PROMPT + len(m) for m in data["response_mask"].unbind()]
+        names = ["log_probs", "entropy"] + (["self_certainty"] if self.patched else [])
+        self.full = {name: [torch.rand(n, generator=generator) for n in lengths] for name in names}
+        rows = [{name: self.full[name][i] for name in names} for i in range(len(lengths))]
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=list_of_dict_to_tensordict(rows))
+        return batch
+
+
+def test_intuitor_asks_the_actor_for_self_certainty_and_trains_on_its_response_mean():
+    trainer = make_trainer("algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty")
+    trainer.actor_rollout_wg = LogProbWorkerGroup(patched=True)
+    batch = put_groups("intuitor", [[1, 0, 1], [0, 0, 0]])
+    metrics = {}
+    batch = trainer._compute_old_log_prob(batch, metrics)
+    assert trainer.actor_rollout_wg.flags == [True] and "calculate_self_certainty" not in batch.extra_info
+    batch = trainer._compute_advantage(batch, metrics)
+
+    rewards, mask, uid, advantages = read_back(batch)
+    # verl's response slice of a per-token output: the positions that predict the response tokens.
+    start, lengths = LogProbWorkerGroup.PROMPT - 1, mask.sum(-1).long().tolist()
+    full = trainer.actor_rollout_wg.full["self_certainty"]
+    expected_scores = torch.tensor([float(f[start : start + n].mean()) for f, n in zip(full, lengths, strict=True)])
+    assert torch.allclose(rewards.sum(-1), expected_scores, atol=1e-6)
+    expected, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)
+    assert torch.allclose(advantages.to_padded_tensor(0.0), expected, atol=1e-6)
+    assert metrics["intrinsic/reward"] == pytest.approx(float(expected_scores.mean()), abs=1e-6)
+    assert metrics["intrinsic/verifier_score"] == pytest.approx(2 / 6)
+    assert "actor/entropy" in metrics  # verl's own old-log-prob metrics still run
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_intuitor_on_an_unpatched_actor_names_the_patch():
+    trainer = make_trainer("algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty")
+    trainer.actor_rollout_wg = LogProbWorkerGroup(patched=False)
+    batch = put_groups("unpatched", [[1, 0]])
+    with pytest.raises(RuntimeError, match=r"returned no per-token self-certainty.*verl-0\.9\.1-intrinsic\.patch"):
+        trainer._compute_old_log_prob(batch, {})
     tq.kv_clear(keys=batch.keys, partition_id="train")
