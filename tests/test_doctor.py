@@ -13,6 +13,10 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
     assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.register"
     assert out[3] == "[ok]   Ray actor: registered by verl_avspo.register (in a Ray actor)"
     assert out[4].startswith("[ok]   launcher config: ") and "adv_estimator=avspo, preset=paper" in out[4]
+    assert out[5] == (
+        "[ok]   baselines: dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR needs "
+        "patches/verl-0.9.1-intrinsic.patch, not applied to this verl"
+    )
     assert out[-1] == "all checks passed"
 
 
@@ -25,3 +29,13 @@ def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeyp
     assert "[FAIL] fresh `import verl`: RuntimeError: not registered" in out
     assert "Ray actor" not in out
     assert out.splitlines()[-1] == "1 check(s) failed"
+
+
+def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):
+    from verl.trainer.ppo import core_algos
+
+    monkeypatch.setattr("verl_avspo.main_ppo.verl_has_self_certainty", lambda: True)
+    assert doctor._baselines().endswith("INTUITOR verl carries patches/verl-0.9.1-intrinsic.patch")
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "dcpo", len)
+    assert doctor.run(argparse.Namespace(no_ray=True)) == 1
+    assert "[FAIL] baselines: RuntimeError: the 'dcpo' loss is registered by builtins" in capsys.readouterr().out

@@ -4,7 +4,8 @@ verl swallows import errors of ``verl.plugins`` entry points (at DEBUG level), s
 shows up only as ``Unknown advantage estimator`` after models have loaded. This command makes each
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
-cluster's workers), and the launcher's config. Exit status 1 if any check fails.
+cluster's workers), the launcher's config, and the paper's other baselines (the ``dcpo``
+registrations; whether verl carries the patch INTUITOR needs). Exit status 1 if any check fails.
 """
 
 from __future__ import annotations
@@ -106,6 +107,26 @@ def _config() -> str:
     )
 
 
+def _baselines() -> str:
+    """The paper's other baselines in this process: DCPO's estimator and loss, and whether verl
+    carries the patch INTUITOR needs (informational: RENT and DCPO need no patch)."""
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo.main_ppo import verl_has_self_certainty
+    from verl_avspo.register import DCPO_NAME
+
+    for registry, what in ((core_algos.ADV_ESTIMATOR_REGISTRY, "estimator"), (core_algos.POLICY_LOSS_REGISTRY, "loss")):
+        owner = getattr(registry.get(DCPO_NAME), "__module__", None)
+        if owner != "verl_avspo.register":
+            raise RuntimeError(f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.register")
+    intuitor = (
+        "verl carries patches/verl-0.9.1-intrinsic.patch"
+        if verl_has_self_certainty()
+        else "needs patches/verl-0.9.1-intrinsic.patch, not applied to this verl"
+    )
+    return f"dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR {intuitor}"
+
+
 def run(args: argparse.Namespace) -> int:
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
@@ -115,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_ray:
         checks.append(("Ray actor", _ray_actor))
     checks.append(("launcher config", _config))
+    checks.append(("baselines", _baselines))
     failures = 0
     for name, check in checks:
         try:
