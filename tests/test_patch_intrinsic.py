@@ -184,3 +184,28 @@ def test_patched_engine_refuses_self_certainty_with_fused_kernels(patched_verl):
     assert "NotImplementedError: calculate_self_certainty=True is not supported with use_fused_kernels=True" in (
         done.stderr
     )
+
+
+def test_verl_hands_self_certainty_back_like_entropy_in_batch_order():
+    # The step after the engine: verl's real postprocess_batch_func joins the micro-batches' model
+    # outputs key by key (so the new key travels to TransferQueue like entropy) and undoes the
+    # dynamic-batch reordering. Two micro-batches hold rows [2, 0] and [1].
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import postprocess_batch_func
+
+    rows = [torch.rand(n, generator=torch.Generator().manual_seed(n)) for n in (4, 2, 5)]
+
+    def micro_batch(order):
+        values = {"entropy": [rows[i] for i in order], "self_certainty": [2 * rows[i] for i in order]}
+        nested = {k: torch.nested.as_nested_tensor(v, layout=torch.jagged) for k, v in values.items()}
+        return {"model_output": nested, "loss": 0.0, "metrics": {}}
+
+    data = TensorDict({}, batch_size=[3])
+    tu.assign_non_tensor(data, use_dynamic_bsz=True)
+    output = postprocess_batch_func([micro_batch([2, 0]), micro_batch([1])], [[2, 0], [1]], data)["model_output"]
+    assert sorted(output) == ["entropy", "self_certainty"]
+    for certainty, entropy, row in zip(
+        output["self_certainty"].unbind(), output["entropy"].unbind(), rows, strict=True
+    ):
+        assert torch.equal(entropy, row) and torch.equal(certainty, 2 * row)
