@@ -6,6 +6,7 @@ Nothing here needs a GPU except the actor worker group's checkpoint save/load, w
 (``RecordingWorkerGroup`` from tests/test_trainer_v1.py's pattern).
 """
 
+import logging
 import math
 import os
 
@@ -152,11 +153,13 @@ def make_trainer(*overrides):
     return AVSPOTrainerSync(config=config)
 
 
-def put_prompts(tag, groups, indices):
+def put_prompts(tag, groups, indices, texts=None):
     """One group per list of scores, each with the dataset ``index`` verl stores with every
-    response and a ``raw_prompt``; score on the last of 2 + i tokens as verl's reward loop writes it."""
+    response and a ``raw_prompt`` (``problem <index>`` unless ``texts`` are given); score on the
+    last of 2 + i tokens as verl's reward loop writes it."""
     keys, fields = [], []
-    for g, (scores, index) in enumerate(zip(groups, indices, strict=True)):
+    texts = texts or [f"problem {index}" for index in indices]
+    for g, (scores, index, text) in enumerate(zip(groups, indices, texts, strict=True)):
         for s, score in enumerate(scores):
             rm_scores = torch.zeros(2 + s)
             rm_scores[-1] = score
@@ -165,7 +168,7 @@ def put_prompts(tag, groups, indices):
                 {
                     "uid": f"{tag}g{g}",
                     "index": index,
-                    "raw_prompt": [{"role": "user", "content": f"problem {index}"}],
+                    "raw_prompt": [{"role": "user", "content": text}],
                     "response_mask": torch.ones(2 + s, dtype=torch.int64),
                     "rm_scores": rm_scores,
                 }
@@ -217,11 +220,20 @@ def test_trainer_passes_prompt_keys_from_the_batch(prompt_key):
 
 
 @pytest.mark.usefixtures("transfer_queue_cluster")
-def test_trainer_refuses_a_batch_whose_prompts_share_one_index():
+def test_trainer_refuses_different_prompts_that_share_an_index():
+    # As with two train files that each number extra_info.index from 0.
     trainer = make_trainer()
-    batch = put_prompts("same", [[1, 0], [0, 1]], [0, 0])
-    with pytest.raises(ValueError, match="all 2 prompts of this batch have the same index 0"):
+    batch = put_prompts("same", [[1, 0], [0, 1], [1, 1]], [0, 0, 1], ["2+2", "3*4", "1+1"])
+    with pytest.raises(ValueError, match="2 different prompts of this batch have the same index 0"):
         trainer._compute_advantage(batch, {})
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+def test_the_same_prompt_twice_in_a_batch_is_two_visits():
+    trainer = make_trainer()
+    batch = trainer._compute_advantage(put_prompts("twice", [[1, 0], [1, 1]], [6, 6]), {})
+    assert trainer._dcpo_history().stats(6) == pytest.approx({"visits": 2, "count": 4, "mean": 0.75, "std": 0.5})
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
@@ -257,7 +269,7 @@ def with_checkpoint_parts(trainer):
 
 
 @pytest.mark.usefixtures("transfer_queue_cluster")
-def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_path):
+def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_path, caplog):
     overrides = [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto"]
     uninterrupted = run_steps(make_trainer(*overrides), "u", STEPS)
 
@@ -276,6 +288,13 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
     after = run_steps(resumed, "r", STEPS[2:])
     for a, b in zip(uninterrupted, before + after, strict=True):
         assert torch.equal(a, b)
+
+    register.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
+    other = with_checkpoint_parts(make_trainer(*overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+        other._load_checkpoint()
+    assert len(other._dcpo_history()) == 0
+    assert "keyed by index, this run by algorithm.dcpo.prompt_key=raw_prompt" in caplog.text
 
     register.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
     fresh = run_steps(make_trainer(), "c", STEPS[2:3])

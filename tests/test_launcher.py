@@ -205,13 +205,73 @@ def test_our_config_declares_the_dcpo_and_intrinsic_keys():
         ),
         (
             ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=1"],
-            "clip_ratio_c=1 with policy_loss.loss_mode=dcpo",
+            "clip_ratio_c=1 is invalid with policy_loss.loss_mode=dcpo",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=abc"],
+            "clip_ratio_c='abc' is invalid with policy_loss.loss_mode=dcpo: it caps",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=null"],
+            "clip_ratio_c=None is invalid with policy_loss.loss_mode=dcpo",
+        ),
+        (
+            [
+                "algorithm.intrinsic.reward=negative_entropy",
+                "algorithm.filter_groups.enable=True",
+                "algorithm.filter_groups.metric=acc",
+            ],
+            "with algorithm.filter_groups.enable=True: verl filters groups while sampling, on the verifier's reward",
         ),
     ],
 )
 def test_bad_baseline_settings_fail_before_ray_with_the_key_and_the_fix(overrides, message):
     with pytest.raises(ConfigCheckError, match=re.escape(message)):
         check_config(compose_config(RUNNABLE + overrides))
+
+
+def test_dcpo_warns_about_a_low_clip_cap_and_about_dapo_filtering(caplog):
+    overrides = RUNNABLE + ["algorithm.adv_estimator=dcpo", "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
+        check_config(compose_config(overrides))
+        assert "caps DCPO's upper ratio bound at 3.0; DCPO's released code uses 10" in caplog.text
+        caplog.clear()
+        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10"]))
+        assert "caps DCPO's" not in caplog.text and "filter_groups" not in caplog.text
+        filtering = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"]
+        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10", *filtering]))
+        assert "DCPO's per-prompt history never records those visits" in caplog.text
+
+
+def write_rows(path, extra_info):
+    import pandas as pd
+
+    pd.DataFrame({"prompt": [f"p{i}" for i in range(len(extra_info))], "extra_info": extra_info}).to_parquet(path)
+    return str(path)
+
+
+def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplog):
+    good = write_rows(tmp_path / "a.parquet", [{"index": i, "split": "train"} for i in range(4)])
+    other = write_rows(tmp_path / "b.parquet", [{"index": i, "split": "train"} for i in range(4, 6)])
+    main_ppo.check_prompt_indices([good, other])  # unique across both files
+    # Two files that each count from 0: the second's row 1 repeats the first's index 1.
+    again = write_rows(tmp_path / "c.parquet", [{"index": i, "split": "train"} for i in range(2)])
+    with pytest.raises(ConfigCheckError, match=r"extra_info.index 0 appears in row 0 of .*a\.parquet and row 0 of"):
+        main_ppo.check_prompt_indices([good, again])
+    missing = write_rows(tmp_path / "d.parquet", [{"split": "train"}, {"split": "test"}])
+    with pytest.raises(ConfigCheckError, match="has no extra_info.index column, so verl's RLHFDataset gives every row"):
+        main_ppo.check_prompt_indices(missing)
+    null = write_rows(tmp_path / "e.parquet", [{"index": 0}, {"index": None}])
+    with pytest.raises(ConfigCheckError, match=r"row 1 of .*e\.parquet has no extra_info.index \(null\)"):
+        main_ppo.check_prompt_indices(null)
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
+        main_ppo.check_prompt_indices("hdfs://cluster/train.parquet")
+    assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in caplog.text
+    # Through the launcher's checks, and only where DCPO keys prompts by index.
+    dcpo = RUNNABLE + ["algorithm.adv_estimator=dcpo", f"data.train_files={missing}"]
+    with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
+        check_config(compose_config(dcpo))
+    check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
 
 
 def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):

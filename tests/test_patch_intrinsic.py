@@ -57,6 +57,9 @@ def test_patched_self_certainty_equals_ours_on_a_tiny_input(patched_tree):
     assert theirs.dtype == torch.float32 and theirs.shape == (3, 5)
     torch.testing.assert_close(theirs, token_self_certainty(logits), rtol=0, atol=1e-5)
     assert torch.allclose(module.self_certainty_from_logits(torch.zeros(2, 7)), torch.zeros(2), atol=1e-6)
+    # Chunked over positions (bounded float32 memory); the chunking does not change the values.
+    torch.testing.assert_close(module.self_certainty_from_logits(logits, chunk_size=4), theirs, rtol=0, atol=1e-6)
+    assert module.self_certainty_from_logits(torch.zeros(0, 7)).shape == (0,)
 
 
 def test_patched_engine_compiles_and_the_launcher_sees_the_patch(patched_tree, monkeypatch):

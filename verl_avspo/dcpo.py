@@ -45,6 +45,7 @@ A < 0; that is left to the caller, e.g. verl's ``clip_ratio_c``.)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,7 +205,8 @@ class PromptRewardHistory:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a ``state_dict()`` bit-exactly (it replaces the whole history)."""
+        """Restore a ``state_dict()``'s statistics bit-exactly (they replace the whole history);
+        ``epsilon`` and ``norm_by_std`` stay this history's, with a warning if the saved ones differ."""
         missing = {"keys", "visits", "count", "mean", "sq_dev"} - set(state)
         if missing:
             raise ValueError(
@@ -220,8 +222,19 @@ class PromptRewardHistory:
         self._rows = {key: row for row, key in enumerate(keys)}
         self._visits = tensors[0].to(torch.long).clone()
         self._count, self._mean, self._sq_dev = (t.to(torch.float64).clone() for t in tensors[1:])
-        self.epsilon = float(state.get("epsilon", self.epsilon))
-        self.norm_by_std = bool(state.get("norm_by_std", self.norm_by_std))
+        # The statistics do not depend on the settings, so this history keeps its own (the
+        # resumed run's config) and says when the checkpoint's differ.
+        saved = {
+            "epsilon": state.get("epsilon", self.epsilon),
+            "norm_by_std": state.get("norm_by_std", self.norm_by_std),
+        }
+        current = {"epsilon": self.epsilon, "norm_by_std": self.norm_by_std}
+        if saved != current:
+            warnings.warn(
+                f"the DCPO history was saved with {saved} and is resumed with {current}: the statistics carry "
+                "over, the advantages follow the new settings",
+                stacklevel=2,
+            )
 
 
 def dynamic_clip_bounds(

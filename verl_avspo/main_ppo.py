@@ -169,6 +169,72 @@ def verl_has_self_certainty() -> bool:
     return "calculate_self_certainty" in Path(spec.origin).read_text(encoding="utf-8")
 
 
+def _check_dcpo_clip(value) -> None:
+    """``clip_ratio_c`` caps DCPO's upper ratio bound and dual-clips negative advantages."""
+    try:
+        cap = float(value)
+    except (TypeError, ValueError):
+        cap = float("nan")
+    if not cap > 1:
+        raise ConfigCheckError(
+            f"actor_rollout_ref.actor.clip_ratio_c={value!r} is invalid with policy_loss.loss_mode=dcpo: it caps "
+            "DCPO's upper ratio bound and dual-clips negative advantages, so it must be a number > 1. Set it to 10 "
+            "(DCPO's)."
+        )
+    if cap < 10:
+        logger.warning(
+            "actor_rollout_ref.actor.clip_ratio_c=%s with policy_loss.loss_mode=dcpo caps DCPO's upper ratio bound "
+            "at %s; DCPO's released code uses 10 (verl's default is 3). Set actor_rollout_ref.actor.clip_ratio_c=10 "
+            "to match it.",
+            value,
+            cap,
+        )
+
+
+def check_prompt_indices(train_files) -> None:
+    """DCPO with ``prompt_key=index`` keys each prompt's history by its row's ``extra_info.index``:
+    refuse local parquet train files in which it is missing, null or repeated (across all files),
+    since verl's RLHFDataset would then give different prompts one history."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if train_files is None:
+        return
+    files = [train_files] if isinstance(train_files, str) else [str(f) for f in train_files]
+    fix = "Give every row a unique extra_info.index (recipes/data does), or set algorithm.dcpo.prompt_key=raw_prompt."
+    first_seen: dict = {}
+    for name in files:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            logger.warning(
+                "cannot check extra_info.index of %s for DCPO here (no such local file); the trainer refuses a batch "
+                "in which different prompts share an index",
+                name,
+            )
+            continue
+        schema = pq.read_schema(path)
+        info = schema.field("extra_info").type if "extra_info" in schema.names else None
+        if not (isinstance(info, pa.StructType) and info.get_field_index("index") >= 0):
+            raise ConfigCheckError(
+                f"algorithm.adv_estimator=dcpo keys prompts by extra_info.index, but {name} has no extra_info.index "
+                f"column, so verl's RLHFDataset gives every row index 0 and DCPO would pool all prompts. {fix}"
+            )
+        column = pq.read_table(path, columns=["extra_info"]).column("extra_info").combine_chunks()
+        indices = column.field("index").to_pylist()
+        for row, index in enumerate(indices):
+            if index is None:
+                raise ConfigCheckError(
+                    f"algorithm.adv_estimator=dcpo: row {row} of {name} has no extra_info.index (null). {fix}"
+                )
+            if index in first_seen:
+                where = first_seen[index]
+                raise ConfigCheckError(
+                    f"algorithm.adv_estimator=dcpo: extra_info.index {index!r} appears in row {where[1]} of "
+                    f"{where[0]} and row {row} of {name}, so DCPO would pool two prompts' rewards. {fix}"
+                )
+            first_seen[index] = (name, row)
+
+
 def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
     """The checks of DCPO (estimator and policy loss) and of the intrinsic rewards (INTUITOR, RENT).
 
@@ -188,11 +254,8 @@ def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss.{hint} "
             f"Registered: {', '.join(sorted(core_algos.POLICY_LOSS_REGISTRY))}."
         )
-    if loss_mode == "dcpo" and not float(actor.get("clip_ratio_c", 3.0)) > 1:
-        raise ConfigCheckError(
-            f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} with policy_loss.loss_mode=dcpo: it caps "
-            "DCPO's upper ratio bound and dual-clips negative advantages, so it must be > 1. Set it to 10 (DCPO's)."
-        )
+    if loss_mode == "dcpo":
+        _check_dcpo_clip(actor.get("clip_ratio_c", 3.0))
     needs = []
     if algorithm.adv_estimator == "dcpo":
         needs.append("algorithm.adv_estimator=dcpo (its prompt identity is passed by our V1 trainer)")
@@ -204,6 +267,23 @@ def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
             f"{config.trainer.use_v1}, trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}. Set "
             "trainer.use_v1=True trainer.v1.trainer_mode=sync."
         )
+    filter_groups = algorithm.get("filter_groups", None)
+    filtering = filter_groups is not None and bool(filter_groups.get("enable", False))
+    if intrinsic.enabled and filtering:
+        raise ConfigCheckError(
+            f"algorithm.intrinsic.reward={intrinsic.reward} with algorithm.filter_groups.enable=True: verl filters "
+            "groups while sampling, on the verifier's reward, before our trainer replaces it by the intrinsic one, so "
+            "this 'no verifier' baseline would train only on the groups the verifier kept. Set "
+            "algorithm.filter_groups.enable=False."
+        )
+    if algorithm.adv_estimator == "dcpo" and filtering:
+        logger.warning(
+            "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so DCPO's "
+            "per-prompt history never records those visits, the ones its smooth standardization is for; the "
+            "DCPO paper trains without dynamic sampling."
+        )
+    if algorithm.adv_estimator == "dcpo" and dcpo.prompt_key == "index":
+        check_prompt_indices(config.data.get("train_files", None))
     if intrinsic.enabled:
         rollout_correction = algorithm.get("rollout_correction", None)
         if rollout_correction is not None and rollout_correction.get("bypass_mode", False):

@@ -231,6 +231,8 @@ class AVSPOTrainerMixin:
     def avspo_state_dict(self) -> dict[str, Any]:
         controller = register.get_controller(self.avspo_settings).state_dict() if self.uses_avspo else None
         dcpo = self._dcpo_history().state_dict() if self.uses_dcpo else None
+        if dcpo is not None:
+            dcpo["prompt_key"] = self.dcpo_settings.prompt_key  # what its keys are
         return {"controller": controller, "stagnation": self.stagnation.state_dict(), "dcpo": dcpo}
 
     def load_avspo_state_dict(self, state: dict[str, Any]) -> None:
@@ -241,6 +243,13 @@ class AVSPOTrainerMixin:
                 logger.warning(
                     "the checkpoint holds no DCPO reward history (saved by a run with another estimator?): "
                     "every prompt's next visit counts as its first"
+                )
+            elif state["dcpo"].get("prompt_key", "index") != self.dcpo_settings.prompt_key:
+                logger.warning(
+                    "the checkpoint's DCPO reward history is keyed by %s, this run by algorithm.dcpo.prompt_key=%s: "
+                    "no prompt would match, so the history starts fresh (every next visit counts as the first)",
+                    state["dcpo"].get("prompt_key", "index"),
+                    self.dcpo_settings.prompt_key,
                 )
             else:
                 self._dcpo_history().load_state_dict(state["dcpo"])
@@ -355,16 +364,33 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         keys: dict[str, Any] = {}
         for uid, value, real in zip(list(data["uid"]), list(data[source]), self._real_rows(batch), strict=True):
             keys[str(uid)] = prompt_key(value, source) if real else None
-        distinct = {key for key in keys.values() if key is not None}
-        groups = sum(key is not None for key in keys.values())
-        if source == "index" and groups > 1 and len(distinct) == 1:
-            raise ValueError(
-                f"algorithm.adv_estimator=dcpo: all {groups} prompts of this batch have the same index "
-                f"{next(iter(distinct))!r}. verl's RLHFDataset sets index from each row's extra_info.index and "
-                "uses 0 when it is missing, so DCPO would pool every prompt's rewards. Give every row a unique "
-                "extra_info.index (recipes/data does), or set algorithm.dcpo.prompt_key=raw_prompt."
-            )
+        if source == "index":
+            self._refuse_index_collisions(batch, keys)
         register.set_prompt_keys(keys)
+
+    @staticmethod
+    def _refuse_index_collisions(batch, keys: dict[str, Any]) -> None:
+        """Raise if two groups share an ``index`` but not their prompt. (The same prompt twice in
+        one batch is legitimate, e.g. sampled again by DAPO's over-sampling across an epoch.)"""
+        uids_by_key: dict[Any, list[str]] = {}
+        for uid, key in keys.items():
+            if key is not None:
+                uids_by_key.setdefault(key, []).append(uid)
+        shared = {key: uids for key, uids in uids_by_key.items() if len(uids) > 1}
+        if not shared:
+            return
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "raw_prompt"])
+        prompt_of = dict(zip(map(str, data["uid"]), data["raw_prompt"], strict=True))
+        for key, uids in shared.items():
+            prompts = {prompt_key(prompt_of[uid], "raw_prompt") for uid in uids}
+            if len(prompts) > 1:
+                raise ValueError(
+                    f"algorithm.adv_estimator=dcpo: {len(prompts)} different prompts of this batch have the same "
+                    f"index {key!r}, so DCPO would pool their rewards. verl's RLHFDataset sets index from each row's "
+                    "extra_info.index (0 when it is missing; several train files often each count from 0). Give "
+                    "every row a unique extra_info.index (recipes/data does), or set "
+                    "algorithm.dcpo.prompt_key=raw_prompt."
+                )
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage, then the step's collapse metrics. Costs one TransferQueue read
