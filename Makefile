@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The stamp makes a second `make test` skip the install; it is redone when pyproject.toml changes.
 STAMP := $(VENV)/.installed
+TORCH_INDEX ?=
 
 .PHONY: setup test lint demo bench clean
 
@@ -12,8 +13,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first: a plain dependency resolve would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# torch first: a plain dependency resolve would pull a multi-GB CUDA build. Where no CPU wheel
+	# is found locally, pass TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
 	# OpenRLHF, for tests/test_openrlhf_trainer.py: its wheel pins CUDA-only packages (flash-attn,
 	# vllm), so it goes in without dependencies; deepspeed, which its trainer imports, is an sdist

@@ -289,3 +289,11 @@ def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
 def test_installed_verl_is_not_patched_for_self_certainty():
     # The control for the test above: the detection reads the real engine source.
     assert main_ppo.verl_has_self_certainty() is False
+
+
+def test_help_starts_with_our_usage_then_hydras(tmp_path):
+    done = launch(tmp_path, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("    python -m verl_avspo.main_ppo <hydra overrides>            # train")
+    assert "--dry-run <hydra overrides>  # check the config, start nothing" in done.stdout
+    assert "adv_estimator: avspo" in done.stdout  # Hydra's help prints the composed config

@@ -8,11 +8,15 @@ import argparse
 import numpy as np
 import torch
 
+from verl_avspo.config import PRESETS
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", type=int, default=8, help="prompts in the batch (default 8)")
     parser.add_argument("--group-size", type=int, default=8, help="responses per prompt, G (default 8)")
-    parser.add_argument("--preset", default="paper", help="AVSPO preset: paper, paper_code or grpo")
+    parser.add_argument(
+        "--preset", default="paper", choices=list(PRESETS), help="AVSPO preset (default paper): %(choices)s"
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 

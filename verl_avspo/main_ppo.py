@@ -436,6 +436,8 @@ def _hydra_main(config: DictConfig) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:  # our usage first: Hydra's help knows nothing of --dry-run
+        print(__doc__.split("\n\n")[1] + "\n\nverl's config (Hydra's help follows):\n")
     if "--dry-run" in argv:
         overrides = [arg for arg in argv if arg != "--dry-run"]
         flags = [arg for arg in overrides if arg.startswith("-")]

@@ -37,12 +37,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="seeds per estimator, 0..S-1 (default 5)")
     parser.add_argument("--out", type=Path, default=Path("runs/sandbox"), help="output folder (default runs/sandbox)")
     parser.add_argument("--levels", default=defaults.levels, help=f"difficulty levels (default {defaults.levels})")
-    parser.add_argument("--group-size", type=int, default=defaults.group_size, help="answers per prompt, G")
-    parser.add_argument("--prompts-per-step", type=int, default=defaults.prompts_per_step)
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="RL learning rate (AdamW)")
-    parser.add_argument("--eval-every", type=int, default=defaults.eval_every, help="evaluate every N steps")
-    parser.add_argument("--eval-size", type=int, default=defaults.eval_size, help="held-out problems per level")
-    parser.add_argument("--sft-steps", type=int, default=defaults.policy.sft_steps, help="supervised warm-up steps")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=defaults.group_size,
+        help=f"answers per prompt, G (default {defaults.group_size})",
+    )
+    parser.add_argument(
+        "--prompts-per-step",
+        type=int,
+        default=defaults.prompts_per_step,
+        help=f"prompts per step (default {defaults.prompts_per_step})",
+    )
+    parser.add_argument(
+        "--lr", type=float, default=defaults.lr, help=f"RL learning rate, AdamW (default {defaults.lr:g})"
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=defaults.eval_every,
+        help=f"evaluate every N steps (default {defaults.eval_every})",
+    )
+    parser.add_argument(
+        "--eval-size",
+        type=int,
+        default=defaults.eval_size,
+        help=f"held-out problems per level, at most (default {defaults.eval_size})",
+    )
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=defaults.policy.sft_steps,
+        help=f"supervised warm-up steps (default {defaults.policy.sft_steps})",
+    )
     parser.add_argument(
         "--cache-dir",
         type=Path,
