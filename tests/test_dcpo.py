@@ -240,3 +240,18 @@ def test_a_resumed_history_keeps_its_own_settings_and_warns_when_they_differ():
         resumed.load_state_dict(saved.state_dict())
     assert (resumed.epsilon, resumed.norm_by_std) == (0.5, False)
     assert resumed.stats(3) == saved.stats(3)
+
+
+def test_epsilon_enters_both_the_group_and_the_cumulative_std():
+    # A large ε, hand-computed. Visit 1 of prompt 0 with [1, 0, 0, 0]; visit 2 with [1, 1, 0, 0].
+    eps = 0.5
+    history = PromptRewardHistory(epsilon=eps)
+    first = history.advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), [0] * 4, np.zeros(4))
+    # Group (= totals on a first visit): mean 1/4, unbiased std 1/2.
+    assert first.tolist() == pytest.approx([0.75 / (0.5 + eps)] + [-0.25 / (0.5 + eps)] * 3)
+    second = history.advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), [0] * 4, np.zeros(4))
+    group_std = math.sqrt(4 * 0.25 / 3)
+    total_mean, total_std = 3 / 8, math.sqrt((3 * 0.625**2 + 5 * 0.375**2) / 7)
+    # i = 2: both blends are the average of the two standardized advantages.
+    a_new, a_total = 0.5 / (group_std + eps), (1 - total_mean) / (total_std + eps)
+    assert float(second[0]) == pytest.approx((a_new + a_total) / 2, rel=1e-6)

@@ -99,6 +99,23 @@ def test_compute_advantage_scripted_visits_match_the_reward_history():
             assert torch.all(per_response[4:] != 0)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # First visit of [1, 0, 0, 0]: mean 1/4, unbiased std 1/2.
+        (["algorithm.dcpo.epsilon=0.5"], [0.75, -0.25, -0.25, -0.25]),
+        (["algorithm.norm_adv_by_std_in_grpo=False"], [0.75, -0.25, -0.25, -0.25]),
+        ([], [1.5 / (1 + 2e-6), -0.5 / (1 + 2e-6), -0.5 / (1 + 2e-6), -0.5 / (1 + 2e-6)]),
+    ],
+)
+def test_the_config_reaches_the_history(overrides, expected):
+    register.set_prompt_keys({"x0": 1})
+    data = compute_advantage(
+        outcome_batch([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=algorithm_config(*overrides)
+    )
+    assert data.batch["advantages"][:, -1].tolist() == pytest.approx(expected, rel=1e-6)
+
+
 def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
     data = outcome_batch([[1, 0, 1, 0]], "x")
     with pytest.raises(ValueError, match=r"no prompt identity for any uid.*python -m verl_avspo\.main_ppo"):
@@ -361,6 +378,28 @@ def test_dcpo_policy_loss_equals_vanilla_where_the_bounds_coincide():
         for name in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
             assert our_metrics[name] == pytest.approx(their_metrics[name], abs=1e-6), name
     assert their_metrics["actor/pg_clipfrac"] > 0 and their_metrics["actor/pg_clipfrac_lower"] > 0
+
+
+def test_dcpo_policy_loss_clamps_the_log_ratio_like_vanilla():
+    # One token's log-ratio of 30 is clamped to 20, as verl's vanilla loss does; with bounds that
+    # equal PPO's (previous test) the two losses then agree on it too.
+    a, b, q = 0.2, 0.28, 0.5
+    old_log_prob, log_prob, advantages, mask = loss_inputs(seed=3)
+    old_log_prob = torch.full_like(old_log_prob, math.log(q))
+    log_prob = old_log_prob.clone()
+    log_prob[0, 0] += 30.0
+    advantages = -advantages.abs()  # negative: the dual clip binds at clip_ratio_c
+    dcpo_config = actor_config(clip_ratio_low=q * a * (1 - a), clip_ratio_high=q * b * (1 + b), clip_ratio_c=3.0)
+    vanilla_config = actor_config(clip_ratio_low=a, clip_ratio_high=b, clip_ratio_c=3.0)
+    ours, our_metrics = core_algos.get_policy_loss_fn("dcpo")(
+        old_log_prob, log_prob, advantages, mask, "token-mean", dcpo_config
+    )
+    theirs, their_metrics = core_algos.get_policy_loss_fn("vanilla")(
+        old_log_prob, log_prob, advantages, mask, "token-mean", vanilla_config
+    )
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert our_metrics["actor/ppo_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], abs=1e-6)
+    assert their_metrics["actor/ppo_kl"] == pytest.approx(-20.0 / mask.sum().item(), abs=1e-6)
 
 
 def test_dcpo_policy_loss_refuses_a_dual_clip_constant_of_at_most_one():

@@ -74,11 +74,12 @@ def test_patched_engine_compiles_and_the_launcher_sees_the_patch(patched_tree, m
 # ---- the patched engine's forward pass on CPU -----------------------------------------------------
 
 
-def engine_outputs(use_remove_padding: bool) -> dict:
+def engine_outputs(use_remove_padding: bool, temperature: float = 1.0) -> dict:
     """Run verl's FSDPEngineWithLMHead.forward_step (forward only, entropy and self-certainty
     requested, as the V1 trainer's old-log-prob pass does for INTUITOR) on three sequences of a
     tiny random Qwen2. Returns the output keys and the largest differences from our functions on
-    the model's logits of each sequence alone. Runs against whichever verl is imported."""
+    the model's logits of each sequence alone, divided by the sampling temperature as verl does for
+    log-probs and entropy. Runs against whichever verl is imported."""
     from tensordict import TensorDict
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from verl.utils import tensordict_utils as tu
@@ -120,11 +121,11 @@ def engine_outputs(use_remove_padding: bool) -> dict:
         use_remove_padding=use_remove_padding,
         calculate_entropy=True,
         calculate_self_certainty=True,
-        temperature=1.0,
+        temperature=temperature,
     )
     with torch.no_grad():
         _, output = engine.forward_step(micro_batch, loss_function=None, forward_only=True)
-        logits = [model(s[None]).logits[0] for s in sequences]
+        logits = [model(s[None]).logits[0] / temperature for s in sequences]
     model_output = output["model_output"]
     result = {"keys": sorted(model_output)}
     for name, ours in (("self_certainty", token_self_certainty), ("entropy", token_entropy)):
@@ -144,12 +145,12 @@ def patched_verl(tmp_path_factory):
     return tree
 
 
-def run_engine(verl_tree, use_remove_padding):
+def run_engine(verl_tree, use_remove_padding, temperature=1.0):
     """``engine_outputs`` in a fresh interpreter that imports verl from ``verl_tree`` (None: the
     installed verl), so that neither the patched copy nor the device stand-ins reach this process."""
     script = (
         "import json, verl, test_patch_intrinsic as t; "
-        f"print(json.dumps({{'verl': verl.__file__, **t.engine_outputs({use_remove_padding})}}))"
+        f"print(json.dumps({{'verl': verl.__file__, **t.engine_outputs({use_remove_padding}, {temperature})}}))"
     )
     path = [str(verl_tree)] if verl_tree else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(Path(__file__).parent)])}
@@ -158,9 +159,9 @@ def run_engine(verl_tree, use_remove_padding):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("use_remove_padding", [True, False])
-def test_patched_engine_returns_self_certainty_equal_to_ours(patched_verl, use_remove_padding):
-    result = run_engine(patched_verl, use_remove_padding)
+@pytest.mark.parametrize(("use_remove_padding", "temperature"), [(True, 1.0), (False, 1.0), (True, 0.5)])
+def test_patched_engine_returns_self_certainty_equal_to_ours(patched_verl, use_remove_padding, temperature):
+    result = run_engine(patched_verl, use_remove_padding, temperature)
     assert result["verl"].startswith(str(patched_verl))  # the patched copy, not the installed verl
     assert result["keys"] == ["entropy", "log_probs", "self_certainty"]
     assert result["self_certainty"] < 1e-5 and result["entropy"] < 1e-5

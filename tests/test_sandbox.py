@@ -4,6 +4,7 @@ loss, its outputs, the consistency of its metrics, and determinism. Tiny setting
 
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -106,6 +107,41 @@ def test_paper_baselines_in_the_loop(comparison):
         assert (steps["acr/effective"] == steps["acr/rate"]).all()  # GRPO on that reward
         # Their reward is not the verifier's, so their loss differs from GRPO's at the same step-1 samples.
         assert steps.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
+    # Self-certainty is a KL divergence (> 0 for a trained policy); RENT's reward is minus an entropy.
+    assert (runs["intuitor"].loc[1:, "train/intrinsic_reward_mean"] > 0).all()
+    assert (runs["rent"].loc[1:, "train/intrinsic_reward_mean"] < 0).all()
+
+
+def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(comparison, monkeypatch, tmp_path):
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo import register
+
+    keys, losses = [], []
+    set_prompt_keys, get_policy_loss_fn = register.set_prompt_keys, core_algos.get_policy_loss_fn
+
+    def record_keys(keys_by_uid):
+        keys.append(dict(keys_by_uid))
+        set_prompt_keys(keys_by_uid)
+
+    def record_loss(name):
+        loss = get_policy_loss_fn(name)
+
+        def call(*args, **kwargs):
+            losses.append((name, kwargs["config"].clip_ratio_c))
+            return loss(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(register, "set_prompt_keys", record_keys)
+    monkeypatch.setattr(core_algos, "get_policy_loss_fn", record_loss)
+    cache = comparison / "cache"  # the warm-up of the comparison above
+    assert main(["sandbox", "--estimators", "dcpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]) == 0
+    assert len(keys) == 4 and all(len(step) == 16 for step in keys)  # one key per group, every step
+    for step, keys_by_uid in enumerate(keys, start=1):
+        assert all(uid.startswith(f"{step}-") for uid in keys_by_uid)
+        assert all(re.fullmatch(r"\d+[+*]\d+=", prompt) for prompt in keys_by_uid.values())  # the problem
+    assert losses and set(losses) == {("dcpo", 10.0)}
 
 
 def test_same_seed_same_metrics(comparison, tmp_path):

@@ -334,6 +334,34 @@ def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
     assert trainer.total_training_steps == 3 and trainer.actor_rollout_wg.saved == []
 
 
+def put_entropies(batch, entropies):
+    tq.kv_batch_put(
+        keys=batch.keys, partition_id="train", fields=list_of_dict_to_tensordict([{"entropy": e} for e in entropies])
+    )
+
+
+def test_rent_last_tokens_and_padding_rows():
+    # RENT over each response's last token only; the batch is padded to a multiple of 4 as
+    # _balance_batch does: the padding row gets reward 0 and stays out of intrinsic/reward.
+    trainer = make_trainer(
+        "algorithm.adv_estimator=grpo",
+        "algorithm.intrinsic.reward=negative_entropy",
+        "algorithm.intrinsic.last_tokens=1",
+    )
+    batch = put_groups("rentpad", [[1, 0, 1]])
+    generator = torch.Generator().manual_seed(2)
+    entropies = [torch.rand(2 + s, generator=generator) for s in range(3)]
+    put_entropies(batch, entropies)
+    batch = upsample_batch_to_divisible_size(batch, 4, eos_token_id=0)
+    metrics = {}
+    batch = trainer._compute_advantage(batch, metrics)
+    rewards, _, _, _ = read_back(batch)
+    expected = [-float(e[-1]) for e in entropies]
+    assert rewards.sum(-1).tolist() == pytest.approx([*expected, 0.0], abs=1e-6)
+    assert metrics["intrinsic/reward"] == pytest.approx(sum(expected) / 3, abs=1e-6)
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
 def test_rent_replaces_the_verifier_scores_by_negative_entropy_before_the_advantage():
     # The per-token entropies are put into TransferQueue as the actor's old-log-prob pass leaves them
     # (a jagged response-length field); that GPU pass itself is not run.
@@ -397,7 +425,7 @@ def test_intuitor_asks_the_actor_for_self_certainty_and_trains_on_its_response_m
     batch = put_groups("intuitor", [[1, 0, 1], [0, 0, 0]])
     metrics = {}
     batch = trainer._compute_old_log_prob(batch, metrics)
-    assert trainer.actor_rollout_wg.flags == [True] and "calculate_self_certainty" not in batch.extra_info
+    assert trainer.actor_rollout_wg.flags == [True]  # the worker was asked for self-certainty
     batch = trainer._compute_advantage(batch, metrics)
 
     rewards, mask, uid, advantages = read_back(batch)

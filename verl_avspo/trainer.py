@@ -304,9 +304,8 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         wants_certainty = self.intrinsic.reward == "self_certainty"
         if wants_certainty:
             batch.extra_info[_SELF_CERTAINTY_FLAG] = True
-        batch = super()._compute_old_log_prob(batch, metrics)
+        batch = super()._compute_old_log_prob(batch, metrics)  # a new batch meta, without the flag
         if wants_certainty:
-            batch.extra_info.pop(_SELF_CERTAINTY_FLAG, None)
             fields = tq.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id)
             if SELF_CERTAINTY_KEY not in fields.keys():
                 raise RuntimeError(
@@ -347,8 +346,8 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         scores = torch.zeros_like(verifier)
         rows = torch.arange(len(lengths))
         scores[rows, (lengths - 1).clamp(min=0)] = rewards.to(scores.dtype)
+        # _balance_batch's padding rows have an all-zero response mask, so their reward is already 0.
         real = torch.tensor(self._real_rows(batch), dtype=torch.bool)
-        scores[~real] = 0.0
         tq.kv_batch_put(
             keys=batch.keys,
             partition_id=batch.partition_id,
