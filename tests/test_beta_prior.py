@@ -179,7 +179,7 @@ def test_presets():
     assert (paper.preset, paper.strategy) == ("paper", "stratified")
     # A resolved config lists every key at its preset value and still resolves to itself.
     for preset in PRESETS:
-        for extra in ({}, {"strategy": "beta"}):
+        for extra in ({}, {"strategy": "beta"}) if preset != "grpo" else ({},):  # grpo + beta: refused
             resolved = resolve_config({"preset": preset, **extra})
             assert resolve_config(resolved.to_dict()) == resolved
 
@@ -203,7 +203,19 @@ def test_presets():
         ({"preset": "beta_fitted", "prior_strength_max": "8"}, r"prior_strength_max='8' is invalid: expected a finite"),
         (
             {"preset": "beta_loo", "correct_weight": -0.5},
-            r"correct_weight=-0.5 is invalid: expected a number in \[0.0, inf\]",
+            r"correct_weight=-0.5 is invalid: expected a number in \[0.0, 1000000.0\]",
+        ),
+        (
+            {"preset": "beta_loo", "correct_weight": 1e39},  # would overflow float32 at the first step
+            r"correct_weight=1e\+39 is invalid: expected a number in \[0.0, 1000000.0\]",
+        ),
+        (
+            {"preset": "beta_loo", "prior_strength_max": 2},
+            r"prior_strength_max=2 is invalid: it caps only the fitted prior's strength; set prior=fitted",
+        ),
+        (
+            {"preset": "grpo", "strategy": "beta"},
+            r"strategy='beta' is invalid: the grpo preset never augments \(apply_to=none\), but strategy=beta",
         ),
         ({"preset": "beta_loo", "correct_weight": True}, r"correct_weight=True is invalid: expected a finite number"),
         ({"strategy": "betta"}, r"strategy='betta' is invalid: allowed values are stratified, .*, beta"),
@@ -227,6 +239,11 @@ def test_presets():
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
         resolve_config(settings)
+
+
+def test_the_fitted_prior_cap_is_accepted_where_it_applies():
+    assert resolve_config({"preset": "beta_fitted", "prior_strength_max": 2}).prior_strength_max == 2
+    assert resolve_config({"preset": "beta_loo", "prior": "fitted", "prior_strength_max": 2}).prior == "fitted"
 
 
 def test_through_verl_compute_advantage_with_the_sandbox_spec():

@@ -160,6 +160,19 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values:
         return key in given and given[key] != preset_values[key]
 
     if strategy == "beta":
+        if "strategy" in given and preset_values["apply_to"] == "none":
+            _fail(
+                "strategy",
+                "beta",
+                "the grpo preset never augments (apply_to=none), but strategy=beta adds prior pseudo-counts to "
+                "every group; use preset=beta_loo (or beta_fitted) instead",
+            )
+        if changed("prior_strength_max") and given.get("prior", preset_values["prior"]) != "fitted":
+            _fail(
+                "prior_strength_max",
+                given["prior_strength_max"],
+                "it caps only the fitted prior's strength; set prior=fitted (or preset=beta_fitted), or remove it",
+            )
         for key in VIRTUAL_SAMPLE_KEYS:
             if changed(key):
                 _fail(
@@ -239,7 +252,8 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     values["prior_strength_max"] = _number(
         "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
     )
-    values["correct_weight"] = _number("correct_weight", values["correct_weight"], 0.0, math.inf)
+    # Bounded so that the weighted advantages stay far inside float32 (3.4e38 overflows at step 1).
+    values["correct_weight"] = _number("correct_weight", values["correct_weight"], 0.0, 1e6)
     _check_strategy_keys(values["strategy"], given, {**asdict(AVSPOConfig()), **PRESETS[preset]})
     alert = values["alert"]
     values["alert"] = alert if isinstance(alert, AlertConfig) else resolve_alert(alert)
