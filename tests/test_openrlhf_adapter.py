@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from verl_avspo.openrlhf import GroupNormAVSPO, OpenRLHFIncompatibleError, launcher
+from verl_avspo.openrlhf import GroupNormAVSPO, launcher
 
 
 def openrlhf_group_norm(rewards):
@@ -54,6 +54,14 @@ def test_avspo_arguments_are_split_from_openrlhfs():
     assert settings == {"preset": "paper", "reward_range": [-1, 1], "k": "adaptive", "adaptive_threshold": False}
 
 
+def test_numbers_in_scientific_notation_and_single_dash_options():
+    # YAML 1.1 would read 1e-3 as text; a single-dash option ends a key's values.
+    rest, settings = launcher.split_avspo_arguments(["--avspo.tau", "1e-3", "--avspo.epsilon=1e-6", "-h"])
+    assert settings == {"tau": 1e-3, "epsilon": 1e-6} and rest == ["-h"]
+    rest, settings = launcher.split_avspo_arguments(["--avspo.reward_range", "-1", "1", "-x", "2"])
+    assert settings == {"reward_range": [-1, 1]} and rest == ["-x", "2"]
+
+
 @pytest.mark.parametrize(
     ("argv", "settings", "openrlhf_argv", "avspo"),
     [
@@ -62,6 +70,19 @@ def test_avspo_arguments_are_split_from_openrlhfs():
         (["--advantage_estimator", "dr_grpo"], {"k": 2}, ["--algo.advantage.estimator", "dr_grpo"], {"k": 2}),
         (["--algo.advantage.estimator", "group_norm"], {}, ["--algo.advantage.estimator", "group_norm"], None),
         (["--algo.advantage.estimator", "rloo"], {}, ["--algo.advantage.estimator", "rloo"], None),
+        # The metrics' own settings alone keep OpenRLHF's estimator (group_norm included).
+        (
+            ["--algo.advantage.estimator", "rloo"],
+            {"reward_range": [-1, 1]},
+            ["--algo.advantage.estimator", "rloo"],
+            None,
+        ),
+        (
+            ["--algo.advantage.estimator", "group_norm"],
+            {"tau": 0.1},
+            ["--algo.advantage.estimator", "group_norm"],
+            None,
+        ),
     ],
 )
 def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
@@ -77,6 +98,7 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
         (["--algo.advantage.estimator", "avspo", "--avspo.preset"], r"--avspo\.preset needs a value"),
         (["--algo.advantage.estimator", "avspo", "--avspo.alert.window", "5"], r"alert is part of the verl launcher"),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
+        (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
     ],
 )
 def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, monkeypatch):
@@ -89,12 +111,20 @@ def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, 
 
 
 def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkeypatch):
-    def missing():
-        raise OpenRLHFIncompatibleError("OpenRLHF is not installed; supported: openrlhf>=0.10.4,<0.12")
+    import importlib.metadata
 
-    monkeypatch.setattr(launcher, "check_openrlhf", missing)
+    version = importlib.metadata.version
+
+    def without_openrlhf(name):
+        if name == "openrlhf":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", without_openrlhf)
     assert launcher.main(["--algo.advantage.estimator", "avspo"]) == 2
-    assert "verl_avspo.openrlhf: error: OpenRLHF is not installed; supported" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "verl_avspo.openrlhf: error: OpenRLHF is not installed; supported: openrlhf>=0.10.4,<0.12" in err
+    assert "pip install 'openrlhf>=0.10.4,<0.12'" in err
 
 
 def test_ray_init_gets_the_setup_hook_and_settings():
@@ -110,6 +140,12 @@ def test_ray_init_gets_the_setup_hook_and_settings():
     assert seen["runtime_env"]["env_vars"] == {
         "NCCL_DEBUG": "WARN",
         "VERL_AVSPO_OPENRLHF_SETTINGS": '{"preset": "paper_code"}',
+        "VERL_AVSPO_OPENRLHF_ACR": "",
+    }
+    launcher.runtime_env_hook(init, None, {"reward_range": [-1, 1]})()  # a run without AVSPO
+    assert seen["runtime_env"]["env_vars"] == {
+        "VERL_AVSPO_OPENRLHF_SETTINGS": "",
+        "VERL_AVSPO_OPENRLHF_ACR": '{"reward_range": [-1, 1]}',
     }
     with pytest.raises(ValueError, match=r"already has worker_process_setup_hook='mine'"):
         wrapped(runtime_env={"worker_process_setup_hook": "mine"})

@@ -235,6 +235,45 @@ def test_avspo_equals_core_and_openrlhf_on_untouched_groups(openrlhf, monkeypatc
     assert args.algo.advantage.estimator == estimator
 
 
+def test_avspo_keeps_openrlhfs_group_reward_std_of_the_rewards(openrlhf, monkeypatch):
+    # OpenRLHF computes group_reward_std from experience.rewards after the length penalties, where
+    # AVSPO's step has already written its advantages; the logged std must stay the rewards'.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "paper_code", "epsilon": 1e-9}')
+    args = make_args("group_norm")
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
+    maker(openrlhf, args).compute_advantages_and_returns(experiences)
+    for mine, theirs in zip(experiences, reference, strict=True):
+        torch.testing.assert_close(mine.info["group_reward_std"], theirs.info["group_reward_std"])
+    assert any(float(e.info["group_reward_std"].max()) > 0 for e in experiences)
+
+
+def test_reinforce_baseline_logs_no_effective_acr(openrlhf, monkeypatch):
+    # Its batch whitening shifts every advantage, collapsed groups' too: acr/effective would mislead.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    ours = maker(openrlhf, make_args("reinforce_baseline"))
+    ours.compute_advantages_and_returns(shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS)))
+    assert ours.verl_avspo_metrics["acr/rate"] == 0.5 and "acr/effective" not in ours.verl_avspo_metrics
+
+
+def test_acr_only_runs_take_the_metrics_reward_range(openrlhf, monkeypatch):
+    # reward_range [-1, 1] puts the all-correct/all-wrong midpoint at 0, so all-zero groups count
+    # as all-correct; OpenRLHF's own rloo still computes the advantages.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", '{"reward_range": [-1, 1]}')
+    args = make_args("rloo")
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
+    ours = maker(openrlhf, args)
+    ours.compute_advantages_and_returns(experiences)
+    for mine, theirs in zip(experiences, reference, strict=True):
+        assert torch.equal(mine.advantages, theirs.advantages)
+    metrics = ours.verl_avspo_metrics
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/all_correct"] == 0.5 and metrics["acr/all_wrong"] == 0.0
+
+
 def test_avspo_sees_the_length_penalised_rewards(openrlhf, monkeypatch):
     """OpenRLHF applies the overlong penalty before its group step; AVSPO's step runs after it too."""
     monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "grpo", "epsilon": 1e-9, "reward_range": [-1, 1]}')

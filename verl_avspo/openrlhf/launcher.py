@@ -26,6 +26,8 @@ import yaml
 
 from verl_avspo.config import resolve_config
 from verl_avspo.openrlhf.patch import (
+    ACR_KEYS,
+    ACR_SETTINGS_ENV,
     AVSPO_ESTIMATORS,
     SETTINGS_ENV,
     OpenRLHFIncompatibleError,
@@ -47,8 +49,10 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
   --avspo.preset paper|paper_code|grpo, --avspo.strategy stratified, --avspo.reward_range 0 1, ...
                                    any algorithm.avspo key of docs/configuration.md; with group_norm or
                                    dr_grpo they switch AVSPO on for that estimator
-  without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong,
-                                   acr/effective in its logged metrics
+  without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong
+                                   (and acr/effective for rloo, group_norm, dr_grpo) in its logged metrics;
+                                   --avspo.tau and --avspo.reward_range alone set only the metrics' own
+                                   settings and leave OpenRLHF's estimator in place
 OpenRLHF's own options follow."""
 
 
@@ -56,18 +60,29 @@ class UsageError(ValueError):
     """A command-line value the launcher refuses, with the fix."""
 
 
+def _number(token: str) -> int | float | None:
+    """``4``, ``-1``, ``1e-3`` as numbers (YAML 1.1 reads ``1e-3`` as text); None otherwise."""
+    for kind in (int, float):
+        try:
+            return kind(token)
+        except ValueError:
+            pass
+    return None
+
+
 def _value(tokens: Sequence[str], flag: str) -> Any:
     if not tokens:
         raise UsageError(f"{flag} needs a value, for example {flag} paper")
-    values = [yaml.safe_load(token) for token in tokens]
+    values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
     return values[0] if len(values) == 1 else values
 
 
 def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     """Separate ``--avspo.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from OpenRLHF's arguments.
 
-    Values are read as YAML (``0.5``, ``false``, ``adaptive``, ``[0, 1]``); several values after
-    one key make a list (``--avspo.reward_range 0 1``).
+    Values are numbers where they parse as one (``1e-3``, ``-1``), else YAML (``false``,
+    ``adaptive``, ``[0, 1]``); several values after one key make a list (``--avspo.reward_range 0 1``).
+    A key's values end at the next option (a token starting with ``-`` that is not a number).
     """
     rest: list[str] = []
     settings: dict[str, Any] = {}
@@ -84,7 +99,7 @@ def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any
             values, i = [inline], i + 1
         else:
             end = i + 1
-            while end < len(argv) and not argv[end].startswith("--"):
+            while end < len(argv) and not (argv[end].startswith("-") and _number(argv[end]) is None):
                 end += 1
             values, i = list(argv[i + 1 : end]), end
         if not key or key.startswith("alert"):
@@ -117,7 +132,7 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     if estimator == "avspo":
         argv[position] = f"{_ESTIMATOR_FLAG}=group_norm" if "=" in argv[position] else "group_norm"
         return argv, settings
-    if not settings:
+    if not settings or set(settings) <= set(ACR_KEYS):  # no settings, or the metrics' own only
         return argv, None
     if estimator not in AVSPO_ESTIMATORS:
         given = f"{_ESTIMATOR_FLAG}={estimator}" if estimator else f"no {_ESTIMATOR_FLAG} (OpenRLHF's default: gae)"
@@ -137,8 +152,19 @@ def _validated(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def runtime_env_hook(init: Callable[..., Any], settings: dict[str, Any] | None) -> Callable[..., Any]:
-    """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given."""
+def _environment(settings: dict[str, Any] | None, acr: dict[str, Any]) -> dict[str, str]:
+    """The environment variables that carry the settings to every worker."""
+    return {
+        SETTINGS_ENV: json.dumps(settings) if settings is not None else "",
+        ACR_SETTINGS_ENV: json.dumps(acr) if settings is None and acr else "",
+    }
+
+
+def runtime_env_hook(
+    init: Callable[..., Any], settings: dict[str, Any] | None, acr: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given
+    (``acr``: the ACR metrics' tau and reward_range for a run without AVSPO)."""
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
@@ -151,9 +177,7 @@ def runtime_env_hook(init: Callable[..., Any], settings: dict[str, Any] | None) 
                 "worker_setup there too)"
             )
         runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
-        env_vars = dict(runtime_env.get("env_vars") or {})
-        env_vars[SETTINGS_ENV] = json.dumps(settings) if settings is not None else ""
-        runtime_env["env_vars"] = env_vars
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **_environment(settings, acr or {})}
         kwargs["runtime_env"] = runtime_env
         return init(*args, **kwargs)
 
@@ -165,18 +189,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(token in ("-h", "--help") for token in argv):
         print(USAGE)
     try:
-        rest, settings = split_avspo_arguments(argv)
-        rest, settings = choose_estimator(rest, settings)
+        rest, given = split_avspo_arguments(argv)
+        rest, settings = choose_estimator(rest, given)
         settings = None if settings is None else _validated(settings)
+        acr = {key: given[key] for key in ACR_KEYS if key in given}
+        if settings is None:
+            _validated(acr)
         version = check_openrlhf()
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)
         return 2
     import ray
 
-    os.environ[SETTINGS_ENV] = json.dumps(settings) if settings is not None else ""
-    ray.init = runtime_env_hook(ray.init, settings)
-    what = f"AVSPO {json.dumps(settings)}" if settings is not None else "ACR metrics"
+    os.environ.update(_environment(settings, acr))
+    ray.init = runtime_env_hook(ray.init, settings, acr)
+    what = f"AVSPO {json.dumps(settings)}" if settings is not None else f"ACR metrics {json.dumps(acr)}"
     print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what} in every Ray worker", file=sys.stderr)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)

@@ -50,6 +50,8 @@ from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
 __all__ = [
     "SETTINGS_ENV",
+    "ACR_SETTINGS_ENV",
+    "ACR_KEYS",
     "SUPPORTED_VERSIONS",
     "CHECKED_VERSIONS",
     "AVSPO_ESTIMATORS",
@@ -64,13 +66,18 @@ logger = logging.getLogger(__name__)
 
 # JSON of the AVSPO settings (SPEC §4 keys); empty or unset: ACR metrics only, OpenRLHF's estimator.
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
+# JSON of the ACR metrics' own settings (tau, reward_range) for a run without AVSPO.
+ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
+ACR_KEYS = ("tau", "reward_range")
 SUPPORTED_VERSIONS = ">=0.10.4,<0.12"
 # 0.11.2 is installed and tested; 0.10.4 and 0.11.0 were compared with it source file by source file.
 CHECKED_VERSIONS = ("0.10.4", "0.11.0", "0.11.2")
 # OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
 AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
-# Estimators with a per-prompt baseline: a collapsed group gets all-zero advantages.
-_GROUP_BASELINES = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+# Estimators with a per-prompt baseline whose output is the final advantage, so a collapsed group
+# gets all-zero advantages. (reinforce_baseline also has one, but OpenRLHF then whitens the whole
+# batch, which shifts every advantage: its acr/effective would be meaningless and is not logged.)
+_GROUP_BASELINES = ("rloo", "group_norm", "dr_grpo")
 # A name OpenRLHF's group if/elif and its batch whitening do not match: rewards pass unchanged.
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
@@ -194,6 +201,15 @@ def settings_from_env() -> dict[str, Any] | None:
     return settings
 
 
+def _acr_settings() -> dict[str, Any]:
+    """The ACR metrics' tau and reward_range the launcher passed (``{}``: the defaults)."""
+    raw = os.environ.get(ACR_SETTINGS_ENV, "").strip()
+    settings = json.loads(raw) if raw else {}
+    if not isinstance(settings, dict) or set(settings) - set(ACR_KEYS):
+        raise ValueError(f"{ACR_SETTINGS_ENV}={raw!r} must be a JSON object with keys among {', '.join(ACR_KEYS)}")
+    return settings
+
+
 def _group_index(num_groups: int, group_size: int) -> torch.Tensor:
     return torch.arange(num_groups).repeat_interleave(group_size)
 
@@ -225,8 +241,9 @@ class _AdvantageStep:
                     f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
                 )
             self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
-        self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(None)
+        self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
         self.outputs: list[torch.Tensor] = []
+        self.reward_stds: list[torch.Tensor] | None = None
 
     def shape(self, experiences: list, group_size: int) -> None:
         """AVSPO's group step on the penalised rewards, written back as OpenRLHF's would be."""
@@ -234,9 +251,19 @@ class _AdvantageStep:
             return
         order, lengths = _prompt_order(experiences)
         rewards = _to_prompt_order(torch.cat([experience.rewards for experience in experiences]), order, group_size)
+        # OpenRLHF logs group_reward_std from experience.rewards after this point: keep it the rewards'.
+        stds = rewards.std(-1, keepdim=True).expand(-1, group_size).reshape(-1)[order]
+        self.reward_stds = list(stds.split(lengths)) if group_size > 1 else None
         advantages = self.avspo(rewards).reshape(-1)[order]
         for experience, shaped in zip(experiences, advantages.split(lengths), strict=True):
             experience.rewards = shaped
+
+    def restore_reward_stds(self, experiences: list) -> None:
+        """Put back the rewards' per-group std that OpenRLHF computed from AVSPO's output."""
+        if self.reward_stds is not None:
+            for experience, std in zip(experiences, self.reward_stds, strict=True):
+                experience.info["group_reward_std"] = std
+        self.reward_stds = None
 
     def metrics(self, experiences: list, group_size: int, prefilter: torch.Tensor | None) -> dict[str, float]:
         """The step's ``acr/*`` (raw rewards, before dynamic filtering where known) and ``avspo/*``."""
@@ -306,6 +333,7 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
         finally:
             advantage_args.estimator = step.estimator
             _ACTIVE.reset(token)
+        step.restore_reward_stds(experiences)
         group_size = self.strategy.args.rollout.n_samples_per_prompt
         setattr(self, METRICS_ATTR, step.metrics(experiences, group_size, prefilter))
         return experiences
