@@ -181,13 +181,20 @@ def run_original(openrlhf, args, experiences):
     return original(maker(openrlhf, args), experiences)
 
 
+def run_both(openrlhf, args):
+    """REWARDS' experiences through our wrapped maker, and a copy through OpenRLHF's own method.
+    Returns (ours, theirs, our maker)."""
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
+    ours = maker(openrlhf, args)
+    ours.compute_advantages_and_returns(experiences)
+    return experiences, reference, ours
+
+
 def test_plain_group_norm_is_untouched_and_logs_acr(openrlhf, monkeypatch):
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
     args = make_args("group_norm")
-    ours = maker(openrlhf, args)
-    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
-    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
-    ours.compute_advantages_and_returns(experiences)
+    experiences, reference, ours = run_both(openrlhf, args)
     for mine, theirs in zip(experiences, reference, strict=True):
         assert torch.equal(mine.advantages, theirs.advantages)
     metrics = ours.verl_avspo_metrics
@@ -240,10 +247,7 @@ def test_avspo_keeps_openrlhfs_group_reward_std_of_the_rewards(openrlhf, monkeyp
     # AVSPO's step has already written its advantages; the logged std must stay the rewards'.
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
     monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "paper_code", "epsilon": 1e-9}')
-    args = make_args("group_norm")
-    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
-    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
-    maker(openrlhf, args).compute_advantages_and_returns(experiences)
+    experiences, reference, _ = run_both(openrlhf, make_args("group_norm"))
     for mine, theirs in zip(experiences, reference, strict=True):
         torch.testing.assert_close(mine.info["group_reward_std"], theirs.info["group_reward_std"])
     assert any(float(e.info["group_reward_std"].max()) > 0 for e in experiences)
@@ -263,11 +267,7 @@ def test_acr_only_runs_take_the_metrics_reward_range(openrlhf, monkeypatch):
     # as all-correct; OpenRLHF's own rloo still computes the advantages.
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
     monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", '{"reward_range": [-1, 1]}')
-    args = make_args("rloo")
-    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
-    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
-    ours = maker(openrlhf, args)
-    ours.compute_advantages_and_returns(experiences)
+    experiences, reference, ours = run_both(openrlhf, make_args("rloo"))
     for mine, theirs in zip(experiences, reference, strict=True):
         assert torch.equal(mine.advantages, theirs.advantages)
     metrics = ours.verl_avspo_metrics
