@@ -215,7 +215,7 @@ def test_presets():
         ),
         (
             {"preset": "grpo", "strategy": "beta"},
-            r"strategy='beta' is invalid: the grpo preset never augments \(apply_to=none\), but strategy=beta",
+            r"strategy='beta' is invalid: the grpo preset is plain GRPO, but strategy=beta adds prior pseudo-counts",
         ),
         ({"preset": "beta_loo", "correct_weight": True}, r"correct_weight=True is invalid: expected a finite number"),
         ({"strategy": "betta"}, r"strategy='betta' is invalid: allowed values are stratified, .*, beta"),

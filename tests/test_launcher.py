@@ -254,6 +254,7 @@ def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplo
     good = write_rows(tmp_path / "a.parquet", [{"index": i, "split": "train"} for i in range(4)])
     other = write_rows(tmp_path / "b.parquet", [{"index": i, "split": "train"} for i in range(4, 6)])
     main_ppo.check_prompt_indices([good, other])  # unique across both files
+    main_ppo.check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
     # Two files that each count from 0: the second's row 1 repeats the first's index 1.
     again = write_rows(tmp_path / "c.parquet", [{"index": i, "split": "train"} for i in range(2)])
     with pytest.raises(ConfigCheckError, match=r"extra_info.index 0 appears in row 0 of .*a\.parquet and row 0 of"):
@@ -264,14 +265,27 @@ def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplo
     null = write_rows(tmp_path / "e.parquet", [{"index": 0}, {"index": None}])
     with pytest.raises(ConfigCheckError, match=r"row 1 of .*e\.parquet has no extra_info.index \(null\)"):
         main_ppo.check_prompt_indices(null)
+    text = write_rows(tmp_path / "f.parquet", ['{"index": 0}', '{"index": 1}'])
+    with pytest.raises(ConfigCheckError, match=r"f\.parquet's extra_info column is (large_)?string, but verl's RLHFDataset"):
+        main_ppo.check_prompt_indices(text)
+    broken = tmp_path / "g.parquet"
+    broken.write_text("not parquet")
+    with pytest.raises(ConfigCheckError, match=r"cannot read .*g\.parquet as parquet"):
+        main_ppo.check_prompt_indices(str(broken))
+    lines = tmp_path / "h.jsonl"
+    lines.write_text('{"prompt": "p", "extra_info": {"index": 0}}\n')
     with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
-        main_ppo.check_prompt_indices("hdfs://cluster/train.parquet")
+        main_ppo.check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
     assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in caplog.text
+    assert "h.jsonl for DCPO here (not a local parquet file); during training only" in caplog.text
     # Through the launcher's checks, and only where DCPO keys prompts by index.
     dcpo = RUNNABLE + ["algorithm.adv_estimator=dcpo", f"data.train_files={missing}"]
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
         check_config(compose_config(dcpo))
     check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
+        check_config(compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"]))
+    assert "data.custom_cls is set: its dataset may fill index its own way" in caplog.text
 
 
 def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):

@@ -164,8 +164,8 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values:
             _fail(
                 "strategy",
                 "beta",
-                "the grpo preset never augments (apply_to=none), but strategy=beta adds prior pseudo-counts to "
-                "every group; use preset=beta_loo (or beta_fitted) instead",
+                "the grpo preset is plain GRPO, but strategy=beta adds prior pseudo-counts to every group; use "
+                "preset=beta_loo (or beta_fitted) instead",
             )
         if changed("prior_strength_max") and given.get("prior", preset_values["prior"]) != "fitted":
             _fail(

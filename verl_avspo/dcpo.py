@@ -45,13 +45,15 @@ A < 0; that is left to the caller, e.g. verl's ``clip_ratio_c``.)
 
 from __future__ import annotations
 
-import warnings
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from verl_avspo.collapse import group_ids, group_stats
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["PromptRewardHistory", "smooth_advantages", "dynamic_clip_bounds", "dynamic_clip_token_losses"]
 
@@ -230,10 +232,11 @@ class PromptRewardHistory:
         }
         current = {"epsilon": self.epsilon, "norm_by_std": self.norm_by_std}
         if saved != current:
-            warnings.warn(
-                f"the DCPO history was saved with {saved} and is resumed with {current}: the statistics carry "
-                "over, the advantages follow the new settings",
-                stacklevel=2,
+            logger.warning(
+                "the DCPO history was saved with %s and is resumed with %s: the statistics carry over, the "
+                "advantages follow the new settings",
+                saved,
+                current,
             )
 
 

@@ -117,8 +117,16 @@ def _baselines() -> str:
 
     for registry, what in ((core_algos.ADV_ESTIMATOR_REGISTRY, "estimator"), (core_algos.POLICY_LOSS_REGISTRY, "loss")):
         owner = getattr(registry.get(DCPO_NAME), "__module__", None)
+        if owner is None:
+            raise RuntimeError(
+                f"no {DCPO_NAME!r} {what} is registered: verl_avspo.register did not run in this process (see the "
+                "entry-point check above; reinstall with pip install -e .)"
+            )
         if owner != "verl_avspo.register":
-            raise RuntimeError(f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.register")
+            raise RuntimeError(
+                f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.register: another plugin took "
+                "the name first; remove or rename its registration"
+            )
     intuitor = (
         "verl carries patches/verl-0.9.1-intrinsic.patch"
         if verl_has_self_certainty()

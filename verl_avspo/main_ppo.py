@@ -203,25 +203,34 @@ def check_prompt_indices(train_files) -> None:
     files = [train_files] if isinstance(train_files, str) else [str(f) for f in train_files]
     fix = "Give every row a unique extra_info.index (recipes/data does), or set algorithm.dcpo.prompt_key=raw_prompt."
     first_seen: dict = {}
-    for name in files:
+    for name in dict.fromkeys(files):  # a file listed twice (upweighted) repeats its own prompts only
         path = Path(name).expanduser()
-        if not path.is_file():
+        if not (path.is_file() and path.suffix == ".parquet"):
             logger.warning(
-                "cannot check extra_info.index of %s for DCPO here (no such local file); the trainer refuses a batch "
-                "in which different prompts share an index",
+                "cannot check extra_info.index of %s for DCPO here (not a local parquet file); during training only "
+                "different prompts sharing an index within one batch are caught. If its indices may repeat, set "
+                "algorithm.dcpo.prompt_key=raw_prompt.",
                 name,
             )
             continue
-        schema = pq.read_schema(path)
-        info = schema.field("extra_info").type if "extra_info" in schema.names else None
-        if not (isinstance(info, pa.StructType) and info.get_field_index("index") >= 0):
-            raise ConfigCheckError(
-                f"algorithm.adv_estimator=dcpo keys prompts by extra_info.index, but {name} has no extra_info.index "
-                f"column, so verl's RLHFDataset gives every row index 0 and DCPO would pool all prompts. {fix}"
-            )
-        column = pq.read_table(path, columns=["extra_info"]).column("extra_info").combine_chunks()
-        indices = column.field("index").to_pylist()
-        for row, index in enumerate(indices):
+        try:
+            schema = pq.read_schema(path)
+            info = schema.field("extra_info").type if "extra_info" in schema.names else None
+            if info is not None and not isinstance(info, pa.StructType):
+                raise ConfigCheckError(
+                    f"algorithm.adv_estimator=dcpo: {name}'s extra_info column is {info}, but verl's RLHFDataset needs "
+                    f"a struct (a dict per row) with an index field. {fix}"
+                )
+            if info is None or info.get_field_index("index") < 0:
+                raise ConfigCheckError(
+                    f"algorithm.adv_estimator=dcpo keys prompts by extra_info.index, but {name} has no "
+                    f"extra_info.index column, so verl's RLHFDataset gives every row index 0 and DCPO would pool all "
+                    f"prompts. {fix}"
+                )
+            column = pq.read_table(path, columns=["extra_info"]).column("extra_info").combine_chunks()
+        except pa.ArrowException as err:
+            raise ConfigCheckError(f"algorithm.adv_estimator=dcpo: cannot read {name} as parquet ({err}).") from err
+        for row, index in enumerate(column.field("index").to_pylist()):
             if index is None:
                 raise ConfigCheckError(
                     f"algorithm.adv_estimator=dcpo: row {row} of {name} has no extra_info.index (null). {fix}"
@@ -283,7 +292,14 @@ def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
             "DCPO paper trains without dynamic sampling."
         )
     if algorithm.adv_estimator == "dcpo" and dcpo.prompt_key == "index":
-        check_prompt_indices(config.data.get("train_files", None))
+        if OmegaConf.select(config, "data.custom_cls.path", default=None):
+            logger.warning(
+                "data.custom_cls is set: its dataset may fill index its own way, so the train files' "
+                "extra_info.index is not checked for DCPO; different prompts sharing an index within a batch are "
+                "still refused during training"
+            )
+        else:
+            check_prompt_indices(config.data.get("train_files", None))
     if intrinsic.enabled:
         rollout_correction = algorithm.get("rollout_correction", None)
         if rollout_correction is not None and rollout_correction.get("bypass_mode", False):

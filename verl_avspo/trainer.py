@@ -244,11 +244,12 @@ class AVSPOTrainerMixin:
                     "the checkpoint holds no DCPO reward history (saved by a run with another estimator?): "
                     "every prompt's next visit counts as its first"
                 )
-            elif state["dcpo"].get("prompt_key", "index") != self.dcpo_settings.prompt_key:
+            elif state["dcpo"].get("prompt_key", self.dcpo_settings.prompt_key) != self.dcpo_settings.prompt_key:
+                # (A checkpoint from before prompt_key was saved is taken to match.)
                 logger.warning(
                     "the checkpoint's DCPO reward history is keyed by %s, this run by algorithm.dcpo.prompt_key=%s: "
                     "no prompt would match, so the history starts fresh (every next visit counts as the first)",
-                    state["dcpo"].get("prompt_key", "index"),
+                    state["dcpo"]["prompt_key"],
                     self.dcpo_settings.prompt_key,
                 )
             else:
@@ -362,7 +363,8 @@ class AVSPOTrainerSync(AVSPOTrainerMixin, PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
         keys: dict[str, Any] = {}
         for uid, value, real in zip(list(data["uid"]), list(data[source]), self._real_rows(batch), strict=True):
-            keys[str(uid)] = prompt_key(value, source) if real else None
+            if str(uid) not in keys:  # once per group: the G responses of a uid share the prompt
+                keys[str(uid)] = prompt_key(value, source) if real else None
         if source == "index":
             self._refuse_index_collisions(batch, keys)
         register.set_prompt_keys(keys)
