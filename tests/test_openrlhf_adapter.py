@@ -70,6 +70,9 @@ def test_numbers_in_scientific_notation_and_single_dash_options():
         (["--advantage_estimator", "dr_grpo"], {"k": 2}, ["--algo.advantage.estimator", "dr_grpo"], {"k": 2}),
         (["--algo.advantage.estimator", "group_norm"], {}, ["--algo.advantage.estimator", "group_norm"], None),
         (["--algo.advantage.estimator", "rloo"], {}, ["--algo.advantage.estimator", "rloo"], None),
+        # argparse's abbreviations (OpenRLHF's parser allows them).
+        (["--algo.advantage.estim", "avspo"], {}, ["--algo.advantage.estimator", "group_norm"], {}),
+        (["--algo.advantage.est=avspo"], {}, ["--algo.advantage.estimator=group_norm"], {}),
         # The metrics' own settings alone keep OpenRLHF's estimator (group_norm included).
         (
             ["--algo.advantage.estimator", "rloo"],

@@ -39,6 +39,7 @@ __all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "ru
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
+_ESTIMATOR_PREFIX = "--algo.advantage.e"
 _PREFIX = "--avspo."
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
@@ -120,7 +121,8 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     position, estimator = None, None
     for i, token in enumerate(argv):
         flag, has_value, inline = token.partition("=")
-        if flag in (_ESTIMATOR_FLAG, _LEGACY_ESTIMATOR_FLAG):
+        # argparse also takes an unambiguous prefix; no other OpenRLHF option starts like this one.
+        if flag == _LEGACY_ESTIMATOR_FLAG or (flag.startswith(_ESTIMATOR_PREFIX) and _ESTIMATOR_FLAG.startswith(flag)):
             if has_value:
                 position, estimator = i, inline
                 argv[i] = f"{_ESTIMATOR_FLAG}={inline}"
