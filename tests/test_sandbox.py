@@ -207,3 +207,17 @@ def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_setting
     assert len(list(tmp_path.iterdir())) == 3
     saved = json.loads(next(p for p in tmp_path.glob("*/sandbox_settings.json")).read_text())
     assert saved["sft_steps"] in (5, 6)
+
+
+def test_the_loss_aggregation_is_a_setting(comparison, tmp_path):
+    # The same step-1 samples as the comparison's grpo run, aggregated per sequence: another loss.
+    cache = comparison / "cache"
+    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
+    assert main([*argv, "--loss-agg-mode", "seq-mean-token-sum"]) == 0
+    summed = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
+    grpo = _runs(comparison)["grpo"]
+    assert summed.loc[1, "acr/rate"] == grpo.loc[1, "acr/rate"]  # same rollouts
+    assert summed.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
+    assert "`seq-mean-token-sum` aggregation" in (tmp_path / "summary.md").read_text()
+    with pytest.raises(SystemExit, match=r"loss_agg_mode='token-sum-norm' is invalid: expected one of token-mean"):
+        main([*argv, "--loss-agg-mode", "token-sum-norm"])

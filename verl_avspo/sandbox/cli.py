@@ -65,6 +65,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"held-out problems per level, at most (default {defaults.eval_size})",
     )
     parser.add_argument(
+        "--loss-agg-mode",
+        default=defaults.loss_agg_mode,
+        help=f"verl's policy-loss aggregation (default {defaults.loss_agg_mode}; seq-mean-token-sum makes the "
+        "beta_loo update unbiased, docs/method.md §6.3)",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=defaults.policy.sft_steps,
@@ -111,7 +117,8 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"character tokenizer), warmed up by {policy.sft_steps} supervised steps (shared by every run).\n"
         f"RL: {config.steps} steps x {config.prompts_per_step} prompts x G={config.group_size} answers = {rollouts} "
         f"rollouts per step for every estimator, temperature 1.0, verl's `compute_advantage` and `vanilla` PPO-clip "
-        f"loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches), AdamW lr {config.lr}; seeds "
+        f"loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, `{config.loss_agg_mode}` aggregation), "
+        f"AdamW lr {config.lr}; seeds "
         f"0..{seeds - 1} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
         f"collapsed groups from the loss (no re-sampling).{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
@@ -143,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr,
             eval_every=args.eval_every,
             eval_size=args.eval_size,
+            loss_agg_mode=args.loss_agg_mode,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
     except ValueError as err:

@@ -47,6 +47,10 @@ class PolicyConfig:
             )
 
 
+# verl's loss aggregations (core_algos.agg_loss) that need no data-parallel information.
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """Everything a sandbox run depends on besides the estimator and the seed."""
@@ -62,6 +66,7 @@ class SandboxConfig:
     eval_every: int = 5
     eval_size: int = 64
     pass_k: int = 8
+    loss_agg_mode: str = "token-mean"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self):
@@ -70,6 +75,10 @@ class SandboxConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(
+                f"loss_agg_mode={self.loss_agg_mode!r} is invalid: expected one of {', '.join(LOSS_AGG_MODES)}"
+            )
         if self.group_size < 2:
             raise ValueError(f"group_size={self.group_size} is invalid: a group needs at least 2 answers")
         if self.prompts_per_step % self.mini_batches:

@@ -118,7 +118,7 @@ def train(
         # verl's dual clip of negative advantages (and, for DCPO, the cap of its upper bound):
         # verl's default 3, DCPO's released 10.
         clip_ratio_c=10.0 if estimator.dcpo else 3.0,
-        loss_agg_mode="token-mean",
+        loss_agg_mode=config.loss_agg_mode,
         use_torch_compile=False,
     )
     max_new_tokens = task.max_answer_chars + 1
