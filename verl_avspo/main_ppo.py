@@ -97,6 +97,12 @@ def is_group_estimator(name: str) -> bool:
     return "index" in inspect.signature(fn).parameters
 
 
+def _filters_groups(algorithm: DictConfig) -> bool:
+    """Whether DAPO's dynamic sampling (``algorithm.filter_groups``) is on."""
+    filter_groups = algorithm.get("filter_groups", None)
+    return filter_groups is not None and bool(filter_groups.get("enable", False))
+
+
 def check_config(config: DictConfig) -> AVSPOConfig:
     """The checks verl does not make, cheapest first. Returns the resolved AVSPO settings (used
     for the stagnation alert on every run, and for the estimator when it is ``avspo``).
@@ -150,8 +156,7 @@ def check_config(config: DictConfig) -> AVSPOConfig:
             mode,
             mode,
         )
-    filter_groups = algorithm.get("filter_groups", None)
-    if estimator == "avspo" and filter_groups is not None and filter_groups.get("enable", False):
+    if estimator == "avspo" and _filters_groups(algorithm):
         logger.warning(
             "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "
             "AVSPO sees (almost) none and rarely triggers; the logged acr/* rates are measured before filtering."
@@ -276,8 +281,7 @@ def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
             f"{config.trainer.use_v1}, trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}. Set "
             "trainer.use_v1=True trainer.v1.trainer_mode=sync."
         )
-    filter_groups = algorithm.get("filter_groups", None)
-    filtering = filter_groups is not None and bool(filter_groups.get("enable", False))
+    filtering = _filters_groups(algorithm)
     if intrinsic.enabled and filtering:
         raise ConfigCheckError(
             f"algorithm.intrinsic.reward={intrinsic.reward} with algorithm.filter_groups.enable=True: verl filters "

@@ -187,26 +187,31 @@ def check_openrlhf() -> str:
     return version
 
 
-def settings_from_env() -> dict[str, Any] | None:
-    """The AVSPO settings the launcher passed to this worker, or None (ACR metrics only)."""
-    raw = os.environ.get(SETTINGS_ENV, "").strip()
+def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
+    """The JSON object in environment variable ``name`` (None if unset or empty)."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
     try:
         settings = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{SETTINGS_ENV}={raw!r} is not JSON ({error}); it must hold the AVSPO settings") from None
+        raise ValueError(f"{name}={raw!r} is not JSON ({error}); it must hold {what}") from None
     if not isinstance(settings, dict):
-        raise ValueError(f"{SETTINGS_ENV}={raw!r} must be a JSON object of AVSPO settings (for example {{}})")
+        raise ValueError(f"{name}={raw!r} must be a JSON object of {what} (for example {{}})")
     return settings
+
+
+def settings_from_env() -> dict[str, Any] | None:
+    """The AVSPO settings the launcher passed to this worker, or None (ACR metrics only)."""
+    return _json_object_from_env(SETTINGS_ENV, "the AVSPO settings")
 
 
 def _acr_settings() -> dict[str, Any]:
     """The ACR metrics' tau and reward_range the launcher passed (``{}``: the defaults)."""
-    raw = os.environ.get(ACR_SETTINGS_ENV, "").strip()
-    settings = json.loads(raw) if raw else {}
-    if not isinstance(settings, dict) or set(settings) - set(ACR_KEYS):
-        raise ValueError(f"{ACR_SETTINGS_ENV}={raw!r} must be a JSON object with keys among {', '.join(ACR_KEYS)}")
+    settings = _json_object_from_env(ACR_SETTINGS_ENV, f"ACR metric settings ({', '.join(ACR_KEYS)})") or {}
+    unknown = sorted(set(settings) - set(ACR_KEYS))
+    if unknown:
+        raise ValueError(f"{ACR_SETTINGS_ENV} has key(s) {unknown}; only {', '.join(ACR_KEYS)} are allowed")
     return settings
 
 
