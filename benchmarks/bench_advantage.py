@@ -9,15 +9,15 @@ reorders the batch), binary rewards and a chosen fraction of collapsed groups.
 Rows:
     grpo             verl's ``compute_grpo_outcome_advantage`` (a Python loop over samples)
     grpo_vectorized  verl's ``compute_grpo_vectorized_outcome_advantage``
-    avspo paper      ``verl_avspo.register.compute_avspo_advantage`` with ``preset: paper``; its
+    avspo paper      ``verl_avspo.verl_plugin.register.compute_avspo_advantage`` with ``preset: paper``; its
                      threshold starts at 0.5, so at an ACR of 0.4 it computes GRPO plus ACR
     avspo <strategy> the paper preset with that strategy and ``threshold_init: 0.1``, so every
                      collapsed group is augmented (the most work AVSPO can do)
-    dcpo             ``verl_avspo.register.compute_dcpo_advantage`` (DCPO's smooth advantage
+    dcpo             ``verl_avspo.verl_plugin.register.compute_dcpo_advantage`` (DCPO's smooth advantage
                      standardization), each call preceded by the trainer's ``set_prompt_keys``;
                      every call revisits the same prompts, so from the second on every group is
                      blended with its history
-    acr metrics      ``verl_avspo.collapse.measure_collapse`` on precomputed scores
+    acr metrics      ``verl_avspo.core.collapse.measure_collapse`` on precomputed scores
     floor            the traffic no outcome estimator avoids: sum token rewards to scores, write
                      scores times mask (the fastest exact torch form of both)
 
@@ -54,9 +54,9 @@ import verl
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from verl_avspo import register
-from verl_avspo.collapse import measure_collapse
-from verl_avspo.config import STRATEGIES
+from verl_avspo.core.collapse import measure_collapse
+from verl_avspo.core.config import STRATEGIES
+from verl_avspo.verl_plugin import register
 
 COLUMNS = ("N", "L", "G", "method", "median ms", "IQR ms", "min ms")
 COLUMNS += ("x grpo", "x grpo_vec", "x floor", "peak extra MiB")

@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from verl_avspo.logs import read_metrics  # noqa: E402
-from verl_avspo.plots import plot_metrics  # noqa: E402
+from verl_avspo.tools.logs import read_metrics  # noqa: E402
+from verl_avspo.tools.plots import plot_metrics  # noqa: E402
 
 
 def load(mix_dir: Path) -> dict[str, list]:

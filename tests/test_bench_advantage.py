@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from verl_avspo import register
-from verl_avspo.collapse import group_ids, measure_collapse
-from verl_avspo.config import STRATEGIES
+from verl_avspo.core.collapse import group_ids, measure_collapse
+from verl_avspo.core.config import STRATEGIES
+from verl_avspo.verl_plugin import register
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_advantage.py"
 

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import PRESETS, resolve_config
-from verl_avspo.controller import AdaptiveController
-from verl_avspo.prior import BetaPrior, fit_beta_prior
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import PRESETS, resolve_config
+from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.prior import BetaPrior, fit_beta_prior
 
 EPS = 1e-6
 
@@ -251,8 +251,8 @@ def test_through_verl_compute_advantage_with_the_sandbox_spec():
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from verl_avspo import register
     from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.verl_plugin import register
 
     (spec,) = parse_estimators("avspo:beta_loo")
     register.reset()

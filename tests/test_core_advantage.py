@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import resolve_config
-from verl_avspo.controller import AdaptiveController
-from verl_avspo.virtual import closed_form_advantage, virtual_counts, virtual_rewards
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import resolve_config
+from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.virtual import closed_form_advantage, virtual_counts, virtual_rewards
 
 
 def outcome_batch(scores, length=3, lengths=None):

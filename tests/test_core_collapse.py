@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_avspo.collapse import (
+from verl_avspo.core.collapse import (
     detect_collapse,
     effective_collapse_rate,
     group_ids,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl_avspo.config import PRESETS, resolve_config
-from verl_avspo.register import compute_avspo_advantage
+from verl_avspo.core.config import PRESETS, resolve_config
+from verl_avspo.verl_plugin.register import compute_avspo_advantage
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from verl_avspo.rewards import compute_score
+from verl_avspo.verl_plugin.rewards import compute_score
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

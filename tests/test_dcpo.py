@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_bounds, dynamic_clip_token_losses, smooth_advantages
+from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds, dynamic_clip_token_losses, smooth_advantages
 
 
 def _step(history, groups):
@@ -236,7 +236,7 @@ def test_a_resumed_history_keeps_its_own_settings_and_warns_when_they_differ(cap
     saved = PromptRewardHistory(epsilon=0.0)
     saved.advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), [3] * 4, np.zeros(4))
     resumed = PromptRewardHistory(epsilon=0.5, norm_by_std=False)
-    with caplog.at_level("WARNING", logger="verl_avspo.dcpo"):
+    with caplog.at_level("WARNING", logger="verl_avspo.core.dcpo"):
         resumed.load_state_dict(saved.state_dict())
     assert "saved with {'epsilon': 0.0, 'norm_by_std': True} and is resumed with" in caplog.text
     assert (resumed.epsilon, resumed.norm_by_std) == (0.5, False)

@@ -24,11 +24,11 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo import register
-from verl_avspo.baselines import dcpo_settings
-from verl_avspo.dcpo import PromptRewardHistory, dynamic_clip_bounds
-from verl_avspo.main_ppo import compose_config
-from verl_avspo.trainer import STATE_FILE, AVSPOTrainerSync
+from verl_avspo.core.baselines import dcpo_settings
+from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds
+from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.launcher import compose_config
+from verl_avspo.verl_plugin.trainer import STATE_FILE, AVSPOTrainerSync
 
 BASE = [
     "actor_rollout_ref.rollout.name=vllm",
@@ -308,7 +308,7 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
 
     register.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
     other = with_checkpoint_parts(make_trainer(*overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         other._load_checkpoint()
     assert len(other._dcpo_history()) == 0
     assert "keyed by index, this run by algorithm.dcpo.prompt_key=raw_prompt" in caplog.text

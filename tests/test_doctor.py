@@ -2,16 +2,16 @@
 
 import argparse
 
-from verl_avspo import doctor
+from verl_avspo.verl_plugin import doctor
 
 
 def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
     assert doctor.run(argparse.Namespace(no_ray=False)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("[ok]   versions: verl 0.9.1, torch ") and " ray " in out[0]
-    assert out[1].startswith("[ok]   entry point: verl_avspo.register loads")
-    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.register"
-    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.register (in a Ray actor)"
+    assert out[1].startswith("[ok]   entry point: verl_avspo.verl_plugin.register loads")
+    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.verl_plugin.register"
+    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.verl_plugin.register (in a Ray actor)"
     assert out[4].startswith("[ok]   launcher config: ") and "adv_estimator=avspo, preset=paper" in out[4]
     assert out[5] == (
         "[ok]   baselines: dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR needs "
@@ -34,7 +34,7 @@ def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeyp
 def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):
     from verl.trainer.ppo import core_algos
 
-    monkeypatch.setattr("verl_avspo.main_ppo.verl_has_self_certainty", lambda: True)
+    monkeypatch.setattr("verl_avspo.verl_plugin.checks.verl_has_self_certainty", lambda: True)
     assert doctor._baselines().endswith("INTUITOR verl carries patches/verl-0.9.1-intrinsic.patch")
     monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "dcpo", len)
     assert doctor.run(argparse.Namespace(no_ray=True)) == 1

@@ -6,7 +6,7 @@ import pytest
 import torch
 from verl.utils.torch_functional import entropy_from_logits
 
-from verl_avspo.intrinsic import (
+from verl_avspo.core.intrinsic import (
     masked_token_mean,
     negative_entropy,
     self_certainty,

@@ -11,9 +11,10 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from verl.trainer.ppo import core_algos
 
-from verl_avspo import main_ppo
-from verl_avspo.config import AlertConfig, AVSPOConfig
-from verl_avspo.main_ppo import ConfigCheckError, check_config, compose_config, dry_run, is_group_estimator
+from verl_avspo.core.config import AlertConfig, AVSPOConfig
+from verl_avspo.verl_plugin import checks, launcher
+from verl_avspo.verl_plugin.checks import ConfigCheckError, check_config, is_group_estimator
+from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
 
@@ -92,8 +93,8 @@ def test_an_unloadable_plugin_shows_the_real_import_error(monkeypatch):
     # What a broken install looks like: verl's entry-point loader swallowed the error, so avspo is
     # not registered, and importing the plugin fails.
     monkeypatch.delitem(core_algos.ADV_ESTIMATOR_REGISTRY, "avspo")
-    monkeypatch.setitem(sys.modules, "verl_avspo.register", None)
-    expected = "plugin failed to load: ModuleNotFoundError: import of verl_avspo.register halted"
+    monkeypatch.setitem(sys.modules, "verl_avspo.verl_plugin.register", None)
+    expected = "plugin failed to load: ModuleNotFoundError: import of verl_avspo.verl_plugin.register halted"
     with pytest.raises(ConfigCheckError, match=expected):
         check_config(config)
 
@@ -132,7 +133,7 @@ def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path):
 
 
 def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
-    assert main_ppo.main(["--dry-run", *RUNNABLE, "--cfg", "job"]) == 2
+    assert launcher.main(["--dry-run", *RUNNABLE, "--cfg", "job"]) == 2
     err = capsys.readouterr().err
     assert "--dry-run takes Hydra overrides (key=value) only, not --cfg." in err
     assert "python -m verl_avspo.main_ppo --cfg job <overrides>" in err
@@ -142,10 +143,12 @@ def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
 def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(monkeypatch, caplog, use_v1, runner):
     # verl's run_ppo starts Ray and a trainer that needs GPUs: record what it is given instead.
     launched = []
-    monkeypatch.setattr(main_ppo, "run_ppo", lambda config, task_runner_class: launched.append(task_runner_class))
+    monkeypatch.setattr(
+        "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class)
+    )
     config = compose_config([*RUNNABLE, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
-    with caplog.at_level(logging.INFO, logger="verl_avspo.main_ppo"):
-        main_ppo.train(config)
+    with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.launcher"):
+        launcher.train(config)
     assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
     settings_logs = [r.getMessage() for r in caplog.records if "AVSPO settings" in r.getMessage()]
     assert len(settings_logs) == 1 and "\n  strategy: fixed\n" in settings_logs[0]
@@ -167,12 +170,12 @@ def test_group_estimators_are_those_that_take_the_uid_index():
 
 
 def test_our_config_declares_the_dcpo_and_intrinsic_keys():
-    from verl_avspo.baselines import DCPOConfig, IntrinsicConfig
+    from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
 
     config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
     assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
     assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
-    dcpo, intrinsic = main_ppo.check_baselines(config)
+    dcpo, intrinsic = checks.check_baselines(config)
     assert dcpo == DCPOConfig(epsilon=1e-6, prompt_key="raw_prompt")
     assert intrinsic == IntrinsicConfig(reward="negative_entropy", last_tokens=None)
 
@@ -232,7 +235,7 @@ def test_bad_baseline_settings_fail_before_ray_with_the_key_and_the_fix(override
 
 def test_dcpo_warns_about_a_low_clip_cap_and_about_dapo_filtering(caplog):
     overrides = RUNNABLE + ["algorithm.adv_estimator=dcpo", "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
         check_config(compose_config(overrides))
         assert "caps DCPO's upper ratio bound at 3.0; DCPO's released code uses 10" in caplog.text
         caplog.clear()
@@ -253,29 +256,29 @@ def write_rows(path, extra_info):
 def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplog):
     good = write_rows(tmp_path / "a.parquet", [{"index": i, "split": "train"} for i in range(4)])
     other = write_rows(tmp_path / "b.parquet", [{"index": i, "split": "train"} for i in range(4, 6)])
-    main_ppo.check_prompt_indices([good, other])  # unique across both files
-    main_ppo.check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
+    checks.check_prompt_indices([good, other])  # unique across both files
+    checks.check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
     # Two files that each count from 0: the second's row 1 repeats the first's index 1.
     again = write_rows(tmp_path / "c.parquet", [{"index": i, "split": "train"} for i in range(2)])
     with pytest.raises(ConfigCheckError, match=r"extra_info.index 0 appears in row 0 of .*a\.parquet and row 0 of"):
-        main_ppo.check_prompt_indices([good, again])
+        checks.check_prompt_indices([good, again])
     missing = write_rows(tmp_path / "d.parquet", [{"split": "train"}, {"split": "test"}])
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column, so verl's RLHFDataset gives every row"):
-        main_ppo.check_prompt_indices(missing)
+        checks.check_prompt_indices(missing)
     null = write_rows(tmp_path / "e.parquet", [{"index": 0}, {"index": None}])
     with pytest.raises(ConfigCheckError, match=r"row 1 of .*e\.parquet has no extra_info.index \(null\)"):
-        main_ppo.check_prompt_indices(null)
+        checks.check_prompt_indices(null)
     text = write_rows(tmp_path / "f.parquet", ['{"index": 0}', '{"index": 1}'])
     with pytest.raises(ConfigCheckError, match=r"f\.parquet's extra_info column is (large_)?string, but verl's"):
-        main_ppo.check_prompt_indices(text)
+        checks.check_prompt_indices(text)
     broken = tmp_path / "g.parquet"
     broken.write_text("not parquet")
     with pytest.raises(ConfigCheckError, match=r"cannot read .*g\.parquet as parquet"):
-        main_ppo.check_prompt_indices(str(broken))
+        checks.check_prompt_indices(str(broken))
     lines = tmp_path / "h.jsonl"
     lines.write_text('{"prompt": "p", "extra_info": {"index": 0}}\n')
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
-        main_ppo.check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        checks.check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
     assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in caplog.text
     assert "h.jsonl for DCPO here (not a local parquet file); during training only" in caplog.text
     # Through the launcher's checks, and only where DCPO keys prompts by index.
@@ -283,18 +286,18 @@ def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplo
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
         check_config(compose_config(dcpo))
     check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.main_ppo"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
         check_config(compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"]))
     assert "data.custom_cls is set: its dataset may fill index its own way" in caplog.text
 
 
 def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
     overrides = RUNNABLE + ["algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty"]
-    monkeypatch.setattr(main_ppo, "verl_has_self_certainty", lambda: False)
+    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: False)
     with pytest.raises(ConfigCheckError, match=r"Apply patches/verl-0\.9\.1-intrinsic\.patch"):
         check_config(compose_config(overrides))
     # A patched verl passes, except where the patch cannot serve: fused kernels (no logits).
-    monkeypatch.setattr(main_ppo, "verl_has_self_certainty", lambda: True)
+    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: True)
     check_config(compose_config(overrides))
     with pytest.raises(ConfigCheckError, match="use_fused_kernels=True: fused kernels never materialise the logits"):
         check_config(compose_config([*overrides, "actor_rollout_ref.model.use_fused_kernels=True"]))
@@ -302,7 +305,7 @@ def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
 
 def test_installed_verl_is_not_patched_for_self_certainty():
     # The control for the test above: the detection reads the real engine source.
-    assert main_ppo.verl_has_self_certainty() is False
+    assert checks.verl_has_self_certainty() is False
 
 
 def test_help_starts_with_our_usage_then_hydras(tmp_path):
@@ -311,3 +314,65 @@ def test_help_starts_with_our_usage_then_hydras(tmp_path):
     assert done.stdout.startswith("    python -m verl_avspo.main_ppo <hydra overrides>            # train")
     assert "--dry-run <hydra overrides>  # check the config, start nothing" in done.stdout
     assert "adv_estimator: avspo" in done.stdout  # Hydra's help prints the composed config
+
+
+def test_dry_run_reports_every_problem_in_one_message(tmp_path):
+    # Three problems at once: verl's required rollout engine, and two bad AVSPO values.
+    result = launch(
+        tmp_path,
+        "--dry-run",
+        "algorithm.avspo.strategy=oposite",
+        "algorithm.avspo.gap=2",
+        "actor_rollout_ref.rollout.n=8",
+    )
+    assert result.returncode == 1
+    err = result.stderr
+    assert err.startswith("verl-avspo: 3 problems in the config:\n"), err
+    assert "  1. actor_rollout_ref.rollout.name is required: set the rollout engine" in err
+    assert re.search(
+        r"  [23]\. algorithm\.avspo\.strategy='oposite' is invalid: .*\(did you mean 'opposite'\?\)", err
+    ), err
+    assert re.search(r"  [23]\. algorithm\.avspo\.gap=2", err), err
+    assert "Not yet checked, because verl is not imported until these are fixed" in err
+    assert "Traceback" not in err
+
+
+def test_all_problems_across_both_stages_come_together():
+    # A bad AVSPO value (first stage) and an unregistered policy loss (second) in one error.
+    config = compose_config(
+        [
+            "algorithm.avspo.tau=-1",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanila",
+            "actor_rollout_ref.rollout.name=vllm",
+        ]
+    )
+    with pytest.raises(ConfigCheckError) as caught:
+        check_config(config)
+    assert len(caught.value.problems) == 2
+    assert caught.value.problems[0].startswith("algorithm.avspo.tau=-1")
+    assert "loss_mode='vanila' is not a registered policy loss. Did you mean 'vanilla'?" in caught.value.problems[1]
+
+
+def test_a_bad_avspo_value_is_refused_before_verl_is_imported(tmp_path):
+    # The refusal must not wait for verl's imports: the launcher, run as a user runs it, checks the
+    # settings against verl's YAML read from disk and exits with verl never imported.
+    code = (
+        "import sys\nfrom verl_avspo.verl_plugin import launcher\n"
+        "code = launcher.main(sys.argv[1:])\n"
+        "print('verl imported:', any(m == 'verl' or m.startswith(('verl.', 'ray')) for m in sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    for args in (["--dry-run", *RUNNABLE, "algorithm.avspo.k=0"], [*RUNNABLE, "algorithm.avspo.k=0"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "verl-avspo: algorithm.avspo.k=0" in done.stderr
+        assert done.stdout.strip() == "verl imported: False"
+
+
+def test_verls_yaml_from_its_folder_composes_the_same_config():
+    overrides = [*RUNNABLE, "algorithm.avspo.strategy=www", "data.train_batch_size=64"]
+    from_folder = compose_config(overrides, import_verl=False)
+    assert from_folder == compose_config(overrides)
+    assert from_folder.actor_rollout_ref.actor.ppo_mini_batch_size == 256  # verl's YAML is really there

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from verl_avspo.logs import find_logs, read_metrics, write_record
+from verl_avspo.tools.logs import find_logs, read_metrics, write_record
 
 
 def test_round_trip_merges_records_of_one_step(tmp_path):

@@ -27,9 +27,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import resolve_config
-from verl_avspo.controller import AdaptiveController
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import resolve_config
+from verl_avspo.core.controller import AdaptiveController
 
 if importlib.util.find_spec("openrlhf") is None:
     pytest.skip("openrlhf is not installed (make setup installs it with --no-deps)", allow_module_level=True)

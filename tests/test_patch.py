@@ -30,9 +30,9 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_advantage_collapse_metrics
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import resolve_config
-from verl_avspo.controller import AdaptiveController
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import resolve_config
+from verl_avspo.core.controller import AdaptiveController
 
 assert verl.__file__.startswith(sys.argv[1]), verl.__file__
 settings = [

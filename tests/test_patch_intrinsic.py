@@ -2,7 +2,7 @@
 the installed verl 0.9.1 sources, and the patched engine returns what INTUITOR needs.
 
 The two files it touches are copied to a temporary tree and patched there with ``patch -p1``; the
-patched ``torch_functional`` is checked against ``verl_avspo.intrinsic`` on a tiny input. Then a
+patched ``torch_functional`` is checked against ``verl_avspo.core.intrinsic`` on a tiny input. Then a
 copy of the whole installed verl is patched and, in a subprocess that imports that copy, the
 patched ``FSDPEngineWithLMHead.forward_step`` runs on CPU (a tiny random Qwen2, with and without
 remove-padding): its per-token ``self_certainty`` and ``entropy`` equal ours on the model's own
@@ -17,14 +17,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 import verl
 
-from verl_avspo import main_ppo
-from verl_avspo.intrinsic import token_entropy, token_self_certainty
+from verl_avspo.core.intrinsic import token_entropy, token_self_certainty
+from verl_avspo.verl_plugin import checks
 
 PATCH = Path(__file__).resolve().parents[1] / "patches" / "verl-0.9.1-intrinsic.patch"
 FILES = ["verl/utils/torch_functional.py", "verl/workers/engine/fsdp/transformer_impl.py"]
@@ -67,8 +66,8 @@ def test_patched_engine_compiles_and_the_launcher_sees_the_patch(patched_tree, m
     source = engine.read_text()
     compile(source, str(engine), "exec")
     assert 'model_output["self_certainty"] = self_certainty' in source
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(origin=str(engine)))
-    assert main_ppo.verl_has_self_certainty() is True
+    monkeypatch.setattr(checks, "verl_package_dir", lambda: patched_tree / "verl")
+    assert checks.verl_has_self_certainty() is True
 
 
 # ---- the patched engine's forward pass on CPU -----------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_avspo.main_ppo import ConfigCheckError, compose_config, preflight
+from verl_avspo.verl_plugin.launcher import ConfigCheckError, compose_config, preflight
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "recipes").glob("*/train.sh"))
@@ -74,7 +74,7 @@ def test_model_recipe_composes_with_the_paper_settings(script):
     assert actor.optim.lr_scheduler_type == "constant" and actor.ppo_epochs == 1
     assert config.data.max_response_length == 1024 and config.trainer.total_epochs == 1
     assert rollout.val_kwargs.do_sample is False and rollout.val_kwargs.n == 1
-    assert config.reward.custom_reward_function.path == "pkg://verl_avspo.rewards"
+    assert config.reward.custom_reward_function.path == "pkg://verl_avspo.verl_plugin.rewards"
     assert config.data.train_files == f"/data/math/train_level3_{name}.parquet"
     assert [Path(f).stem for f in config.data.val_files] == [
         "math500",
@@ -143,7 +143,7 @@ def test_estimator_is_one_variable(estimator, expected):
     ],
 )
 def test_ablation_is_one_override(override, key, value):
-    from verl_avspo.register import avspo_settings
+    from verl_avspo.verl_plugin.register import avspo_settings
 
     _, config = _config(MAIN, override, TAG="ablation")
     assert getattr(avspo_settings(config.algorithm), key) == value
@@ -171,7 +171,7 @@ def test_eval_mode_validates_the_merged_checkpoint_at_2048_tokens():
 
 
 def test_intuitor_recipe_names_the_patch_on_unpatched_verl():
-    from verl_avspo.main_ppo import ConfigCheckError
+    from verl_avspo.verl_plugin.launcher import ConfigCheckError
 
     _, overrides = _overrides(MAIN, ESTIMATOR="intuitor")
     assert "algorithm.intrinsic.reward=self_certainty" in overrides

@@ -25,13 +25,15 @@ def _probe(env_overrides):
 def test_plain_import_verl_registers_avspo_via_entry_point():
     result = _probe({"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.register"
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
 
 
 def test_external_modules_fallback_registers_avspo():
-    result = _probe({"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "verl_avspo.register"})
+    result = _probe(
+        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "verl_avspo.verl_plugin.register"}
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.register"
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
 
 
 def test_without_plugin_avspo_is_unknown():
@@ -44,7 +46,7 @@ def test_without_plugin_avspo_is_unknown():
 def test_register_is_idempotent():
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo import register
+    from verl_avspo.verl_plugin import register
 
     register.register()
     register.register()
@@ -62,7 +64,7 @@ def test_register_is_idempotent():
 def test_a_foreign_avspo_registration_is_refused():
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo import register
+    from verl_avspo.verl_plugin import register
 
     saved = core_algos.ADV_ESTIMATOR_REGISTRY["avspo"]
     try:
@@ -77,7 +79,7 @@ def test_through_verl_compute_advantage_on_dataproto():
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from verl_avspo import register
+    from verl_avspo.verl_plugin import register
 
     register.reset()
     scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
@@ -123,4 +125,4 @@ def test_entry_point_imports_nothing_beyond_core_algos():
     with_plugin = _modules("verl", plugins="auto")
     extra = {m for m in with_plugin - baseline if not m.startswith("verl_avspo") and not m.startswith("__editable__")}
     assert extra == set()
-    assert {"verl_avspo.register", "verl_avspo.advantage"} <= with_plugin
+    assert {"verl_avspo.verl_plugin.register", "verl_avspo.core.advantage"} <= with_plugin

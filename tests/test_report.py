@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from verl_avspo import cli
-from verl_avspo.alert import ADVICE
-from verl_avspo.logs import write_record
-from verl_avspo.report import collect_runs, read_run, summarise, write_report
+from verl_avspo.core.alert import ADVICE
+from verl_avspo.tools.logs import write_record
+from verl_avspo.tools.report import collect_runs, read_run, summarise, write_report
 
 VAL = "val-core/HuggingFaceH4/MATH-500/acc/mean@1"
 

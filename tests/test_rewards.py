@@ -1,4 +1,4 @@
-"""verl_avspo.rewards on the answer styles real models produce, and through verl's own loader and
+"""verl_avspo.verl_plugin.rewards on the answer styles real models produce, and through verl's own loader and
 reward manager call (the path ``reward.custom_reward_function`` takes)."""
 
 from concurrent.futures import ThreadPoolExecutor
@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
-from verl_avspo.rewards import compute_score, extract_choice, last_boxed_answer
+from verl_avspo.verl_plugin.rewards import compute_score, extract_choice, last_boxed_answer
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,11 @@ def test_loaded_by_verl_and_safe_off_the_main_thread():
     """verl loads the scorer from the config and calls it with keywords in an executor thread,
     where math-verify's signal-based timeout cannot run."""
     config = OmegaConf.create(
-        {"reward": {"custom_reward_function": {"path": "pkg://verl_avspo.rewards", "name": "compute_score"}}}
+        {
+            "reward": {
+                "custom_reward_function": {"path": "pkg://verl_avspo.verl_plugin.rewards", "name": "compute_score"}
+            }
+        }
     )
     score_fn = get_custom_reward_fn(config)
     kwargs = {"data_source": "math500", "solution_str": r"$\boxed{0.5}$", "ground_truth": r"\frac12", "extra_info": {}}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from verl_avspo.cli import main
-from verl_avspo.logs import read_metrics
+from verl_avspo.tools.logs import read_metrics
 
 ESTIMATORS = "grpo,avspo:paper_code,dapo,dcpo,intuitor,rent"
 LABELS = ("grpo", "avspo-paper_code", "dapo", "dcpo", "intuitor", "rent")
@@ -115,7 +115,7 @@ def test_paper_baselines_in_the_loop(comparison):
 def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(comparison, monkeypatch, tmp_path):
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo import register
+    from verl_avspo.verl_plugin import register
 
     keys, losses = [], []
     set_prompt_keys, get_policy_loss_fn = register.set_prompt_keys, core_algos.get_policy_loss_fn

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from verl_avspo.cli import main
-from verl_avspo.plots import plot_metrics
 from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+from verl_avspo.tools.plots import plot_metrics
 
 
 def test_levels_and_held_out_split():

@@ -6,8 +6,8 @@ import pytest
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_avspo.cli import main
-from verl_avspo.logs import write_record
-from verl_avspo.table import group_runs, summarise
+from verl_avspo.tools.logs import write_record
+from verl_avspo.tools.table import group_runs, summarise
 
 
 def verl_validation_metrics(accuracy: dict[str, list[float]]) -> dict[str, float]:

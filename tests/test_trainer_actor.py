@@ -11,7 +11,8 @@ import pytest
 import ray
 from omegaconf import OmegaConf
 
-from verl_avspo.main_ppo import AVSPOLegacyTaskRunner, AVSPOTaskRunner, compose_config
+from verl_avspo.verl_plugin.launcher import compose_config
+from verl_avspo.verl_plugin.trainer import AVSPOLegacyTaskRunner, AVSPOTaskRunner
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +42,7 @@ def inspect_v1(runner):
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
 
-    from verl_avspo.trainer import AVSPOTrainerSync
+    from verl_avspo.verl_plugin.trainer import AVSPOTrainerSync
 
     return {
         "trainer": type(runner.trainer).__name__,
@@ -68,7 +69,7 @@ def test_v1_task_runner_builds_our_sync_trainer_inside_the_actor(tmp_path):
 def inspect_legacy(runner):
     from verl.trainer import main_ppo_v0
 
-    from verl_avspo.trainer import AVSPORayPPOTrainer
+    from verl_avspo.verl_plugin.trainer import AVSPORayPPOTrainer
 
     return main_ppo_v0.RayPPOTrainer is AVSPORayPPOTrainer
 

@@ -15,9 +15,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from verl_avspo import register
-from verl_avspo.main_ppo import compose_config
-from verl_avspo.trainer import STATE_FILE, AVSPORayPPOTrainer
+from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.launcher import compose_config
+from verl_avspo.verl_plugin.trainer import STATE_FILE, AVSPORayPPOTrainer
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ def test_legacy_batch_metrics_for_avspo_and_alert(caplog):
     assert first["avspo/threshold"] == 0.5 and first["avspo/triggered"] == 0.75 and first["avspo/virtual_k"] == 4.0
     assert first["acr/stalled"] == 0.0
     trainer.global_steps = 2
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         second = trainer.batch_collapse_metrics(legacy_batch(groups, trainer))
     assert second["acr/stalled"] == 1.0
     assert "for 2 consecutive steps (now step 2)" in caplog.text

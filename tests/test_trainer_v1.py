@@ -23,12 +23,12 @@ from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_avspo import register
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.alert import ADVICE
-from verl_avspo.controller import AdaptiveController
-from verl_avspo.main_ppo import compose_config
-from verl_avspo.trainer import STATE_FILE, AVSPOTrainerSync
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.alert import ADVICE
+from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.launcher import compose_config
+from verl_avspo.verl_plugin.trainer import STATE_FILE, AVSPOTrainerSync
 
 BASE = [
     "actor_rollout_ref.rollout.name=vllm",
@@ -250,7 +250,7 @@ def test_resume_from_a_checkpoint_without_avspo_state_warns(tmp_path, caplog):
     (tmp_path / "global_step_3").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
     trainer = attach_checkpoint_parts(make_trainer(f"trainer.default_local_dir={tmp_path}"))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         trainer._load_checkpoint()
     assert trainer.global_steps == 3
     assert f"has no {STATE_FILE}" in caplog.text
@@ -288,7 +288,7 @@ def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
         "algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=3", trainer_cls=ScriptedTrainer
     )
     trainer.total_training_steps = 100
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         stalled = run_scripted(trainer, [0.5, 0.5, 0.2, 0.5, 0.36, 0.9, 0.8, 0.1])
     assert stalled == [0, 0, 0, 0, 0, 1, 1, 0]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -308,7 +308,7 @@ def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_
     )
     attach_checkpoint_parts(trainer)
     trainer.total_training_steps = 100
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         stalled = run_scripted(trainer, [0.1, 0.6, 0.7, 0.8, 0.9])
     assert stalled == [0, 0, 1]
     assert trainer.total_training_steps == 3  # fit's loop condition ends the run after logging step 3

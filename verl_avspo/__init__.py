@@ -1,7 +1,16 @@
 """verl-avspo: Advantage Collapse Rate (ACR) diagnostics and the AVSPO advantage estimator.
 
-The core (``collapse``, ``virtual``, ``controller``, ``advantage``, ``config``) is framework-free
-torch. ``verl_avspo.register`` plugs it into verl; importing this package does not import verl.
+One folder per layer (``docs/integration.md``, "Package layout"):
+
+- ``core/``: the framework-free math (torch and numpy only);
+- ``verl_plugin/``: verl's side (the registered estimators, the trainers, the launcher, doctor);
+- ``openrlhf/``: OpenRLHF's side;
+- ``sandbox/``: the CPU sandbox, a tiny policy trained with the core's estimators;
+- ``tools/``: report, table, plots and demo over logs;
+- ``cli.py``: the ``verl-avspo`` command.
+
+``python -m verl_avspo.main_ppo`` and ``verl_avspo.register`` keep their names (short modules that
+lead to ``verl_plugin``). Importing this package does not import verl.
 """
 
 __version__ = "0.1.0"

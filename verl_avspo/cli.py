@@ -12,11 +12,20 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("verl_avspo.demo", "ACR and AVSPO advantages on a synthetic batch, through verl's compute_advantage"),
+    "demo": (
+        "verl_avspo.tools.demo",
+        "ACR and AVSPO advantages on a synthetic batch, through verl's compute_advantage",
+    ),
     "sandbox": ("verl_avspo.sandbox.cli", "small real RLVR run on CPU: GRPO vs AVSPO on synthetic arithmetic"),
-    "table": ("verl_avspo.table", "paper-style markdown table (pass@1 per benchmark, ACR) from verl JSONL logs"),
-    "report": ("verl_avspo.report", "plots and a collapse diagnosis (stalls, ACR_100, all-correct/wrong) from logs"),
-    "doctor": ("verl_avspo.doctor", "check that every verl process (fresh import, Ray actor) sees the avspo plugin"),
+    "table": ("verl_avspo.tools.table", "paper-style markdown table (pass@1 per benchmark, ACR) from verl JSONL logs"),
+    "report": (
+        "verl_avspo.tools.report",
+        "plots and a collapse diagnosis (stalls, ACR_100, all-correct/wrong) from logs",
+    ),
+    "doctor": (
+        "verl_avspo.verl_plugin.doctor",
+        "check that every verl process (fresh import, Ray actor) sees the avspo plugin",
+    ),
 }
 
 

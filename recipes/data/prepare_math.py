@@ -16,7 +16,7 @@ import sys
 
 from common import load_source, verl_row, write_parquet
 
-from verl_avspo.rewards import last_boxed_answer
+from verl_avspo.verl_plugin.rewards import last_boxed_answer
 
 DATA_SOURCE = "math"
 HUB_NAME = "DigitalLearningGmbH/MATH-lighteval"

@@ -4,7 +4,7 @@
         --model Qwen/Qwen2.5-Math-1.5B --samples 16 --out data/math/pass_rates_qwen2.5-math-1.5b.parquet
 
 Samples with the training settings (temperature 1.0, 1024 new tokens, the parquet's chat prompt
-with the system prompt) and scores with ``verl_avspo.rewards.compute_score``, the training reward.
+with the system prompt) and scores with ``verl_avspo.verl_plugin.rewards.compute_score``, the training reward.
 ``--backend vllm`` (default, GPU) batches everything; ``--backend transformers`` runs anywhere,
 one prompt at a time (small models, smoke tests). Output columns: ``index``, ``data_source``,
 ``samples``, ``correct``, ``pass_rate``; ``select_difficulty.py`` reads it.
@@ -19,7 +19,7 @@ import pandas as pd
 from common import read_parquet
 from tqdm import tqdm
 
-from verl_avspo.rewards import compute_score
+from verl_avspo.verl_plugin.rewards import compute_score
 
 
 def generate_vllm(model: str, prompts: list[list[dict]], args: argparse.Namespace) -> list[list[str]]:

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from verl_avspo.advantage import compute_avspo_outcome_advantage
-from verl_avspo.config import resolve_config
-from verl_avspo.controller import AdaptiveController
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import resolve_config
+from verl_avspo.core.controller import AdaptiveController
 
 __all__ = ["GroupNormAVSPO"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.config import resolve_config
+from verl_avspo.core.config import resolve_config
 from verl_avspo.openrlhf.patch import (
     ACR_KEYS,
     ACR_SETTINGS_ENV,

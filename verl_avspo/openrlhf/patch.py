@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from verl_avspo.collapse import effective_collapse_rate, group_stats, measure_collapse
-from verl_avspo.config import AVSPOConfig, resolve_config
+from verl_avspo.core.collapse import effective_collapse_rate, group_stats, measure_collapse
+from verl_avspo.core.config import AVSPOConfig, resolve_config
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
 __all__ = [

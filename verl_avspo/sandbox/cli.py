@@ -158,10 +158,10 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from verl_avspo.logs import read_metrics
-    from verl_avspo.plots import plot_metrics
     from verl_avspo.sandbox.loop import train
     from verl_avspo.sandbox.summary import render_summary, run_statistics
+    from verl_avspo.tools.logs import read_metrics
+    from verl_avspo.tools.plots import plot_metrics
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)

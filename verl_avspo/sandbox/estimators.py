@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_avspo.config import PRESETS
+from verl_avspo.core.config import PRESETS
 
 __all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS"]
 

@@ -27,14 +27,14 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo import register
-from verl_avspo.collapse import detect_collapse, group_ids, group_stats, measure_collapse
-from verl_avspo.intrinsic import negative_entropy, self_certainty, token_entropy
-from verl_avspo.logs import write_record
+from verl_avspo.core.collapse import detect_collapse, group_ids, group_stats, measure_collapse
+from verl_avspo.core.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
 from verl_avspo.sandbox.policy import CharTokenizer, response_log_probs, response_logits, sample, warm_policy
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+from verl_avspo.tools.logs import write_record
+from verl_avspo.verl_plugin import register
 
 __all__ = ["train", "evaluate"]
 

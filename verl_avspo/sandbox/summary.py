@@ -1,7 +1,7 @@
 """``summary.md`` of a sandbox comparison: tables of mean ± std over seeds and a verdict
 computed from the numbers.
 
-Inputs are the per-run metric frames of :func:`verl_avspo.logs.read_metrics`. The last logged
+Inputs are the per-run metric frames of :func:`verl_avspo.tools.logs.read_metrics`. The last logged
 step of a run carries its final evaluation; training metrics (``acr/*``) exist from step 1 on.
 """
 

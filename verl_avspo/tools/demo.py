@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 import torch
 
-from verl_avspo.config import PRESETS
+from verl_avspo.core.config import PRESETS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from verl_avspo import register
+    from verl_avspo.verl_plugin import register
 
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": args.preset}})
     results = {}

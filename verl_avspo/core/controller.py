@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.config import AVSPOConfig
+from verl_avspo.core.config import AVSPOConfig
 
 __all__ = ["AdaptiveController", "Decision"]
 

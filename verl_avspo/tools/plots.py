@@ -1,6 +1,6 @@
 """Metric curves over training steps for several runs, as PNG files.
 
-Takes the DataFrames of :func:`verl_avspo.logs.read_metrics` (index ``step``, one column per
+Takes the DataFrames of :func:`verl_avspo.tools.logs.read_metrics` (index ``step``, one column per
 metric), so it serves the CPU sandbox and logs of real verl runs alike. A run given as several
 frames (one per seed) is drawn as the mean over seeds with a band of ± one standard deviation.
 """

@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.collapse import group_ids, group_stats
+from verl_avspo.core.collapse import group_ids, group_stats
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.alert import ADVICE, stalled_windows
-from verl_avspo.logs import find_logs, read_metrics
-from verl_avspo.plots import plot_metrics
+from verl_avspo.core.alert import ADVICE, stalled_windows
+from verl_avspo.tools.logs import find_logs, read_metrics
+from verl_avspo.tools.plots import plot_metrics
 
 __all__ = ["FIGURES", "RunSummary", "read_run", "collect_runs", "summarise", "write_report", "configure", "run"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from verl_avspo.config import AlertConfig
+from verl_avspo.core.config import AlertConfig
 
 __all__ = ["StagnationMonitor", "stalled_windows", "ADVICE"]
 

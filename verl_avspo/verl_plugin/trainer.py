@@ -52,10 +52,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 import transfer_queue as tq
+from omegaconf import DictConfig
 from tensordict import TensorDict
 from verl import DataProto
+from verl.trainer import main_ppo_v0
+from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
@@ -63,13 +67,13 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.fs import local_mkdir_safe
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-from verl_avspo import register
-from verl_avspo.alert import StagnationMonitor
-from verl_avspo.baselines import dcpo_settings, intrinsic_settings
-from verl_avspo.collapse import acr_metrics, detect_collapse, effective_collapse_rate, group_ids, group_stats
-from verl_avspo.config import AVSPOConfig
-from verl_avspo.intrinsic import masked_token_mean, negative_entropy
-from verl_avspo.main_ppo import is_group_estimator
+from verl_avspo.core.alert import StagnationMonitor
+from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
+from verl_avspo.core.collapse import acr_metrics, detect_collapse, effective_collapse_rate, group_ids, group_stats
+from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.intrinsic import masked_token_mean, negative_entropy
+from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.checks import is_group_estimator
 
 __all__ = [
     "STATE_FILE",
@@ -474,6 +478,26 @@ def install_sync_trainer() -> None:
 def install_legacy_trainer() -> None:
     """Make the legacy TaskRunner build :class:`AVSPORayPPOTrainer` (it looks the class up by its
     module-global name). Call inside the TaskRunner actor."""
-    from verl.trainer import main_ppo_v0
-
     main_ppo_v0.RayPPOTrainer = AVSPORayPPOTrainer
+
+
+@ray.remote
+class AVSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    """verl's V1 TaskRunner with our ``PPOTrainerSync`` subclass installed under the mode ``sync``.
+
+    The swap happens inside the actor, where the trainer is built; the mode name stays ``sync``
+    because verl compares it literally in several places.
+    """
+
+    def run(self, config: DictConfig):
+        install_sync_trainer()
+        return super().run(config)
+
+
+@ray.remote
+class AVSPOLegacyTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
+    """verl's legacy TaskRunner (``trainer.use_v1=False``) building our ``RayPPOTrainer`` subclass."""
+
+    def run(self, config: DictConfig):
+        install_legacy_trainer()
+        return super().run(config)

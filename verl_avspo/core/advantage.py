@@ -1,12 +1,12 @@
 """The AVSPO outcome advantage (SPEC §3, step 6).
 
-Framework-free: this is the estimator itself; ``verl_avspo.register`` only adapts it to verl's
+Framework-free: this is the estimator itself; ``verl_avspo.verl_plugin.register`` only adapts it to verl's
 registry. Groups that AVSPO does not augment get exactly verl's GRPO advantage (singletons
 included: mean 0, std 1); augmented groups are normalised with the mean and unbiased std of their
 n real plus K virtual rewards. Only real samples get advantages.
 
 ``strategy: beta`` replaces the virtual samples by Beta-prior pseudo-counts in every group, with a
-posterior-mean baseline (``verl_avspo.prior``, docs/method.md §6).
+posterior-mean baseline (``verl_avspo.core.prior``, docs/method.md §6).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.collapse import (
+from verl_avspo.core.collapse import (
     Collapse,
     GroupStats,
     acr_metrics,
@@ -26,10 +26,10 @@ from verl_avspo.collapse import (
     group_ids,
     group_stats,
 )
-from verl_avspo.config import AVSPOConfig
-from verl_avspo.controller import AdaptiveController, Decision
-from verl_avspo.prior import BetaPrior, beta_baseline, beta_prior
-from verl_avspo.virtual import virtual_counts, virtual_rewards
+from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.controller import AdaptiveController, Decision
+from verl_avspo.core.prior import BetaPrior, beta_baseline, beta_prior
+from verl_avspo.core.virtual import virtual_counts, virtual_rewards
 
 __all__ = ["AdvantageOutput", "response_scores", "token_advantages", "compute_avspo_outcome_advantage"]
 

@@ -29,7 +29,7 @@ def registered_by() -> str:
     return f"registered by {fn.__module__}" if fn else "not registered"
 
 
-_PROBE = "from verl_avspo.doctor import registered_by; print(registered_by())"
+_PROBE = "from verl_avspo.verl_plugin.doctor import registered_by; print(registered_by())"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -90,14 +90,14 @@ def _ray_actor() -> str:
     if not answer.startswith("registered"):
         raise RuntimeError(
             f"{answer} in a Ray actor: the cluster's Python lacks the plugin. Install verl-avspo there, or set "
-            "VERL_USE_EXTERNAL_MODULES=verl_avspo.register via ray_kwargs.ray_init.runtime_env.env_vars"
+            "VERL_USE_EXTERNAL_MODULES=verl_avspo.verl_plugin.register via ray_kwargs.ray_init.runtime_env.env_vars"
         )
     return answer + " (in a Ray actor)"
 
 
 def _config() -> str:
-    from verl_avspo.main_ppo import CONFIG_DIR, CONFIG_NAME, compose_config
-    from verl_avspo.register import avspo_settings
+    from verl_avspo.verl_plugin.launcher import CONFIG_DIR, CONFIG_NAME, compose_config
+    from verl_avspo.verl_plugin.register import avspo_settings
 
     config = compose_config()
     settings = avspo_settings(config.algorithm)
@@ -112,20 +112,20 @@ def _baselines() -> str:
     carries the patch INTUITOR needs (informational: RENT and DCPO need no patch)."""
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo.main_ppo import verl_has_self_certainty
-    from verl_avspo.register import DCPO_NAME
+    from verl_avspo.verl_plugin.checks import verl_has_self_certainty
+    from verl_avspo.verl_plugin.register import DCPO_NAME
 
     for registry, what in ((core_algos.ADV_ESTIMATOR_REGISTRY, "estimator"), (core_algos.POLICY_LOSS_REGISTRY, "loss")):
         owner = getattr(registry.get(DCPO_NAME), "__module__", None)
         if owner is None:
             raise RuntimeError(
-                f"no {DCPO_NAME!r} {what} is registered: verl_avspo.register did not run in this process (see the "
-                "entry-point check above; reinstall with pip install -e .)"
+                f"no {DCPO_NAME!r} {what} is registered: verl_avspo.verl_plugin.register did not run in this "
+                "process (see the entry-point check above; reinstall with pip install -e .)"
             )
-        if owner != "verl_avspo.register":
+        if owner != "verl_avspo.verl_plugin.register":
             raise RuntimeError(
-                f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.register: another plugin took "
-                "the name first; remove or rename its registration"
+                f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.verl_plugin.register: another "
+                "plugin took the name first; remove or rename its registration"
             )
     intuitor = (
         "verl carries patches/verl-0.9.1-intrinsic.patch"

@@ -8,14 +8,16 @@ default and still let ``preset`` decide.
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 __all__ = [
     "AVSPOConfig",
     "AlertConfig",
+    "SettingsError",
     "PRESETS",
     "STRATEGIES",
     "APPLY_TO",
@@ -95,13 +97,43 @@ _KEYS = tuple(f.name for f in fields(AVSPOConfig))
 _ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 
 
+class SettingsError(ValueError):
+    """Invalid settings. ``problems`` holds one message per bad key, each naming the key, the value
+    and what is allowed, so that a config's mistakes are all reported at once."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class Problems:
+    """Collects the messages of failed validations, so that one bad key does not hide the next."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def check(self, validate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``validate(*args, **kwargs)``, or None with its message recorded if it raises ValueError."""
+        try:
+            return validate(*args, **kwargs)
+        except ValueError as err:
+            self.messages.extend(err.problems if isinstance(err, SettingsError) else [str(err)])
+            return None
+
+    def raise_any(self) -> None:
+        if self.messages:
+            raise SettingsError(self.messages)
+
+
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ValueError(f"algorithm.avspo.{key}={value!r} is invalid: {allowed}.")
 
 
 def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
-        _fail(key, value, "allowed values are " + ", ".join(allowed))
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        _fail(key, value, "allowed values are " + ", ".join(allowed) + hint)
     return value
 
 
@@ -152,7 +184,9 @@ def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
-def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values: Mapping[str, Any]) -> None:
+def _check_strategy_keys(
+    strategy: str, given: Mapping[str, Any], preset_values: Mapping[str, Any], problems: Problems
+) -> None:
     """Refuse a key set, to a value other than its preset's, where the chosen strategy does not read
     it. (A resolved config, which lists every key at its preset value, still round-trips.)"""
 
@@ -161,21 +195,24 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values:
 
     if strategy == "beta":
         if "strategy" in given and preset_values["apply_to"] == "none":
-            _fail(
+            problems.check(
+                _fail,
                 "strategy",
                 "beta",
                 "the grpo preset is plain GRPO, but strategy=beta adds prior pseudo-counts to every group; use "
                 "preset=beta_loo (or beta_fitted) instead",
             )
         if changed("prior_strength_max") and given.get("prior", preset_values["prior"]) != "fitted":
-            _fail(
+            problems.check(
+                _fail,
                 "prior_strength_max",
                 given["prior_strength_max"],
                 "it caps only the fitted prior's strength; set prior=fitted (or preset=beta_fitted), or remove it",
             )
         for key in VIRTUAL_SAMPLE_KEYS:
             if changed(key):
-                _fail(
+                problems.check(
+                    _fail,
                     key,
                     given[key],
                     "strategy=beta adds prior pseudo-counts to every group and reads no virtual-sample "
@@ -185,7 +222,8 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values:
     else:
         for key in BETA_KEYS:
             if changed(key):
-                _fail(
+                problems.check(
+                    _fail,
                     key,
                     given[key],
                     f"it applies only with strategy=beta, and strategy is {strategy!r}; "
@@ -194,67 +232,85 @@ def _check_strategy_keys(strategy: str, given: Mapping[str, Any], preset_values:
 
 
 def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
-    """Validate ``algorithm.avspo.alert``."""
+    """Validate ``algorithm.avspo.alert``.
+
+    Raises:
+        SettingsError: listing every bad key.
+    """
     given = {} if mapping is None else dict(mapping)
     unknown = sorted(set(given) - set(_ALERT_KEYS))
     if unknown:
-        raise ValueError(f"unknown algorithm.avspo.alert key(s) {unknown}; allowed keys are: {', '.join(_ALERT_KEYS)}.")
-    given = {k: v for k, v in given.items() if v is not None}
-    alert = replace(AlertConfig(), **given)
-    _integer("alert.window", alert.window, 1)
-    _number("alert.threshold", alert.threshold, 0.0, 1.0)
-    _choice("alert.action", alert.action, ALERT_ACTIONS)
-    return replace(alert, threshold=float(alert.threshold))
+        raise SettingsError(
+            [f"unknown algorithm.avspo.alert key(s) {unknown}; allowed keys are: {', '.join(_ALERT_KEYS)}."]
+        )
+    alert = replace(AlertConfig(), **{k: v for k, v in given.items() if v is not None})
+    problems = Problems()
+    problems.check(_integer, "alert.window", alert.window, 1)
+    threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
+    problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
+    problems.raise_any()
+    return replace(alert, threshold=threshold)
+
+
+def _k(key: str, value: Any) -> int | str:
+    if value == "adaptive":
+        return value
+    k = int(value) if isinstance(value, str) and value.isdigit() else value  # "4" from a shell or a YAML string
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        _fail(key, value, "expected a positive integer or 'adaptive'")
+    return k
+
+
+def _threshold_bounds(key: str, value: Any) -> tuple[float, float]:
+    bounds = _pair(key, value)
+    if bounds[0] < 0.0 or bounds[1] > 1.0:
+        _fail(key, list(bounds), "expected 0 <= low < high <= 1 (the threshold is compared with a rate)")
+    return bounds
 
 
 def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     """Merge ``preset`` defaults with the keys given beside it, then validate every value.
 
     Raises:
-        ValueError: naming the key, the value and what is allowed.
+        SettingsError (a ValueError): one message per bad key, each naming the key, the value and
+        what is allowed.
     """
     given = _given(mapping)
-    preset = _choice("preset", given.get("preset", "paper"), tuple(PRESETS))
-    values = {**asdict(AVSPOConfig()), **PRESETS[preset], **given, "preset": preset}
+    problems = Problems()
+    preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
+    preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
+    values = {**preset_values, **given, "preset": preset}
+    check = problems.check
 
-    values["tau"] = _number("tau", values["tau"], 0.0, math.inf, low_open=True)
-    values["reward_range"] = _pair("reward_range", values["reward_range"])
-    values["strategy"] = _choice("strategy", values["strategy"], STRATEGIES)
-    values["gap"] = _number("gap", values["gap"], 0.0, 1.0, low_open=True)
-    values["apply_to"] = _choice("apply_to", values["apply_to"], APPLY_TO)
-    k = values["k"]
-    if k != "adaptive":
-        if isinstance(k, str) and k.isdigit():  # "4" from a shell or a YAML string
-            k = int(k)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            _fail("k", values["k"], "expected a positive integer or 'adaptive'")
-    values["k"] = k
-    values["alpha"] = _number("alpha", values["alpha"], 0.0, math.inf, low_open=True)
-    values["acr_signal"] = _choice("acr_signal", values["acr_signal"], ACR_SIGNALS)
-    values["ema_beta"] = _number("ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
-    values["adaptive_threshold"] = _boolean("adaptive_threshold", values["adaptive_threshold"])
-    values["threshold_init"] = _number("threshold_init", values["threshold_init"], 0.0, 1.0)
-    values["eta"] = _number("eta", values["eta"], 0.0, 1.0)
-    bounds = _pair("threshold_bounds", values["threshold_bounds"])
-    if bounds[0] < 0.0 or bounds[1] > 1.0:
-        _fail("threshold_bounds", list(bounds), "expected 0 <= low < high <= 1 (the threshold is compared with a rate)")
-    values["threshold_bounds"] = bounds
-    if values["adaptive_threshold"] and not bounds[0] <= values["threshold_init"] <= bounds[1]:
-        _fail(
-            "threshold_init",
-            values["threshold_init"],
-            f"with adaptive_threshold=true it must lie within threshold_bounds {list(bounds)}",
-        )
-    values["seed"] = _integer("seed", values["seed"], 0)
-    values["epsilon"] = _number("epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
-    values["prior"] = _choice("prior", values["prior"], PRIORS)
-    values["baseline"] = _choice("baseline", values["baseline"], BASELINES)
-    values["prior_strength_max"] = _number(
-        "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
+    values["tau"] = check(_number, "tau", values["tau"], 0.0, math.inf, low_open=True)
+    values["reward_range"] = check(_pair, "reward_range", values["reward_range"])
+    values["strategy"] = check(_choice, "strategy", values["strategy"], STRATEGIES)
+    values["gap"] = check(_number, "gap", values["gap"], 0.0, 1.0, low_open=True)
+    values["apply_to"] = check(_choice, "apply_to", values["apply_to"], APPLY_TO)
+    values["k"] = check(_k, "k", values["k"])
+    values["alpha"] = check(_number, "alpha", values["alpha"], 0.0, math.inf, low_open=True)
+    values["acr_signal"] = check(_choice, "acr_signal", values["acr_signal"], ACR_SIGNALS)
+    values["ema_beta"] = check(_number, "ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
+    values["adaptive_threshold"] = check(_boolean, "adaptive_threshold", values["adaptive_threshold"])
+    values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)
+    values["eta"] = check(_number, "eta", values["eta"], 0.0, 1.0)
+    values["threshold_bounds"] = check(_threshold_bounds, "threshold_bounds", values["threshold_bounds"])
+    values["seed"] = check(_integer, "seed", values["seed"], 0)
+    values["epsilon"] = check(_number, "epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
+    values["prior"] = check(_choice, "prior", values["prior"], PRIORS)
+    values["baseline"] = check(_choice, "baseline", values["baseline"], BASELINES)
+    values["prior_strength_max"] = check(
+        _number, "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
     )
     # Bounded so that the weighted advantages stay far inside float32 (3.4e38 overflows at step 1).
-    values["correct_weight"] = _number("correct_weight", values["correct_weight"], 0.0, 1e6)
-    _check_strategy_keys(values["strategy"], given, {**asdict(AVSPOConfig()), **PRESETS[preset]})
+    values["correct_weight"] = check(_number, "correct_weight", values["correct_weight"], 0.0, 1e6)
     alert = values["alert"]
-    values["alert"] = alert if isinstance(alert, AlertConfig) else resolve_alert(alert)
+    values["alert"] = alert if isinstance(alert, AlertConfig) else check(resolve_alert, alert)
+    bounds, init = values["threshold_bounds"], values["threshold_init"]
+    if values["adaptive_threshold"] and None not in (bounds, init) and not bounds[0] <= init <= bounds[1]:
+        within = f"with adaptive_threshold=true it must lie within threshold_bounds {list(bounds)}"
+        check(_fail, "threshold_init", init, within)
+    if values["strategy"] is not None:
+        _check_strategy_keys(values["strategy"], given, preset_values, problems)
+    problems.raise_any()
     return AVSPOConfig(**values)

@@ -1,5 +1,6 @@
 """Settings of the paper's other baselines in verl: DCPO (``algorithm.dcpo``) and the intrinsic
 rewards of INTUITOR and RENT (``algorithm.intrinsic``). Framework-free (no torch, no verl).
+Every bad key is reported, not only the first.
 
 ``resolve_dcpo`` / ``resolve_intrinsic`` take any mapping (a plain dict or verl's DictConfig; a
 key set to ``None`` means "not given") and return a frozen, validated settings object. Every error
@@ -12,6 +13,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from verl_avspo.core.config import Problems
 
 __all__ = [
     "DCPO_PROMPT_KEYS",
@@ -33,7 +36,7 @@ INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
 
 @dataclass(frozen=True)
 class DCPOConfig:
-    """DCPO's smooth advantage standardization (``verl_avspo.dcpo``).
+    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``).
 
     epsilon: added to the group and cumulative stds (verl's GRPO uses 1e-6).
     prompt_key: ``index`` | ``raw_prompt``, the stable prompt identity across steps.
@@ -48,7 +51,7 @@ class DCPOConfig:
 
 @dataclass(frozen=True)
 class IntrinsicConfig:
-    """The reward the advantages are computed from (``verl_avspo.intrinsic``).
+    """The reward the advantages are computed from (``verl_avspo.core.intrinsic``).
 
     reward: ``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT).
     last_tokens: RENT only; average the entropy over each response's last ``last_tokens`` tokens
@@ -84,46 +87,76 @@ def _given(raw: Any, section: str, cls: type) -> dict[str, Any]:
     return {str(k): v for k, v in raw.items() if v is not None}
 
 
-def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
-    """Validated DCPO settings from ``algorithm.dcpo`` (absent or null keys take the defaults)."""
-    given = _given(raw, "dcpo", DCPOConfig)
-    settings = DCPOConfig(**given)
-    epsilon = settings.epsilon
+def _dcpo_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon < 0:
         raise ValueError(
             f"algorithm.dcpo.epsilon={epsilon!r} is invalid: expected a finite number >= 0 added to the stds "
             "before dividing. Set algorithm.dcpo.epsilon=1e-6 (verl's GRPO value)."
         )
-    if settings.prompt_key not in DCPO_PROMPT_KEYS:
+    return float(epsilon)
+
+
+def _dcpo_prompt_key(prompt_key: Any) -> str:
+    if prompt_key not in DCPO_PROMPT_KEYS:
         raise ValueError(
-            f"algorithm.dcpo.prompt_key={settings.prompt_key!r} is invalid: expected one of "
+            f"algorithm.dcpo.prompt_key={prompt_key!r} is invalid: expected one of "
             f"{', '.join(DCPO_PROMPT_KEYS)} (index: the dataset's extra_info.index; raw_prompt: a hash of the "
             "prompt's messages). Set algorithm.dcpo.prompt_key=index."
         )
-    return DCPOConfig(epsilon=float(epsilon), prompt_key=settings.prompt_key)
+    return prompt_key
 
 
-def resolve_intrinsic(raw: Mapping[str, Any] | None) -> IntrinsicConfig:
-    """Validated intrinsic-reward settings from ``algorithm.intrinsic``."""
-    settings = IntrinsicConfig(**_given(raw, "intrinsic", IntrinsicConfig))
-    if settings.reward not in INTRINSIC_REWARDS:
+def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
+    """Validated DCPO settings from ``algorithm.dcpo`` (absent or null keys take the defaults).
+
+    Raises:
+        SettingsError (a ValueError): one message per bad key.
+    """
+    settings = DCPOConfig(**_given(raw, "dcpo", DCPOConfig))
+    problems = Problems()
+    epsilon = problems.check(_dcpo_epsilon, settings.epsilon)
+    prompt_key = problems.check(_dcpo_prompt_key, settings.prompt_key)
+    problems.raise_any()
+    return DCPOConfig(epsilon=epsilon, prompt_key=prompt_key)
+
+
+def _intrinsic_reward(reward: Any) -> str:
+    if reward not in INTRINSIC_REWARDS:
         raise ValueError(
-            f"algorithm.intrinsic.reward={settings.reward!r} is invalid: expected one of "
+            f"algorithm.intrinsic.reward={reward!r} is invalid: expected one of "
             f"{', '.join(INTRINSIC_REWARDS)} (self_certainty: INTUITOR, negative_entropy: RENT). "
             "Set algorithm.intrinsic.reward=none to train on the verifier's reward."
         )
-    last = settings.last_tokens
-    if last is not None:
-        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-            raise ValueError(
-                f"algorithm.intrinsic.last_tokens={last!r} is invalid: expected a positive integer (the number of "
-                "final response tokens whose entropy RENT averages) or null for every token."
-            )
-        if settings.reward != "negative_entropy":
-            raise ValueError(
-                f"algorithm.intrinsic.last_tokens={last} only applies to algorithm.intrinsic.reward=negative_entropy "
-                f"(RENT), not {settings.reward}. Remove it, or set algorithm.intrinsic.reward=negative_entropy."
-            )
+    return reward
+
+
+def _last_tokens(last: Any, reward: str | None) -> int | None:
+    if last is None:
+        return None
+    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        raise ValueError(
+            f"algorithm.intrinsic.last_tokens={last!r} is invalid: expected a positive integer (the number of "
+            "final response tokens whose entropy RENT averages) or null for every token."
+        )
+    if reward is not None and reward != "negative_entropy":
+        raise ValueError(
+            f"algorithm.intrinsic.last_tokens={last} only applies to algorithm.intrinsic.reward=negative_entropy "
+            f"(RENT), not {reward}. Remove it, or set algorithm.intrinsic.reward=negative_entropy."
+        )
+    return last
+
+
+def resolve_intrinsic(raw: Mapping[str, Any] | None) -> IntrinsicConfig:
+    """Validated intrinsic-reward settings from ``algorithm.intrinsic``.
+
+    Raises:
+        SettingsError (a ValueError): one message per bad key.
+    """
+    settings = IntrinsicConfig(**_given(raw, "intrinsic", IntrinsicConfig))
+    problems = Problems()
+    reward = problems.check(_intrinsic_reward, settings.reward)
+    problems.check(_last_tokens, settings.last_tokens, reward)
+    problems.raise_any()
     return settings
 
 

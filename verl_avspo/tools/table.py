@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.logs import find_logs, read_metrics
+from verl_avspo.tools.logs import find_logs, read_metrics
 
 __all__ = ["RunSummary", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "group_runs", "summarise", "markdown_table"]
 

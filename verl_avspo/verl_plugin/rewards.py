@@ -2,7 +2,7 @@
 
 Select with::
 
-    reward.custom_reward_function.path=pkg://verl_avspo.rewards
+    reward.custom_reward_function.path=pkg://verl_avspo.verl_plugin.rewards
     reward.custom_reward_function.name=compute_score
 
 verl's reward manager calls ``compute_score(data_source=, solution_str=, ground_truth=,

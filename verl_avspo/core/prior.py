@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verl_avspo.config import BASELINES, PRIORS
+from verl_avspo.core.config import BASELINES, PRIORS
 
 __all__ = ["PSEUDO_COUNT_FLOOR", "BetaPrior", "fit_beta_prior", "beta_prior", "beta_baseline"]
 

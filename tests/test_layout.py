@@ -1,0 +1,115 @@
+"""The package's layers, read from the source: the core imports no framework, no module imports
+another in a cycle, and the old public module paths lead to the new ones."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import tomllib
+
+import verl_avspo
+
+PACKAGE = Path(verl_avspo.__file__).parent
+ROOT = PACKAGE.parent
+FRAMEWORKS = ("verl", "ray", "transfer_queue", "openrlhf", "deepspeed", "vllm", "sglang")
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
+    """Every module ``path`` imports, anywhere in it (top level or inside a function), absolute."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            found.append((base, node.lineno))
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]  # from pkg import module
+    return found
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_the_layers_are_folders():
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} >= {
+        "core",
+        "verl_plugin",
+        "openrlhf",
+        "sandbox",
+        "tools",
+    }
+    assert not [p.name for p in PACKAGE.glob("*.py")] or {p.name for p in PACKAGE.glob("*.py")} == {
+        "__init__.py",
+        "cli.py",
+        "main_ppo.py",
+        "register.py",
+    }
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if name.startswith("verl_avspo.core")])
+def test_core_imports_no_framework(name):
+    bad = [
+        f"line {line}: {imported}"
+        for imported, line in imports_of(MODULES[name])
+        if imported.split(".")[0] in FRAMEWORKS
+        or (imported.startswith("verl_avspo.") and not imported.startswith("verl_avspo.core"))
+    ]
+    assert not bad, f"{name} imports outside the framework-free core: {bad}"
+
+
+def test_the_scan_sees_imports_inside_functions(tmp_path):
+    # The control for the test above: a lazy import is found, and a relative one is resolved.
+    source = tmp_path / "verl_avspo" / "core" / "probe.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def f():\n    import verl.trainer\n    from . import virtual\n")
+    found = [name for name, _ in imports_of(source, root=tmp_path)]
+    assert found == ["verl.trainer", "verl_avspo.core", "verl_avspo.core.virtual"]
+
+
+def test_no_import_cycle_in_the_package():
+    graph = nx.DiGraph()
+    for name, path in MODULES.items():
+        graph.add_node(name)
+        for imported, _ in imports_of(path):
+            # A package's __init__ runs before its modules, so importing ``a.b`` also imports ``a``;
+            # edges go to modules that exist, and never from a package to its own children.
+            if imported in MODULES and imported != name and not imported.startswith(f"{name}."):
+                graph.add_edge(name, imported)
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_old_register_path_is_the_same_module():
+    from verl_avspo import register
+    from verl_avspo.verl_plugin import register as new
+
+    assert register is new  # one set of estimators and of their state, not a copy
+
+
+def test_entry_point_names_the_new_module_and_old_external_modules_still_load(tmp_path):
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["entry-points"]["verl.plugins"] == {"avspo": "verl_avspo.verl_plugin.register"}
+    # A user's environment that still names the old path, in verl's own plugin loader.
+    code = (
+        "from verl.trainer.ppo import core_algos; import verl_avspo.verl_plugin.register as r, sys; "
+        "print('avspo' in core_algos.ADV_ESTIMATOR_REGISTRY, sys.modules['verl_avspo.register'] is r)"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "verl_avspo.register", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]

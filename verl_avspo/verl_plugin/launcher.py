@@ -1,0 +1,180 @@
+"""Launcher: verl's PPO trainer with ACR metrics, the stagnation alert and AVSPO state in checkpoints.
+
+    python -m verl_avspo.main_ppo <hydra overrides>            # train
+    python -m verl_avspo.main_ppo --dry-run <hydra overrides>  # check the config, start nothing
+    python -m verl_avspo.main_ppo --cfg job <hydra overrides>  # print the composed config (Hydra)
+
+The config is ``verl_avspo/verl_plugin/config/avspo_trainer.yaml``: verl's ``ppo_trainer`` plus every
+``algorithm.avspo.*`` key, with ``algorithm.adv_estimator=avspo``. Before Ray starts, the launcher
+checks what verl itself never checks (the estimator name, the group size, the AVSPO settings) and
+runs verl's own ``validate_config``; a config that fails gets one message listing every problem,
+each with what to change.
+
+This module imports neither verl nor Ray at import time: the settings are checked first, against
+verl's YAML read from its folder, so a typo in ``algorithm.avspo`` is refused in about a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
+from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.verl_plugin.checks import (
+    NOT_YET_CHECKED,
+    ConfigCheckError,
+    preflight,
+    settings_problems,
+    verl_package_dir,
+)
+
+__all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "main"]
+
+logger = logging.getLogger(__name__)
+
+# An absolute path: ``verl_avspo.verl_plugin.config`` is not a Python package, so Hydra cannot
+# address this folder as ``pkg://``.
+CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
+CONFIG_NAME = "avspo_trainer"
+
+
+def compose_config(overrides: Sequence[str] = (), *, import_verl: bool = True) -> DictConfig:
+    """Our config composed with verl's, as ``python -m verl_avspo.main_ppo`` would see it.
+
+    With ``import_verl=False``, verl's YAML is read from its installed folder (``file://``) instead
+    of its package (``pkg://``, which imports verl, the slow part); the two give the same config.
+    A ``hydra.searchpath`` of the user's own is kept as given.
+    """
+    from hydra import compose, initialize_config_dir
+
+    overrides = list(overrides)
+    if not import_verl and not any(arg.lstrip("+~").startswith("hydra.searchpath") for arg in overrides):
+        overrides.append(f"hydra.searchpath=[file://{verl_package_dir() / 'trainer' / 'config'}]")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=overrides)
+
+
+def _describe(config: DictConfig, settings: AVSPOConfig) -> str:
+    trainer = f"V1 {config.trainer.v1.trainer_mode}" if config.trainer.use_v1 else "legacy (use_v1=False)"
+    lines = [
+        f"algorithm.adv_estimator={config.algorithm.adv_estimator}  "
+        f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}  trainer={trainer}",
+        "AVSPO settings (algorithm.avspo, resolved):",
+    ]
+    for key, value in settings.to_dict().items():
+        lines.append(f"  {key}: {value}")
+    dcpo, intrinsic = dcpo_settings(config.algorithm), intrinsic_settings(config.algorithm)
+    if config.algorithm.adv_estimator == "dcpo":
+        lines.append(
+            "DCPO settings (algorithm.dcpo, resolved): " + ", ".join(f"{k}={v}" for k, v in dcpo.to_dict().items())
+        )
+    if intrinsic.enabled:
+        lines.append(
+            "intrinsic reward (algorithm.intrinsic, resolved): "
+            + ", ".join(f"{k}={v}" for k, v in intrinsic.to_dict().items())
+        )
+    loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
+    lines.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
+    return "\n".join(lines)
+
+
+def _fail(err: ConfigCheckError) -> None:
+    print(f"verl-avspo: {err}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def train(config: DictConfig) -> None:
+    """Check ``config``, log the AVSPO settings once, then run verl's PPO with our TaskRunner."""
+    try:
+        settings = preflight(config)
+    except ConfigCheckError as err:
+        _fail(err)
+    from verl.trainer.main_ppo import run_ppo
+
+    from verl_avspo.verl_plugin.trainer import AVSPOLegacyTaskRunner, AVSPOTaskRunner
+
+    logger.info("verl-avspo launcher\n%s", _describe(config, settings))
+    runner = AVSPOTaskRunner if config.trainer.use_v1 else AVSPOLegacyTaskRunner
+    run_ppo(config, task_runner_class=runner)
+
+
+def _compose_or_report(overrides: Sequence[str], *, import_verl: bool) -> DictConfig | None:
+    from hydra.errors import HydraException
+
+    try:
+        return compose_config(overrides, import_verl=import_verl)
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = f" ({str(err.__cause__).splitlines()[0]})" if err.__cause__ else ""
+        print(f"verl-avspo: invalid override: {err}{cause}", file=sys.stderr)
+        return None
+
+
+def _refuse_early(overrides: Sequence[str]) -> int | None:
+    """The first stage of the checks, before verl is imported: 1 (after printing every problem)
+    for a config whose settings are wrong, None for one that may go on to the full checks."""
+    config = _compose_or_report(overrides, import_verl=False)
+    if config is None:
+        return 1
+    problems = settings_problems(config)[0]
+    if not problems:
+        return None
+    print(f"verl-avspo: {ConfigCheckError(problems, NOT_YET_CHECKED)}", file=sys.stderr)
+    return 1
+
+
+def dry_run(overrides: Sequence[str]) -> int:
+    """Compose the config, run every check, print the AVSPO settings; start nothing."""
+    refused = _refuse_early(overrides)
+    if refused is not None:
+        return refused
+    config = _compose_or_report(overrides, import_verl=True)
+    if config is None:
+        return 1
+    try:
+        settings = preflight(config)
+    except ConfigCheckError as err:
+        print(f"verl-avspo: {err}", file=sys.stderr)
+        return 1
+    print(_describe(config, settings))
+    print("OK: the config composes and passes verl-avspo's and verl's checks (dry run: nothing was started)")
+    return 0
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name=CONFIG_NAME, version_base=None)
+def _hydra_main(config: DictConfig) -> None:
+    train(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:  # our usage first: Hydra's help knows nothing of --dry-run
+        print(__doc__.split("\n\n")[1] + "\n\nverl's config (Hydra's help follows):\n")
+    flags = [arg for arg in argv if arg.startswith("-") and arg != "--dry-run"]
+    if "--dry-run" in argv:
+        if flags:  # Hydra's own flags need Hydra's own run
+            print(
+                f"verl-avspo: --dry-run takes Hydra overrides (key=value) only, not {' '.join(flags)}. "
+                "Use `python -m verl_avspo.main_ppo --cfg job <overrides>` to print the composed config, "
+                "`--help` for verl's config.",
+                file=sys.stderr,
+            )
+            return 2
+        return dry_run([arg for arg in argv if arg != "--dry-run"])
+    if not flags:  # a plain training run: refuse bad settings before verl's imports
+        refused = _refuse_early(argv)
+        if refused is not None:
+            return refused
+    sys.argv = [sys.argv[0], *argv]  # Hydra parses sys.argv (overrides, --cfg, --multirun, ...)
+    _hydra_main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
