@@ -6,6 +6,7 @@ import pytest
 
 from verl_avspo import cli
 from verl_avspo.core.alert import ADVICE
+from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.logs import write_record
 from verl_avspo.tools.report import collect_runs, read_run, summarise, write_report
 
@@ -40,21 +41,38 @@ def write_log(path, acr, correct_share=0.8, avspo=False, every=1, val_every=25):
 def test_stalled_window_reports_the_steps_and_the_advice(tmp_path):
     acr = [0.2] * 10 + [0.5] * 60 + [0.1] * 30  # steps 11-70 above 0.35
     frame = read_run(write_log(tmp_path / "grpo.jsonl", acr))
-    findings = summarise("grpo", frame).findings
+    findings = summarise("grpo", frame, AlertConfig(rule="acr")).findings
     assert findings[0] == (
-        "grpo: STALLED. ACR stayed above 0.35 for at least 50 consecutive logged steps at steps 11–70 (60 steps); "
-        f"most groups gave no gradient there. Try to {ADVICE}."
+        "grpo: STALLED (alert rule `acr`: ACR above 0.35 for 50 consecutive steps, over logged steps) at steps "
+        f"11–70 (60 steps); most groups gave no gradient there. Try to {ADVICE}."
     )
+    # The same log judged on its all-wrong part (20% of ACR here, 0.1): no stall.
+    assert (
+        summarise("grpo", frame, AlertConfig(rule="all_wrong"))
+        .findings[0]
+        .startswith("grpo: no stalled window (alert rule `all_wrong`")
+    )
+
+
+def test_the_default_rule_reads_the_score_and_stalls_a_flat_run(tmp_path):
+    # acr_no_gain on verl's critic/score/mean (logs without acr/reward_mean): flat scores stall.
+    flat = read_run(write_log(tmp_path / "flat.jsonl", [0.9] * 120))
+    flat["critic/score/mean"] = 0.3
+    assert summarise("flat", flat).findings[0].startswith("flat: STALLED (alert rule `acr_no_gain`")
+    rising = read_run(write_log(tmp_path / "rising.jsonl", [0.9] * 120))
+    assert summarise("rising", rising).findings[0].startswith("rising: no stalled window (alert rule `acr_no_gain`")
 
 
 def test_stall_rule_uses_logged_steps_and_the_given_window(tmp_path):
     # Logged every 2 steps: positions 5-14 are steps 11-29.
     frame = read_run(write_log(tmp_path / "sparse.jsonl", [0.1] * 5 + [0.4] * 10 + [0.1] * 5, every=2))
-    assert "at steps 11–29 (10 steps)" in summarise("sparse", frame, window=10).findings[0]
-    assert summarise("sparse", frame, window=11).findings[0] == (
-        "sparse: no stalled window (ACR above 0.35 for 11 consecutive logged steps); longest such streak: 10 steps."
+    assert "at steps 11–29 (10 steps)" in summarise("sparse", frame, AlertConfig(window=10, rule="acr")).findings[0]
+    assert summarise("sparse", frame, AlertConfig(window=11, rule="acr")).findings[0] == (
+        "sparse: no stalled window (alert rule `acr`: ACR above 0.35 for 11 consecutive steps, over logged steps); "
+        "longest streak above 0.35: 10 steps."
     )
-    assert "no stalled window" in summarise("sparse", frame, window=10, threshold=0.4).findings[0]  # strictly above
+    strictly_above = AlertConfig(window=10, threshold=0.4, rule="acr")
+    assert "no stalled window" in summarise("sparse", frame, strictly_above).findings[0]
 
 
 def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
@@ -112,7 +130,10 @@ def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
     grpo = write_log(tmp_path / "logs" / "grpo.jsonl", [0.45] * 60)
     avspo = write_log(tmp_path / "logs" / "avspo.jsonl", [0.3] * 60, avspo=True)
     out = tmp_path / "report"
+    # The default rule, acr_no_gain: these logs' mean score rises every step, so nothing stalls.
     assert cli.main(["report", str(grpo), str(avspo), "--out", str(out)]) == 0
+    assert "STALLED" not in capsys.readouterr().out
+    assert cli.main(["report", str(grpo), str(avspo), "--out", str(out), "--rule", "acr"]) == 0
     printed = capsys.readouterr().out
     assert "== grpo (60 steps)" in printed and "== avspo (60 steps)" in printed and "STALLED" in printed
     for name in ("acr", "acr_split", "threshold", "reward", "accuracy"):

@@ -221,3 +221,16 @@ def test_the_loss_aggregation_is_a_setting(comparison, tmp_path):
     assert "`seq-mean-token-sum` aggregation" in (tmp_path / "summary.md").read_text()
     with pytest.raises(SystemExit, match=r"loss_agg_mode='token-sum-norm' is invalid: expected one of token-mean"):
         main([*argv, "--loss-agg-mode", "token-sum-norm"])
+
+
+def test_the_sampling_temperature_is_a_setting(comparison, tmp_path):
+    # Hotter rollouts from the same warmed-up policy and seed: other samples, more token entropy,
+    # and the summary says which temperature trained.
+    cache = comparison / "cache"
+    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
+    assert main([*argv, "--temperature", "2.0"]) == 0
+    hot = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
+    grpo = _runs(comparison)["grpo"]
+    assert hot.loc[1, "actor/entropy"] > grpo.loc[1, "actor/entropy"]
+    assert hot.loc[0, "eval/acc_mean"] == grpo.loc[0, "eval/acc_mean"]  # same policy before training
+    assert "temperature 2, verl's" in (tmp_path / "summary.md").read_text()

@@ -1,6 +1,8 @@
 """The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
 validation messages, the summary verdict and the plots. No model training here."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -90,6 +92,8 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--prompts-per-step", "3"])
     with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
         main(["sandbox", "--seeds", "0"])
+    with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
+        main(["sandbox", "--temperature", "0"])
 
 
 def _stats(accuracies):
@@ -148,10 +152,12 @@ def test_log_probs_do_not_depend_on_padding(architecture):
     assert (batched <= 0).all()
 
 
-def test_log_probs_are_those_generate_sampled_from():
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 1.5])
+def test_log_probs_are_those_generate_sampled_from(temperature):
     # PPO's old_log_prob must be log π of each sampled token under the distribution generate
-    # sampled it from (temperature 1.0, no top-k/top-p): an off-by-one in the logit slice or in
-    # the position ids would pass the padding test above but fail here.
+    # sampled it from (at the sampling temperature, no top-k/top-p): an off-by-one in the logit
+    # slice or in the position ids would pass the padding test above but fail here, and so would
+    # log-probs at temperature 1.0 of tokens sampled at another.
     from verl_avspo.sandbox.config import PolicyConfig
     from verl_avspo.sandbox.policy import CharTokenizer, Rollout, build_model, response_log_probs
 
@@ -163,7 +169,7 @@ def test_log_probs_are_those_generate_sampled_from():
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         do_sample=True,
-        temperature=1.0,
+        temperature=temperature,
         top_k=None,
         top_p=None,
         max_new_tokens=4,
@@ -177,8 +183,10 @@ def test_log_probs_are_those_generate_sampled_from():
     expected = sampled_from.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
     rollout = Rollout(prompt_ids, prompt_mask, response_ids, torch.ones_like(response_ids))
     with torch.no_grad():
-        log_probs = response_log_probs(model, rollout)
+        log_probs = response_log_probs(model, rollout, temperature)
     torch.testing.assert_close(log_probs, expected)
+    if temperature != 1.0:
+        assert not torch.allclose(response_log_probs(model, rollout), expected, atol=1e-3)
 
 
 def test_paper_baseline_specs():
@@ -234,3 +242,18 @@ def test_identical_answers_share_one_intrinsic_reward():
     shared = _share_among_identical(torch.tensor([1.0, 1.0 + 3e-7, 2.0, 5.0]), rollout)
     assert shared[0] == shared[1] and shared[0].item() == pytest.approx(1.0 + 1.5e-7)
     assert shared[2:].tolist() == [2.0, 5.0]
+
+
+def test_the_warm_up_cache_is_keyed_by_the_code_too(tmp_path, monkeypatch):
+    # A cache written by other warm-up code must not be reused: edit a copy of the module's source.
+    from verl_avspo.sandbox import policy
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.task import ArithmeticTask, parse_levels
+
+    task, config, tokenizer = ArithmeticTask(parse_levels("1+1"), 8), PolicyConfig(), policy.CharTokenizer()
+    key = policy._cache_key(config, task, tokenizer)
+    assert policy._cache_key(config, task, tokenizer) == key
+    edited = tmp_path / "policy.py"
+    edited.write_text(Path(policy.__file__).read_text() + "\n# another warm-up\n")
+    monkeypatch.setattr(policy, "__file__", str(edited))
+    assert policy._cache_key(config, task, tokenizer) != key

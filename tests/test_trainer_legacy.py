@@ -67,7 +67,7 @@ def legacy_batch(groups, trainer):
 
 
 def test_legacy_batch_metrics_for_avspo_and_alert(caplog):
-    trainer = legacy_trainer("algorithm.avspo.alert.window=2")
+    trainer = legacy_trainer("algorithm.avspo.alert.window=2", "algorithm.avspo.alert.rule=acr")
     groups = [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1]]
     trainer.global_steps = 1
     first = trainer.batch_collapse_metrics(legacy_batch(groups, trainer))
@@ -78,7 +78,7 @@ def test_legacy_batch_metrics_for_avspo_and_alert(caplog):
     with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
         second = trainer.batch_collapse_metrics(legacy_batch(groups, trainer))
     assert second["acr/stalled"] == 1.0
-    assert "for 2 consecutive steps (now step 2)" in caplog.text
+    assert "for 2 consecutive steps (now step 2, algorithm.avspo.alert.rule=acr)" in caplog.text
 
 
 def test_legacy_grpo_gets_acr_and_gae_gets_none():

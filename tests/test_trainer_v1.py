@@ -261,17 +261,19 @@ class ScriptedTrainer(AVSPOTrainerSync):
     GPU pipeline of one iteration (``_step_once``) and the rollout dispatch are stubbed."""
 
     acr_values: list = []
+    rewards: list = []
 
     def prepare_step(self):
         return {}
 
     def _step_once(self, metrics, timing_raw, sample_batch_size):
-        metrics["acr/rate"] = self.acr_values[self.global_steps - 1]
+        metrics["acr/rate"] = metrics["acr/all_wrong"] = self.acr_values[self.global_steps - 1]
+        metrics["acr/reward_mean"] = self.rewards[self.global_steps - 1] if self.rewards else 0.5
         return KVBatchMeta(partition_id="train", keys=[], tags=[])
 
 
-def run_scripted(trainer, acr_values):
-    trainer.acr_values = acr_values
+def run_scripted(trainer, acr_values, rewards=()):
+    trainer.acr_values, trainer.rewards = acr_values, list(rewards)
     stalled = []
     for step in range(1, len(acr_values) + 1):
         trainer.global_steps = step
@@ -285,7 +287,10 @@ def run_scripted(trainer, acr_values):
 
 def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
     trainer = make_trainer(
-        "algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=3", trainer_cls=ScriptedTrainer
+        "algorithm.adv_estimator=grpo",
+        "algorithm.avspo.alert.window=3",
+        "algorithm.avspo.alert.rule=acr",
+        trainer_cls=ScriptedTrainer,
     )
     trainer.total_training_steps = 100
     with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
@@ -293,7 +298,10 @@ def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
     assert stalled == [0, 0, 0, 0, 0, 1, 1, 0]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "for 3 consecutive steps (now step 6)" in warnings[0].getMessage()
+    assert (
+        "ACR above 0.35 for 3 consecutive steps (now step 6, algorithm.avspo.alert.rule=acr)"
+        in warnings[0].getMessage()
+    )
     assert ADVICE in warnings[0].getMessage()
     assert trainer.total_training_steps == 100
 
@@ -303,6 +311,7 @@ def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_
         "algorithm.adv_estimator=grpo",
         "algorithm.avspo.alert.window=2",
         "algorithm.avspo.alert.action=stop",
+        "algorithm.avspo.alert.rule=acr",
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
     )
@@ -314,7 +323,7 @@ def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_
     assert trainer.total_training_steps == 3  # fit's loop condition ends the run after logging step 3
     assert trainer.actor_rollout_wg.saved == [(str(tmp_path / "global_step_3" / "actor"), 3)]
     state = torch.load(tmp_path / "global_step_3" / STATE_FILE, weights_only=True)
-    assert state["stagnation"] == {"streak": 2, "stalled": True} and state["controller"] is None
+    assert state["stagnation"] == {"streak": 2, "stalled": True, "rewards": []} and state["controller"] is None
     assert "stopping the run after step 3 (algorithm.avspo.alert.action=stop)" in caplog.text
 
 
@@ -324,6 +333,7 @@ def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
         "algorithm.adv_estimator=grpo",
         "algorithm.avspo.alert.window=2",
         "algorithm.avspo.alert.action=stop",
+        "algorithm.avspo.alert.rule=acr",
         "trainer.save_freq=5",
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
@@ -332,6 +342,21 @@ def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
     trainer.total_training_steps = 3
     assert run_scripted(trainer, [0.1, 0.6, 0.7]) == [0, 0, 1]
     assert trainer.total_training_steps == 3 and trainer.actor_rollout_wg.saved == []
+
+
+def test_the_default_rule_needs_high_acr_and_no_reward_gain(caplog):
+    # acr_no_gain, the default: the same high ACR stalls a run whose reward is flat, not one whose
+    # reward keeps rising (window 2: the last 2 steps' mean reward against the 2 before).
+    high = [0.9] * 6
+    flat = make_trainer("algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=2", trainer_cls=ScriptedTrainer)
+    assert flat.stagnation.config.rule == "acr_no_gain"
+    flat.total_training_steps = 100
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+        assert run_scripted(flat, high, [0.3] * 6) == [0, 0, 0, 1, 1, 1]
+    assert "and a mean reward over them no higher than over the 2 steps before (now step 4" in caplog.text
+    rising = make_trainer("algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=2", trainer_cls=ScriptedTrainer)
+    rising.total_training_steps = 100
+    assert run_scripted(rising, high, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) == [0] * 6
 
 
 def put_entropies(batch, entropies):

@@ -126,6 +126,7 @@ class Collapse:
     rate: float
     all_correct_rate: float
     all_wrong_rate: float
+    reward_mean: float  # mean score over the eligible groups (each group weighted equally)
 
 
 def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[float, float] = (0.0, 1.0)) -> Collapse:
@@ -137,9 +138,10 @@ def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[fl
     midpoint = 0.5 * (reward_range[0] + reward_range[1])
     all_correct = collapsed & (stats.mean >= midpoint)
     all_wrong = collapsed & ~all_correct
-    # One host sync for all four counts.
-    counts = torch.stack([eligible.sum(), collapsed.sum(), all_correct.sum(), all_wrong.sum()]).tolist()
-    num_eligible, num_collapsed, num_correct, num_wrong = counts
+    # One host sync for the four counts and the mean score.
+    sums = [eligible.sum(), collapsed.sum(), all_correct.sum(), all_wrong.sum(), (stats.mean * eligible).sum()]
+    *counts, score_sum = torch.stack(sums).to(torch.float64).tolist()
+    num_eligible, num_collapsed, num_correct, num_wrong = map(int, counts)
     denom = max(num_eligible, 1)
     return Collapse(
         eligible=eligible,
@@ -151,6 +153,7 @@ def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[fl
         rate=num_collapsed / denom,
         all_correct_rate=num_correct / denom,
         all_wrong_rate=num_wrong / denom,
+        reward_mean=score_sum / denom,
     )
 
 
@@ -187,6 +190,8 @@ def acr_metrics(collapse: Collapse, effective_rate: float | None, prefix: str = 
         f"{prefix}all_wrong": collapse.all_wrong_rate,
         f"{prefix}groups": float(collapse.num_eligible),
         f"{prefix}singletons": float(collapse.num_singletons),
+        # The stall rule acr_no_gain reads it (core.alert).
+        f"{prefix}reward_mean": collapse.reward_mean,
     }
     if effective_rate is not None:
         metrics[f"{prefix}effective"] = effective_rate

@@ -23,6 +23,7 @@ __all__ = [
     "APPLY_TO",
     "ACR_SIGNALS",
     "ALERT_ACTIONS",
+    "ALERT_RULES",
     "PRIORS",
     "BASELINES",
     "resolve_config",
@@ -33,6 +34,7 @@ STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "
 APPLY_TO = ("both", "all_correct", "all_wrong", "none")
 ACR_SIGNALS = ("batch", "ema")
 ALERT_ACTIONS = ("warn", "stop")
+ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
 PRIORS = ("jeffreys", "laplace", "fitted")
 BASELINES = ("loo", "group")
 # Keys read only by `strategy: beta`, and the virtual-sample keys that it does not read: giving
@@ -43,11 +45,14 @@ VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha")
 
 @dataclass(frozen=True)
 class AlertConfig:
-    """Stagnation alert: ``window`` consecutive steps with ACR above ``threshold``."""
+    """Stagnation alert: ``window`` consecutive steps with the ``rule``'s signal above
+    ``threshold`` (``verl_avspo.core.alert``)."""
 
     window: int = 50
     threshold: float = 0.35
     action: str = "warn"
+    # docs/diagnostics.md: of the rules measured, the best at telling stalled runs; "acr" is the paper's.
+    rule: str = "acr_no_gain"
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
     problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
+    problems.check(_choice, "alert.rule", alert.rule, ALERT_RULES)
     problems.raise_any()
     return replace(alert, threshold=threshold)
 

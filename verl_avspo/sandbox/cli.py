@@ -44,6 +44,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"answers per prompt, G (default {defaults.group_size})",
     )
     parser.add_argument(
+        "--temperature",
+        type=float,
+        default=defaults.temperature,
+        help=f"sampling temperature of the training rollouts (default {defaults.temperature:g}; pass@k is always "
+        "sampled at 1.0)",
+    )
+    parser.add_argument(
         "--prompts-per-step",
         type=int,
         default=defaults.prompts_per_step,
@@ -116,9 +123,9 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"Policy: random-init {policy.architecture} ({policy.num_layers} layers, hidden {policy.hidden_size}, "
         f"character tokenizer), warmed up by {policy.sft_steps} supervised steps (shared by every run).\n"
         f"RL: {config.steps} steps x {config.prompts_per_step} prompts x G={config.group_size} answers = {rollouts} "
-        f"rollouts per step for every estimator, temperature 1.0, verl's `compute_advantage` and `vanilla` PPO-clip "
-        f"loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, `{config.loss_agg_mode}` aggregation), "
-        f"AdamW lr {config.lr}; seeds "
+        f"rollouts per step for every estimator, temperature {config.temperature:g}, verl's `compute_advantage` "
+        f"and `vanilla` PPO-clip loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, "
+        f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
         f"0..{seeds - 1} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
         f"collapsed groups from the loss (no re-sampling).{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             prompts_per_step=args.prompts_per_step,
             group_size=args.group_size,
+            temperature=args.temperature,
             lr=args.lr,
             eval_every=args.eval_every,
             eval_size=args.eval_size,

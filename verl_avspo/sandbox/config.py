@@ -59,6 +59,7 @@ class SandboxConfig:
     steps: int = 60
     prompts_per_step: int = 16
     group_size: int = 8
+    temperature: float = 1.0
     lr: float = 2e-4
     clip_ratio: float = 0.2
     mini_batches: int = 2
@@ -86,7 +87,7 @@ class SandboxConfig:
                 f"prompts_per_step={self.prompts_per_step} is invalid: the PPO update splits each step's groups into "
                 f"mini_batches={self.mini_batches} equal mini-batches, so use a multiple of {self.mini_batches}"
             )
-        for name in ("lr", "clip_ratio", "grad_clip"):
+        for name in ("temperature", "lr", "clip_ratio", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive number")
 

@@ -1,7 +1,7 @@
 """The sandbox RL loop: one readable function, CleanRL style, built from verl's own pieces.
 
 Each step samples ``group_size`` answers for each of ``prompts_per_step`` prompts at
-temperature 1.0, scores them with the exact-match verifier, computes advantages with verl's
+``config.temperature``, scores them with the exact-match verifier, computes advantages with verl's
 ``ray_trainer.compute_advantage`` on a ``DataProto`` (so any registered estimator, ``avspo``
 included, is selected by name), and takes PPO-clip steps with verl's ``vanilla`` policy loss (or ``dcpo``) and
 AdamW. Metrics are written in verl's file-logger JSONL format under the same names as the verl
@@ -135,11 +135,11 @@ def train(
             answers = [a for a in problems.answers for _ in range(config.group_size)]
             uids = np.array([f"{step}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
             model.eval()
-            rollout = sample(model, tokenizer, prompts, max_new_tokens)
+            rollout = sample(model, tokenizer, prompts, max_new_tokens, temperature=config.temperature)
             scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                logits = response_logits(model, rollout)
+                logits = response_logits(model, rollout, config.temperature)
                 old_log_probs = logprobs_from_logits(logits, rollout.response_ids)
                 entropy = token_entropy(logits)
                 response_mask = rollout.response_mask.float()
@@ -183,7 +183,7 @@ def train(
                 part = rollout.select(rows)
                 loss, pg_metrics = policy_loss(
                     old_log_prob=old_log_probs[rows],
-                    log_prob=response_log_probs(model, part),
+                    log_prob=response_log_probs(model, part, config.temperature),
                     advantages=advantages[rows],
                     response_mask=part.response_mask.float(),
                     loss_agg_mode=actor.loss_agg_mode,

@@ -20,6 +20,7 @@ import transformers
 from tqdm.auto import tqdm
 from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 
+from verl_avspo.sandbox import task as task_module
 from verl_avspo.sandbox.config import PolicyConfig
 from verl_avspo.sandbox.task import ArithmeticTask
 
@@ -130,14 +131,15 @@ def sample(
     prompts: list[str],
     max_new_tokens: int,
     greedy: bool = False,
+    temperature: float = 1.0,
 ) -> Rollout:
-    """One response per prompt, at temperature 1.0 (or greedy). Draws from torch's global RNG."""
+    """One response per prompt, at ``temperature`` (or greedy). Draws from torch's global RNG."""
     prompt_ids, prompt_mask = tokenizer.encode_prompts(prompts)
     output = model.generate(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         do_sample=not greedy,
-        temperature=None if greedy else 1.0,
+        temperature=None if greedy else temperature,
         top_k=None,
         top_p=None,
         max_new_tokens=max_new_tokens,
@@ -151,20 +153,22 @@ def sample(
     return Rollout(prompt_ids, prompt_mask, response_ids, response_mask)
 
 
-def response_logits(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
-    """The float32 next-token logits that predicted each response token, (n, R, V), with gradients."""
+def response_logits(model: transformers.PreTrainedModel, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
+    """The float32 next-token logits that predicted each response token, divided by the sampling
+    ``temperature`` (as verl's actor does, so that log-probs are those of the sampling policy),
+    (n, R, V), with gradients."""
     input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
     attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     prompt_width, response_width = rollout.prompt_ids.shape[1], rollout.response_ids.shape[1]
     # The logit at position t predicts token t + 1.
-    return logits[:, prompt_width - 1 : prompt_width - 1 + response_width].float()
+    return logits[:, prompt_width - 1 : prompt_width - 1 + response_width].float() / temperature
 
 
-def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout) -> torch.Tensor:
-    """log π(response token | prefix), (n, R), with gradients."""
-    return logprobs_from_logits(response_logits(model, rollout), rollout.response_ids)
+def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
+    """log π_T(response token | prefix) at sampling temperature ``temperature``, (n, R), with gradients."""
+    return logprobs_from_logits(response_logits(model, rollout, temperature), rollout.response_ids)
 
 
 def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokenizer) -> str:
@@ -177,6 +181,11 @@ def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokeni
         "alphabet": tokenizer.alphabet,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
+        # The code that builds, warms up and samples the task: a model warmed up by other code is
+        # another model, even with the same settings.
+        "code": hashlib.sha256(
+            b"".join(Path(path).read_bytes() for path in (__file__, task_module.__file__))
+        ).hexdigest(),
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 

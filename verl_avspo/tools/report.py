@@ -4,8 +4,8 @@ Reads verl's ``file`` logger (JSONL, ``{"step": N, "data": {...}}``), TensorBoar
 (verl's ``tensorboard`` logger) and CSV exports of wandb run histories. Several runs are drawn side
 by side. Writes one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis:
 
-- stalled windows, with the same rule as the live alert (SPEC §2): ``--window`` consecutive logged
-  steps with ACR above ``--threshold``;
+- stalled windows, with the same monitor as the live alert (``core.alert``): ``--rule``'s signal
+  above ``--threshold`` for ``--window`` consecutive logged steps;
 - ACR over the first 100 steps, with the paper's accuracy fit marked as the paper's;
 - whether all-correct or all-wrong groups dominate collapse, and what to try;
 - for logs without our ``acr/*`` metrics (a plain verl GRPO run), what is missing and how to get it.
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.core.alert import ADVICE, stalled_windows
+from verl_avspo.core.alert import ADVICE, ALERT_SIGNALS, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
+from verl_avspo.core.config import ALERT_RULES, AlertConfig
 from verl_avspo.tools.logs import find_logs, read_metrics
 from verl_avspo.tools.plots import plot_metrics
 
@@ -163,8 +164,10 @@ def _missing_acr(name: str, frame: pd.DataFrame) -> str:
     return f"{name}: neither acr/* nor critic/score/* metrics; is this a verl training log? {how}"
 
 
-def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float = 0.35) -> RunSummary:
-    """The table row and the findings for one run."""
+def summarise(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -> RunSummary:
+    """The table row and the findings for one run; stalls are judged by ``alert`` (default: the
+    alert's defaults, the rule the trainers use)."""
+    alert = alert or AlertConfig()
     summary = RunSummary(name, int(frame.shape[0]))
     score_at_end = _last(frame, SCORE)
     validation = sorted(column for column in frame if column.startswith(VALIDATION_PREFIX))
@@ -195,18 +198,7 @@ def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float
         }
     )
 
-    runs = stalled_windows(acr.tolist(), window, threshold)
-    if runs:
-        spans = ", ".join(f"steps {acr.index[a]}–{acr.index[b]} ({b - a + 1} steps)" for a, b in runs)
-        summary.findings.append(
-            f"{name}: STALLED. ACR stayed above {threshold:.2f} for at least {window} consecutive logged steps at "
-            f"{spans}; most groups gave no gradient there. Try to {ADVICE}."
-        )
-    else:
-        summary.findings.append(
-            f"{name}: no stalled window (ACR above {threshold:.2f} for {window} consecutive logged steps); "
-            f"longest such streak: {_longest_streak(acr.tolist(), threshold)} steps."
-        )
+    summary.findings.append(_stall_finding(name, frame.loc[acr.index], alert))
 
     intercept, slope = PAPER_FIT
     summary.findings.append(
@@ -240,9 +232,34 @@ def summarise(name: str, frame: pd.DataFrame, window: int = 50, threshold: float
     return summary
 
 
-def _longest_streak(values: Sequence[float], threshold: float) -> int:
-    """Length of the longest run of values above ``threshold`` (the stall rule with window 1)."""
-    return max((last - first + 1 for first, last in stalled_windows(values, 1, threshold)), default=0)
+def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig) -> str:
+    """Where the run stalled under ``alert``'s rule, each stall shown from the start of its streak
+    of high values, or the longest such streak if it never stalled."""
+    signal = ALERT_SIGNALS[alert.rule]
+    rows = frame.rename(columns={SCORE: REWARD_KEY}) if REWARD_KEY not in frame else frame
+    needed = [signal] + ([REWARD_KEY] if alert.rule == "acr_no_gain" else [])
+    missing = [column for column in needed if column not in rows or rows[column].isna().all()]
+    if missing:
+        return f"{name}: stall rule `{alert.rule}` not checked: the log has no {' or '.join(missing)}."
+    rows = rows[needed].ffill().fillna(0.0)
+    high = (rows[signal] > alert.threshold).tolist()
+    streaks = stalled_windows(high)
+    stalls = stalled_windows(stalled_steps(rows.to_dict("records"), alert))
+    rule = describe_rule(alert)
+    if not stalls:
+        longest = max((last - first + 1 for first, last in streaks), default=0)
+        return (
+            f"{name}: no stalled window (alert rule `{alert.rule}`: {rule}, over logged steps); longest streak "
+            f"above {alert.threshold:.2f}: {longest} steps."
+        )
+    spans = []
+    for first, last in stalls:
+        start = next(a for a, b in streaks if a <= first <= b)
+        spans.append(f"steps {frame.index[start]}–{frame.index[last]} ({last - start + 1} steps)")
+    return (
+        f"{name}: STALLED (alert rule `{alert.rule}`: {rule}, over logged steps) at {', '.join(spans)}; most "
+        f"groups gave no gradient there. Try to {ADVICE}."
+    )
 
 
 def _dominance(name: str, correct: float, wrong: float) -> str:
@@ -276,12 +293,13 @@ def _figure_columns(columns: tuple[str, ...], runs: dict[str, pd.DataFrame]) -> 
 
 
 def write_report(
-    runs: dict[str, pd.DataFrame], out: str | Path, window: int = 50, threshold: float = 0.35, smooth: int = 1
+    runs: dict[str, pd.DataFrame], out: str | Path, alert: AlertConfig | None = None, smooth: int = 1
 ) -> tuple[list[RunSummary], list[Path]]:
     """Write the figures and ``summary.md`` to ``out``. Returns the run summaries and the files."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    summaries = [summarise(name, frame, window, threshold) for name, frame in runs.items()]
+    alert = alert or AlertConfig()
+    summaries = [summarise(name, frame, alert) for name, frame in runs.items()]
     figures, skipped = [], []
     for filename, (columns, labels, title, ylabel) in FIGURES.items():
         present = _figure_columns(columns, runs)
@@ -294,7 +312,7 @@ def write_report(
     lines = [
         "# Advantage collapse report",
         "",
-        f"Runs: {', '.join(runs)}. Stall rule: ACR > {threshold:.2f} for {window} consecutive logged steps.",
+        f"Runs: {', '.join(runs)}. Stall rule `{alert.rule}`: {describe_rule(alert)} (logged steps).",
         "",
         "| " + " | ".join(keys) + " |",
         "|" + "---|" * len(keys),
@@ -321,8 +339,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="+", help="verl JSONL logs, TensorBoard event files, wandb CSV exports, or dirs")
     parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
     parser.add_argument("--name", action="append", help="a run's name, once per log in order (default: file names)")
-    parser.add_argument("--window", type=int, default=50, help="stall rule: consecutive steps (default 50)")
-    parser.add_argument("--threshold", type=float, default=0.35, help="stall rule: ACR above this (default 0.35)")
+    defaults = AlertConfig()
+    parser.add_argument(
+        "--rule",
+        choices=ALERT_RULES,
+        default=defaults.rule,
+        help=f"stall rule, as algorithm.avspo.alert.rule (default {defaults.rule}; acr is the paper's)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=defaults.window, help=f"stall rule: consecutive steps (default {defaults.window})"
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=defaults.threshold,
+        help=f"stall rule: the rule's rate above this (default {defaults.threshold})",
+    )
     parser.add_argument("--smooth", type=int, default=1, help="rolling-mean window of the plots, in steps")
 
 
@@ -333,7 +365,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
     try:
         runs = collect_runs(args.logs, args.name)
-        summaries, files = write_report(runs, args.out, args.window, args.threshold, args.smooth)
+        alert = AlertConfig(window=args.window, threshold=args.threshold, rule=args.rule)
+        summaries, files = write_report(runs, args.out, alert, args.smooth)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"verl-avspo report: {err}") from err
     for summary in summaries:

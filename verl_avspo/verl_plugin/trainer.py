@@ -5,11 +5,13 @@
 avspo, ...):
 
 - ``acr/rate``, ``acr/all_correct``, ``acr/all_wrong`` on the raw scores (before DAPO filtering),
-  ``acr/effective`` on the final advantages, and ``acr/groups``, ``acr/singletons``;
+  ``acr/effective`` on the final advantages, and ``acr/groups``, ``acr/singletons``,
+  ``acr/reward_mean`` (the mean raw score of the measured groups);
 - for ``avspo``, the estimator's own ``avspo/threshold``, ``avspo/signal``, ``avspo/triggered`` and
   ``avspo/virtual_k`` (taken from ``register.pop_last_metrics``: the estimator runs once);
-- ``acr/stalled``: 1 while ACR has stayed above ``algorithm.avspo.alert.threshold`` for
-  ``alert.window`` consecutive steps. The first such step logs a warning with advice; with
+- ``acr/stalled``: 1 while the stall rule ``algorithm.avspo.alert.rule`` holds (its signal above
+  ``alert.threshold`` for ``alert.window`` consecutive steps, ``core.alert``). The first such step
+  logs a warning with advice; with
   ``alert.action=stop`` (V1 only) it also saves a checkpoint and ends the run after that step.
 
 No metric name contains ``max``, ``min``, ``sum`` or ``total``: verl's MetricsAggregator would
@@ -217,7 +219,7 @@ class AVSPOTrainerMixin:
     def _observe_collapse(self, metrics: dict) -> bool:
         """Feed this step's ACR to the stagnation monitor and log ``acr/stalled``. Returns True
         on the one step at which the run becomes stalled."""
-        newly_stalled = self.stagnation.update(metrics["acr/rate"])
+        newly_stalled = self.stagnation.update(metrics)
         metrics["acr/stalled"] = float(self.stagnation.stalled)
         if newly_stalled:
             logger.warning(self.stagnation.message(self.global_steps))
