@@ -25,14 +25,17 @@ HARNESS_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds v
 VERL_ENTRY = "verl.trainer.main_ppo"
 AVSPO_ENTRY = "verl_avspo.main_ppo"
 
-# FSDP ranks, each a Ray "GPU" slot of the CPU platform, and the rollout group size.
+# FSDP ranks by default, each a Ray "GPU" slot of the CPU platform, and the rollout group size.
 NUM_RANKS = 2
 GROUP_SIZE = 4
 PROMPTS_PER_STEP = 4
 
 
-def harness_overrides(workdir: Path, model: Path, tokenizer: Path, train: Path, val: Path) -> list[str]:
+def harness_overrides(
+    workdir: Path, model: Path, tokenizer: Path, train: Path, val: Path, num_ranks: int = NUM_RANKS
+) -> list[str]:
     """What makes verl's trainer run on CPU, tiny and quiet. Each line says why it is there."""
+    samples_per_rank = PROMPTS_PER_STEP * GROUP_SIZE // num_ranks
     return [
         # Data: a few short prompts, responses of at most 8 tokens, no loader subprocesses.
         f"data.train_files={train}",
@@ -54,28 +57,28 @@ def harness_overrides(workdir: Path, model: Path, tokenizer: Path, train: Path, 
         "actor_rollout_ref.actor.fsdp_config.dtype=float32",
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS_PER_STEP}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={PROMPTS_PER_STEP * GROUP_SIZE // NUM_RANKS}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={PROMPTS_PER_STEP * GROUP_SIZE // NUM_RANKS}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={samples_per_rank}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={samples_per_rank}",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         # No reference model: its forward-only engine pins memory (CPUOffloadPolicy(pin_memory=True)).
         "actor_rollout_ref.actor.use_kl_loss=False",
         "algorithm.use_kl_in_reward=False",
         # Rollout: Hugging Face generate behind verl's server interface (hf_rollout.py), one replica
-        # spanning both ranks, one agent-loop worker.
+        # spanning all ranks, one agent-loop worker.
         "actor_rollout_ref.rollout.name=hf",
         f"actor_rollout_ref.rollout.n={GROUP_SIZE}",
-        f"actor_rollout_ref.rollout.tensor_model_parallel_size={NUM_RANKS}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={num_ranks}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         # Reward through verl's custom_reward_function, in one reward worker.
         f"reward.custom_reward_function.path={HARNESS_ROOT / 'verl_cpu' / 'reward.py'}",
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        # Placement: NUM_RANKS logical GPUs (see platform.py), CPU tensors.
+        # Placement: one logical GPU per rank (see platform.py), CPU tensors.
         "trainer.device=cpu",
         "trainer.nnodes=1",
-        f"trainer.n_gpus_per_node={NUM_RANKS}",
-        f"+ray_kwargs.ray_init.num_gpus={NUM_RANKS}",
+        f"trainer.n_gpus_per_node={num_ranks}",
+        f"+ray_kwargs.ray_init.num_gpus={num_ranks}",
         "ray_kwargs.ray_init.num_cpus=16",
         "+ray_kwargs.ray_init.include_dashboard=False",
         # Logging and checkpoints in the work folder; no validation (it would add a rollout per step).
@@ -116,14 +119,15 @@ class TinyRun:
     tokenizer: Path
     train: Path
     val: Path
+    num_ranks: int = NUM_RANKS
 
     @classmethod
-    def prepare(cls, workdir: Path, num_prompts: int = 8) -> TinyRun:
+    def prepare(cls, workdir: Path, num_prompts: int = 8, num_ranks: int = NUM_RANKS) -> TinyRun:
         workdir.mkdir(parents=True, exist_ok=True)
         model, tokenizer = assets.build_model(workdir)
         train = assets.write_dataset(workdir / "data" / "train.parquet", num_prompts)
         val = assets.write_dataset(workdir / "data" / "val.parquet", 2, start_index=num_prompts)
-        return cls(workdir, model, tokenizer, train, val)
+        return cls(workdir, model, tokenizer, train, val, num_ranks)
 
     @property
     def checkpoints(self) -> Path:
@@ -136,7 +140,7 @@ class TinyRun:
         return assets.read_metrics(self.metrics_path(name))
 
     def command(self, entry: str, overrides: Sequence[str] = ()) -> list[str]:
-        base = harness_overrides(self.workdir, self.model, self.tokenizer, self.train, self.val)
+        base = harness_overrides(self.workdir, self.model, self.tokenizer, self.train, self.val, self.num_ranks)
         return [sys.executable, "-m", entry, *base, *overrides]
 
     def launch(
