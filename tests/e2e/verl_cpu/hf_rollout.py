@@ -110,6 +110,8 @@ class HFGenerateServer:
             max_new_tokens=self._max_new_tokens(prompt_ids, sampling_params),
             eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id,
+            output_scores=True,
+            return_dict_in_generate=True,
         )
         torch.manual_seed(self._seed(prompt_ids))
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
@@ -118,8 +120,6 @@ class HFGenerateServer:
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 generation_config=generation_config,
-                output_scores=True,
-                return_dict_in_generate=True,
             )
         token_ids = output.sequences[0, len(prompt_ids) :].tolist()
         log_probs = None

@@ -1,7 +1,7 @@
 """Compose and run a tiny PPO job of verl's own trainer on CPU, as a subprocess.
 
     run = TinyRun.prepare(Path("/tmp/run"))
-    result = run.launch("verl_avspo", ["algorithm.adv_estimator=avspo"])
+    result = run.launch(AVSPO_ENTRY, ["algorithm.adv_estimator=avspo"])
     records = run.metrics()
 
 ``entry`` is the module run with ``python -m``: ``verl.trainer.main_ppo`` (verl's) or
