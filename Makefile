@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint e2e demo bench clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# verl's own PPO trainer end to end on CPU, a tiny random Qwen2 per run (tests/e2e; part of `make test` too).
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e
 
 # The CPU sandbox: GRPO vs AVSPO on a tiny LM (summary.md and plots in runs/sandbox).
 demo: $(STAMP)
