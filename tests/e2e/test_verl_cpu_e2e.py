@@ -97,6 +97,8 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                 AVSPO_ENTRY,
                 [
                     "algorithm.adv_estimator=grpo",
+                    # The paper's rule, which needs no reward history: stalled on step 1.
+                    "algorithm.avspo.alert.rule=acr",
                     "algorithm.avspo.alert.threshold=0.0",
                     "algorithm.avspo.alert.window=1",
                     "algorithm.avspo.alert.action=stop",
@@ -187,7 +189,7 @@ def test_alert_stop_ends_the_run_early_with_a_checkpoint(runs):
     checkpoints = outcome.run.checkpoints
     assert sorted(p.name for p in checkpoints.glob("global_step_*")) == ["global_step_1"]
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    assert outcome.state(1)["stagnation"] == {"streak": 1, "stalled": True}
+    assert outcome.state(1)["stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
     assert "stopping the run after step 1 (algorithm.avspo.alert.action=stop)" in outcome.log
 
 
