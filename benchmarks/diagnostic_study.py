@@ -22,7 +22,6 @@ import argparse
 import itertools
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -63,7 +62,6 @@ def run_grid(args: argparse.Namespace) -> None:
         log = args.out / "runs" / f"{run_name(mix, group_size, temperature, seed)}.jsonl"
         if log.exists() and len(log.read_text().splitlines()) == args.steps + 1:
             continue  # already done: the grid resumes
-        base = SandboxConfig()
         config = SandboxConfig(
             levels=MIXES[mix],
             steps=args.steps,
@@ -71,7 +69,6 @@ def run_grid(args: argparse.Namespace) -> None:
             temperature=temperature,
             eval_every=args.eval_every,
             pass_k=1,  # the study reads greedy accuracy only
-            policy=replace(base.policy),
         )
         train(config, grpo, seed, log, args.cache_dir)
     print(f"{len(grid)} runs in {args.out / 'runs'} ({time.monotonic() - started:.0f} s this call)")

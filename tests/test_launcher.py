@@ -175,7 +175,11 @@ def test_our_config_declares_the_dcpo_and_intrinsic_keys():
     config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
     assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
     assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
-    dcpo, intrinsic = checks.check_baselines(config)
+    problems, _, dcpo, intrinsic = checks.settings_problems(config)
+    assert problems == [
+        "actor_rollout_ref.rollout.name is required: set the rollout engine, for example "
+        "actor_rollout_ref.rollout.name=vllm (or sglang)."
+    ]
     assert dcpo == DCPOConfig(epsilon=1e-6, prompt_key="raw_prompt")
     assert intrinsic == IntrinsicConfig(reward="negative_entropy", last_tokens=None)
 
@@ -376,3 +380,12 @@ def test_verls_yaml_from_its_folder_composes_the_same_config():
     from_folder = compose_config(overrides, import_verl=False)
     assert from_folder == compose_config(overrides)
     assert from_folder.actor_rollout_ref.actor.ppo_mini_batch_size == 256  # verl's YAML is really there
+
+
+def test_a_dry_run_gives_each_warning_once(caplog):
+    # The settings are checked twice (before and after verl is imported); the warning comes once.
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        assert dry_run([*RUNNABLE, "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]) == 0
+    warned = [r for r in caplog.records if "caps DCPO's upper ratio bound" in r.getMessage()]
+    assert len(warned) == 1
+    assert not logging.getLogger("verl_avspo.verl_plugin.checks").disabled

@@ -36,7 +36,6 @@ __all__ = [
     "settings_problems",
     "registry_problems",
     "check_config",
-    "check_baselines",
     "check_prompt_indices",
     "verl_has_self_certainty",
     "preflight",
@@ -423,22 +422,6 @@ def check_config(config: DictConfig, *, verl_validate: bool = False) -> AVSPOCon
         raise ConfigCheckError(problems)
     _warn_about_combinations(config)
     return settings
-
-
-def check_baselines(config: DictConfig) -> tuple[DCPOConfig, IntrinsicConfig]:
-    """The DCPO and intrinsic-reward settings of ``config``, with their checks.
-
-    Raises:
-        ConfigCheckError: listing every problem of ``algorithm.dcpo``, ``algorithm.intrinsic`` and
-        their combinations.
-    """
-    problems = Problems()
-    dcpo = _resolved(resolve_dcpo, config.algorithm.get("dcpo", None), problems)
-    intrinsic = _resolved(resolve_intrinsic, config.algorithm.get("intrinsic", None), problems)
-    problems.messages.extend(_baseline_problems(config, dcpo, intrinsic))
-    if problems.messages:
-        raise ConfigCheckError(problems.messages)
-    return dcpo, intrinsic
 
 
 def preflight(config: DictConfig) -> AVSPOConfig:

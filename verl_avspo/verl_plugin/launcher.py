@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.verl_plugin import checks
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     ConfigCheckError,
@@ -122,7 +123,13 @@ def _refuse_early(overrides: Sequence[str]) -> int | None:
     config = _compose_or_report(overrides, import_verl=False)
     if config is None:
         return 1
-    problems = settings_problems(config)[0]
+    # Silent here: the full checks that follow run this stage again and give its warnings once.
+    checks_logger = logging.getLogger(checks.__name__)
+    checks_logger.disabled = True
+    try:
+        problems = settings_problems(config)[0]
+    finally:
+        checks_logger.disabled = False
     if not problems:
         return None
     print(f"verl-avspo: {ConfigCheckError(problems, NOT_YET_CHECKED)}", file=sys.stderr)
