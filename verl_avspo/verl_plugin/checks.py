@@ -96,12 +96,6 @@ def _filters_groups(algorithm: DictConfig) -> bool:
     return filter_groups is not None and bool(filter_groups.get("enable", False))
 
 
-def _resolved(resolve: Any, raw: Any, problems: Problems) -> Any:
-    """``resolve`` of a config section given as a DictConfig, its problems recorded."""
-    plain = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, DictConfig) else raw
-    return problems.check(resolve, plain)
-
-
 def _sync_v1(config: DictConfig) -> bool:
     return bool(config.trainer.use_v1) and config.trainer.v1.trainer_mode == "sync"
 
@@ -308,9 +302,10 @@ def settings_problems(
     algorithm = config.algorithm
     problems = Problems()
     problems.messages.extend(_rollout_problems(config))
-    settings = _resolved(resolve_config, algorithm.get("avspo", None), problems)
-    dcpo = _resolved(resolve_dcpo, algorithm.get("dcpo", None), problems)
-    intrinsic = _resolved(resolve_intrinsic, algorithm.get("intrinsic", None), problems)
+    # The resolvers take verl's DictConfig sections as they are (they are mappings).
+    settings = problems.check(resolve_config, algorithm.get("avspo", None))
+    dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
+    intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
     if settings is not None:
         problems.messages.extend(_alert_problems(config, settings))
     problems.messages.extend(_baseline_problems(config, dcpo, intrinsic))

@@ -106,23 +106,17 @@ def train(config: DictConfig) -> None:
     run_ppo(config, task_runner_class=runner)
 
 
-def _compose_or_report(overrides: Sequence[str], *, import_verl: bool) -> DictConfig | None:
+def _settings_checked_config(overrides: Sequence[str]) -> DictConfig | None:
+    """The config, composed without importing verl and through the first stage of the checks; None
+    (after printing why: a bad override, or every problem of the settings) if it stops there."""
     from hydra.errors import HydraException
 
     try:
-        return compose_config(overrides, import_verl=import_verl)
+        config = compose_config(overrides, import_verl=False)
     except (HydraException, OmegaConfBaseException) as err:
         cause = f" ({str(err.__cause__).splitlines()[0]})" if err.__cause__ else ""
         print(f"verl-avspo: invalid override: {err}{cause}", file=sys.stderr)
         return None
-
-
-def _refuse_early(overrides: Sequence[str]) -> int | None:
-    """The first stage of the checks, before verl is imported: 1 (after printing every problem)
-    for a config whose settings are wrong, None for one that may go on to the full checks."""
-    config = _compose_or_report(overrides, import_verl=False)
-    if config is None:
-        return 1
     # Silent here: the full checks that follow run this stage again and give its warnings once.
     checks_logger = logging.getLogger(checks.__name__)
     checks_logger.disabled = True
@@ -130,18 +124,15 @@ def _refuse_early(overrides: Sequence[str]) -> int | None:
         problems = settings_problems(config)[0]
     finally:
         checks_logger.disabled = False
-    if not problems:
+    if problems:
+        print(f"verl-avspo: {ConfigCheckError(problems, NOT_YET_CHECKED)}", file=sys.stderr)
         return None
-    print(f"verl-avspo: {ConfigCheckError(problems, NOT_YET_CHECKED)}", file=sys.stderr)
-    return 1
+    return config
 
 
 def dry_run(overrides: Sequence[str]) -> int:
     """Compose the config, run every check, print the AVSPO settings; start nothing."""
-    refused = _refuse_early(overrides)
-    if refused is not None:
-        return refused
-    config = _compose_or_report(overrides, import_verl=True)
+    config = _settings_checked_config(overrides)
     if config is None:
         return 1
     try:
@@ -174,10 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         return dry_run([arg for arg in argv if arg != "--dry-run"])
-    if not flags:  # a plain training run: refuse bad settings before verl's imports
-        refused = _refuse_early(argv)
-        if refused is not None:
-            return refused
+    if not flags and _settings_checked_config(argv) is None:  # a training run: refuse before verl's imports
+        return 1
     sys.argv = [sys.argv[0], *argv]  # Hydra parses sys.argv (overrides, --cfg, --multirun, ...)
     _hydra_main()
     return 0
