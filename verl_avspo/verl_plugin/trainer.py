@@ -11,8 +11,8 @@ avspo, ...):
   ``avspo/virtual_k`` (taken from ``register.pop_last_metrics``: the estimator runs once);
 - ``acr/stalled``: 1 while the stall rule ``algorithm.avspo.alert.rule`` holds (its signal above
   ``alert.threshold`` for ``alert.window`` consecutive steps, ``core.alert``). The first such step
-  logs a warning with advice; with
-  ``alert.action=stop`` (V1 only) it also saves a checkpoint and ends the run after that step.
+  logs a warning with advice; with ``alert.action=stop`` (V1 only) it also saves a checkpoint and
+  ends the run after that step.
 
 No metric name contains ``max``, ``min``, ``sum`` or ``total``: verl's MetricsAggregator would
 reduce it with that operation instead of averaging.
