@@ -2,6 +2,7 @@
 
     python tests/e2e/run_cpu_ppo.py                       # python -m verl_avspo.main_ppo, avspo, 3 steps
     python tests/e2e/run_cpu_ppo.py --stock               # python -m verl.trainer.main_ppo (entry point only)
+    python tests/e2e/run_cpu_ppo.py --device cuda         # on a GPU: verl's nvidia platform trains
     python tests/e2e/run_cpu_ppo.py -- algorithm.adv_estimator=grpo trainer.save_freq=1
 
 Everything after ``--`` is passed on as Hydra overrides. The work folder (``--out``) keeps the model,
@@ -18,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, TinyRun  # noqa: E402
+import torch  # noqa: E402
+from verl_cpu.launch import AVSPO_ENTRY, NUM_RANKS, VERL_ENTRY, TinyRun  # noqa: E402
 
 COLUMNS = ("acr/rate", "acr/effective", "avspo/threshold", "avspo/triggered", "critic/score/mean", "actor/pg_loss")
 
@@ -28,11 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="work folder (default: a new temporary one)")
     parser.add_argument("--steps", type=int, default=3, help="training steps (default: 3)")
     parser.add_argument("--stock", action="store_true", help="run verl's own main_ppo instead of our launcher")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where verl trains (cuda: one rank per GPU)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, after --")
     args = parser.parse_args(argv)
 
     workdir = args.out or Path(tempfile.mkdtemp(prefix="verl_cpu_ppo_"))
-    run = TinyRun.prepare(workdir)
+    num_ranks = torch.cuda.device_count() if args.device == "cuda" else NUM_RANKS
+    if num_ranks == 0:
+        parser.error("--device cuda: torch sees no CUDA device")
+    run = TinyRun.prepare(workdir, num_ranks=num_ranks, device=args.device)
     entry = VERL_ENTRY if args.stock else AVSPO_ENTRY
     overrides = ["algorithm.adv_estimator=avspo", f"trainer.total_training_steps={args.steps}"]
     if args.stock:

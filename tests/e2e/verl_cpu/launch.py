@@ -32,9 +32,28 @@ PROMPTS_PER_STEP = 4
 
 
 def harness_overrides(
-    workdir: Path, model: Path, tokenizer: Path, train: Path, val: Path, num_ranks: int = NUM_RANKS
+    workdir: Path,
+    model: Path,
+    tokenizer: Path,
+    train: Path,
+    val: Path,
+    num_ranks: int = NUM_RANKS,
+    device: str = "cpu",
 ) -> list[str]:
-    """What makes verl's trainer run on CPU, tiny and quiet. Each line says why it is there."""
+    """What makes verl's trainer run on CPU, tiny and quiet. Each line says why it is there.
+
+    ``device="cuda"`` keeps everything but the placement: verl's nvidia platform, one rank per GPU
+    that Ray finds, and the same hf rollout (generation on the CPU)."""
+    if device == "cuda":
+        placement = ["trainer.device=cuda", "trainer.nnodes=1", f"trainer.n_gpus_per_node={num_ranks}"]
+    else:
+        # One logical GPU per rank (see platform.py), CPU tensors.
+        placement = [
+            "trainer.device=cpu",
+            "trainer.nnodes=1",
+            f"trainer.n_gpus_per_node={num_ranks}",
+            f"+ray_kwargs.ray_init.num_gpus={num_ranks}",
+        ]
     samples_per_rank = PROMPTS_PER_STEP * GROUP_SIZE // num_ranks
     return [
         # Data: a few short prompts, responses of at most 8 tokens, no loader subprocesses.
@@ -74,11 +93,7 @@ def harness_overrides(
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        # Placement: one logical GPU per rank (see platform.py), CPU tensors.
-        "trainer.device=cpu",
-        "trainer.nnodes=1",
-        f"trainer.n_gpus_per_node={num_ranks}",
-        f"+ray_kwargs.ray_init.num_gpus={num_ranks}",
+        *placement,
         "ray_kwargs.ray_init.num_cpus=16",
         "+ray_kwargs.ray_init.include_dashboard=False",
         # Logging and checkpoints in the work folder; no validation (it would add a rollout per step).
@@ -92,12 +107,12 @@ def harness_overrides(
     ]
 
 
-def harness_environment(metrics_path: Path) -> dict[str, str]:
+def harness_environment(metrics_path: Path, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT), env.get("PYTHONPATH")]))
     env.update(
         VERL_USE_EXTERNAL_MODULES="verl_cpu.plugin",
-        VERL_PLATFORM="cpu",
+        VERL_PLATFORM="nvidia" if device == "cuda" else "cpu",
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         OMP_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
@@ -120,14 +135,15 @@ class TinyRun:
     train: Path
     val: Path
     num_ranks: int = NUM_RANKS
+    device: str = "cpu"
 
     @classmethod
-    def prepare(cls, workdir: Path, num_prompts: int = 8, num_ranks: int = NUM_RANKS) -> TinyRun:
+    def prepare(cls, workdir: Path, num_prompts: int = 8, num_ranks: int = NUM_RANKS, device: str = "cpu") -> TinyRun:
         workdir.mkdir(parents=True, exist_ok=True)
         model, tokenizer = assets.build_model(workdir)
         train = assets.write_dataset(workdir / "data" / "train.parquet", num_prompts)
         val = assets.write_dataset(workdir / "data" / "val.parquet", 2, start_index=num_prompts)
-        return cls(workdir, model, tokenizer, train, val, num_ranks)
+        return cls(workdir, model, tokenizer, train, val, num_ranks, device)
 
     @property
     def checkpoints(self) -> Path:
@@ -140,7 +156,9 @@ class TinyRun:
         return assets.read_metrics(self.metrics_path(name))
 
     def command(self, entry: str, overrides: Sequence[str] = ()) -> list[str]:
-        base = harness_overrides(self.workdir, self.model, self.tokenizer, self.train, self.val, self.num_ranks)
+        base = harness_overrides(
+            self.workdir, self.model, self.tokenizer, self.train, self.val, self.num_ranks, self.device
+        )
         return [sys.executable, "-m", entry, *base, *overrides]
 
     def launch(
@@ -151,7 +169,7 @@ class TinyRun:
         with log.open("w") as out:
             return subprocess.run(
                 self.command(entry, overrides),
-                env=harness_environment(self.metrics_path(metrics)),
+                env=harness_environment(self.metrics_path(metrics), self.device),
                 cwd=self.workdir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
