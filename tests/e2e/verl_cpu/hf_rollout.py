@@ -29,6 +29,7 @@ from verl.workers.config import HFModelConfig
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
 
 NAME = "hf"
 
@@ -206,7 +207,7 @@ class HFServerAdapter(BaseRollout):
         # Every rank drains the generator: gathering a sharded parameter (DTensor.full_tensor) is a
         # collective, so a rank that skipped it would hang the others.
         state = {}
-        for name, tensor in weights:
+        async for name, tensor in ensure_async_iterator(weights):  # a checkpoint engine's may be async
             if self.pushes_weights:
                 state[name] = tensor.detach().to("cpu")
         if not self.pushes_weights:

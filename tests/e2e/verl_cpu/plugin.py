@@ -17,4 +17,4 @@ if os.environ.get("VERL_PLATFORM", "").strip().lower() != platform.NAME:
 if get_platform().device_name != "cpu":
     raise RuntimeError(f"verl chose its platform before verl_cpu registered one: {type(get_platform()).__name__}")
 
-from verl_cpu import hf_rollout, workers  # noqa: E402, F401  (registration on import)
+from verl_cpu import checkpoint_engine, hf_rollout, workers  # noqa: E402, F401  (registration on import)
