@@ -123,6 +123,7 @@ def test_sampled_batch_logs_acr_of_its_raw_scores():
     assert metrics["acr/rate"] == 0.75 and metrics["acr/groups"] == 4
     assert (metrics["acr/all_correct"], metrics["acr/all_wrong"]) == (0.25, 0.5)
     assert metrics["acr/reward_mean"] == pytest.approx((1 + 0 + 0 + 0.5) / 4)
+    assert 0 < metrics["timing_s/acr_hook"] < 60  # its own cost, beside verl's stage timings
     assert not any(key.startswith("avspo/") for key in metrics)
     clear(batch)
 

@@ -143,6 +143,9 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         )
         return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed}
 
+    # Made before the lanes start: pytest creates (and, with --basetemp, first empties) the base
+    # folder on its first use, and two lanes doing that at once delete each other's work folders.
+    tmp_path_factory.getbasetemp()
     # Two at a time: a run is mostly single-threaded process start-ups, and the machine has two cores.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         lanes = [pool.submit(lane_one), pool.submit(lane_two)]

@@ -32,6 +32,8 @@ from verl_avspo.core.config import AVSPOConfig, Problems, resolve_config
 __all__ = [
     "ConfigCheckError",
     "HOOK_OVERRIDES",
+    "SAMPLER_NAME",
+    "SAMPLER_PATH",
     "hook_problems",
     "verl_package_dir",
     "is_group_estimator",

@@ -18,7 +18,8 @@ plus, on every training batch it hands out:
   step**: the estimator runs after sampling, and nothing after it returns metrics to stock verl's
   log; the last step's values are never logged. ``acr/effective`` and ``acr/stalled`` (and the
   AVSPO state in checkpoints, and ``alert.action=stop``) need the launcher,
-  ``python -m verl_avspo.main_ppo``.
+  ``python -m verl_avspo.main_ppo``;
+- ``timing_s/acr_hook``: the seconds the hook itself took (inside verl's ``timing_s/gen``).
 
 The scores are the reward loop's ``rm_scores``, which it writes while rollouts stream in. A
 colocated reward model (``reward.reward_model.enable=True`` without ``enable_resource_pool``)
@@ -28,6 +29,7 @@ scores only after sampling (``trainer_base.py:575-577``), so the hook refuses th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,10 +43,11 @@ from verl_avspo.core.collapse import DroppedGroups, measure_collapse
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, SAMPLER_NAME, hook_problems, is_group_estimator
 
-__all__ = ["ACRSampler", "dropped_groups"]
+__all__ = ["HOOK_TIMING_KEY", "ACRSampler", "dropped_groups"]
 
 logger = logging.getLogger(__name__)
 
+HOOK_TIMING_KEY = "timing_s/acr_hook"
 # Prompt groups that V1's DAPO sampler generated but discarded as surplus (they were not collapsed).
 _SURPLUS_KEY = "training/filter_groups/discarded_surplus_samples"
 
@@ -114,7 +117,10 @@ class ACRSampler:
         """verl's ``sample``, plus the ``acr/*`` (and last step's ``avspo/*``) metrics of a training batch."""
         batch, metrics = self.buffer.sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         if partition_id == "train" and self.measures_collapse:
+            start = time.perf_counter()
             metrics = {**metrics, **self.batch_metrics(batch, metrics)}
+            # The hook's own cost, part of verl's timing_s/gen; summed over sub-batches like verl's timings.
+            metrics[HOOK_TIMING_KEY] = time.perf_counter() - start
         return batch, metrics
 
     def batch_metrics(self, batch: KVBatchMeta, eviction_metrics: Mapping[str, Any]) -> dict[str, float]:
