@@ -9,8 +9,8 @@ time, and each test reads the logs and checkpoints of the run it is about:
 - ``avspo``: our launcher, ``sync``, ``avspo``, 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
-- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 2 steps, and
-  the same resumed from the step-1 checkpoint;
+- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 3 steps with a
+  checkpoint at step 2, and the same resumed from it;
 - ``separate_stop``: our launcher, ``separate_async``, ``grpo``, with an alert that trips on the
   first step and stops the run;
 - ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
@@ -127,7 +127,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         colocate = launch(
             "colocate",
             AVSPO_ENTRY,
-            [*COLOCATE_ASYNC, "algorithm.adv_estimator=avspo", "trainer.save_freq=1", "trainer.total_training_steps=2"],
+            [*COLOCATE_ASYNC, "algorithm.adv_estimator=avspo", "trainer.save_freq=2", *THREE_STEPS],
         )
         colocate_resumed = launch(
             "colocate_resumed",
@@ -135,11 +135,11 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             [
                 *COLOCATE_ASYNC,
                 "algorithm.adv_estimator=avspo",
-                "trainer.save_freq=1",
+                "trainer.save_freq=2",
                 "trainer.resume_mode=auto",
-                "trainer.total_training_steps=2",
+                *THREE_STEPS,
             ],
-            prepare=lambda run: resume_from(colocate.run, 1, run),
+            prepare=lambda run: resume_from(colocate.run, 2, run),
         )
         return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed}
 
@@ -225,22 +225,23 @@ def test_alert_stop_ends_a_separate_async_run_early_with_a_checkpoint(runs):
 
 
 def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(runs):
-    records = runs["colocate"].records()
-    assert [record["step"] for record in records] == [1, 2]
+    outcome = runs["colocate"]
+    records = outcome.records()
+    assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
         missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS) if key not in record["data"]]
         assert not missing, f"step {record['step']} lacks {missing}"
-    assert runs["colocate"].state(1)["controller"]["step"] == 1
+        assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
+    saved = outcome.state(2)["controller"]
+    assert saved["step"] == 2
+    # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
+    assert records[2]["data"]["avspo/threshold"] == saved["threshold"]
     resumed = runs["colocate_resumed"].records()
-    assert [record["step"] for record in resumed] == [2]
-    # The threshold of step 2 is what step 1 left in the saved controller; responses of an async run
-    # depend on where aborts fall, so only the restored state, not the samples, can be compared.
-    assert resumed[0]["data"]["avspo/threshold"] == records[1]["data"]["avspo/threshold"]
-    assert [r["data"]["avspo/threshold"] for r in records] == [
-        0.5,
-        runs["colocate"].state(1)["controller"]["threshold"],
-    ]
-    assert runs["colocate_resumed"].state(2)["controller"]["step"] == 2
+    assert [record["step"] for record in resumed] == [3]
+    # Restored, not restarted: the same step-3 threshold, and a controller that has counted 3 steps.
+    # (An async run's responses depend on where aborts fall, so the samples are not compared.)
+    assert resumed[0]["data"]["avspo/threshold"] == saved["threshold"]
+    assert runs["colocate_resumed"].state(3)["controller"]["step"] == 3
 
 
 def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_filters(runs):

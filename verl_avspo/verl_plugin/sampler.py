@@ -23,7 +23,7 @@ plus, on every training batch it hands out:
 
 The scores are the reward loop's ``rm_scores``, which it writes while rollouts stream in. A
 colocated reward model (``reward.reward_model.enable=True`` without ``enable_resource_pool``)
-scores only after sampling (``trainer_base.py:575-577``), so the hook refuses that setup.
+scores only after sampling (``trainer_base.py:575-578``), so the hook refuses that setup.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class ACRSampler:
     """verl's replay buffer for the trainer mode, whose ``sample`` also returns the batch's ACR.
 
     verl constructs it with ``trainer_mode, trainer_config, max_off_policy_*, sampler_kwargs,
-    refill_fn`` (``trainer_base.py:158-185``); ``refill_fn`` is the trainer's bound
+    refill_fn`` (``trainer_base.py:155-185``); ``refill_fn`` is the trainer's bound
     ``_add_prompts_to_generate``, through which the hook reads the trainer's config. Every other
     attribute (``wait_for_sampleable``, ``get_sampleable_count``, ``poll_interval``, ...) is the
     built-in buffer's.

@@ -1,6 +1,6 @@
 """A checkpoint engine for CPU: the trainer's weights reach separate rollout workers through Ray.
 
-verl's ``separate_async`` trainer refuses the ``naive`` backend (``trainer_separate_async.py:70``:
+verl's ``separate_async`` trainer refuses the ``naive`` backend (``trainer_separate_async.py:68-70``:
 the rollout runs in its own processes, not beside the trainer), and its other backends move weights
 over NCCL, NIXL or Mooncake (each needs ``cupy`` or an RDMA stack). This one is registered as
 ``ray_store`` from the harness plugin, through the public ``CheckpointEngineRegistry``: rank 0 of
