@@ -3,7 +3,7 @@ old log-prob, the advantage stage with ACR metrics, the FSDP actor update, check
 
 Every run is a real ``python -m verl.trainer.main_ppo`` or ``python -m verl_avspo.main_ppo`` of a
 tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mocked). A run costs
-about a minute, mostly process start-ups, so the eight runs are launched once per module, two at a
+about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo``, 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
@@ -81,21 +81,21 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                 *THREE_STEPS,
             ],
         )
-        return {"avspo": avspo, "resumed": resumed, "hook_colocate": hook_colocate}
+        dcpo = launch(
+            "dcpo",
+            AVSPO_ENTRY,
+            [
+                "algorithm.adv_estimator=dcpo",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo",
+                "actor_rollout_ref.actor.clip_ratio_c=10",
+                "trainer.save_freq=1",
+                "trainer.total_training_steps=1",
+            ],
+        )
+        return {"avspo": avspo, "resumed": resumed, "hook_colocate": hook_colocate, "dcpo": dcpo}
 
     def lane_two() -> dict[str, Outcome]:
         outcomes = {
-            "dcpo": launch(
-                "dcpo",
-                AVSPO_ENTRY,
-                [
-                    "algorithm.adv_estimator=dcpo",
-                    "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo",
-                    "actor_rollout_ref.actor.clip_ratio_c=10",
-                    "trainer.save_freq=1",
-                    "trainer.total_training_steps=1",
-                ],
-            ),
             # Stock verl + the hook, sync, grpo with DAPO's filter_groups on the reward.
             "hook_sync_dapo": launch(
                 "hook_sync_dapo",
