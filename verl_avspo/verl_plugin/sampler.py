@@ -65,14 +65,14 @@ def _stock_replay_buffer(trainer: Any) -> Any:
     ``_build_replay_buffer`` with the custom sampler hidden for the call (so every argument verl
     gives its built-in buffer, DAPO's included, is given, whatever verl version computes them)."""
     custom = trainer.config.trainer.v1.sampler.custom_sampler
-    saved = dict(custom)
+    path = custom.path
     with open_dict(custom):
         custom.path = None
     try:
         return trainer._build_replay_buffer()
     finally:
         with open_dict(custom):
-            custom.path = saved["path"]
+            custom.path = path
 
 
 class ACRSampler:
