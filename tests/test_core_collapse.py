@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_avspo.core.collapse import (
+    DroppedGroups,
     detect_collapse,
     effective_collapse_rate,
     group_ids,
@@ -110,3 +111,30 @@ def test_effective_rate_uses_largest_token_advantage():
     token_adv = torch.tensor([[0.0, 0.0], [0.0, 0.3], [0.0, 0.0], [0.0, 0.0]])
     assert effective_collapse_rate(token_adv, stats) == 0.5
     assert effective_collapse_rate(torch.zeros(4), stats) == 1.0
+
+
+def test_groups_a_filter_dropped_count_as_if_they_were_measured():
+    # Measuring the whole generation at once and measuring what the filter kept plus what it dropped
+    # (collapsed groups by shared score, mixed ones as surplus) give the same rates: ACR before filtering.
+    kept = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])  # a, d: mixed; b: all 1; c: all 0
+    dropped_scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0])  # e: all 1, f: all 0, g: all 0, h: mixed
+    everything = measure_collapse(
+        torch.cat([kept, dropped_scores]), np.array(list("aabbccdd") + list("eeffgghh")), reward_range=(0.0, 1.0)
+    )
+    dropped = DroppedGroups({1.0: 1, 0.0: 2}, surplus=1)
+    corrected = measure_collapse(kept, np.array(list("aabbccdd")), torch.ones(8), dropped=dropped)
+    for key in ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/groups"):
+        assert corrected[key] == everything[key], key
+    assert corrected["acr/rate"] == 5 / 8 and corrected["acr/all_wrong"] == 3 / 8  # b, c, e, f, g; c, f, g
+    # acr/effective is over the trained batch only (these advantages are all non-zero).
+    assert corrected["acr/effective"] == 0.0
+
+
+def test_a_dropped_group_is_split_at_the_reward_range_midpoint():
+    dropped = DroppedGroups({0.5: 1, -0.2: 1, 0.9: 2})
+    metrics = measure_collapse(
+        torch.tensor([0.0, 1.0]), np.array(["a", "a"]), reward_range=(-1.0, 1.0), dropped=dropped
+    )
+    # Midpoint 0: 0.5 and 0.9 (3 groups) are all-correct, -0.2 all-wrong, plus the measured mixed group.
+    assert (metrics["acr/all_correct"], metrics["acr/all_wrong"], metrics["acr/groups"]) == (3 / 5, 1 / 5, 5.0)
+    assert not DroppedGroups() and not DroppedGroups({1.0: 0})

@@ -17,6 +17,11 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
         "[ok]   baselines: dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR needs "
         "patches/verl-0.9.1-intrinsic.patch, not applied to this verl"
     )
+    assert out[6] == (
+        "[ok]   stock main_ppo hook: ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add "
+        "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler "
+        "trainer.v1.sampler.custom_sampler.name=ACRSampler"
+    )
     assert out[-1] == "all checks passed"
 
 

@@ -13,7 +13,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.config import AlertConfig, AVSPOConfig
 from verl_avspo.verl_plugin import checks, launcher
-from verl_avspo.verl_plugin.checks import ConfigCheckError, check_config, is_group_estimator
+from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, ConfigCheckError, check_config, is_group_estimator
 from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
@@ -66,10 +66,6 @@ def test_a_misspelt_override_is_refused_by_composition(capsys):
             ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
             "alert.action=stop needs the V1 trainer",
         ),
-        (
-            ["trainer.v1.trainer_mode=colocate_async", "algorithm.avspo.alert.action=stop"],
-            "alert.action=stop needs trainer.v1.trainer_mode=sync: the colocate_async trainer is verl's own",
-        ),
         (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
         (["actor_rollout_ref.rollout.n=eight"], "actor_rollout_ref.rollout.n='eight' is invalid: it is the number"),
         (["actor_rollout_ref.rollout.n=null"], "actor_rollout_ref.rollout.n=None is invalid"),
@@ -82,6 +78,31 @@ def test_a_misspelt_override_is_refused_by_composition(capsys):
 def test_check_config_refuses_with_the_fix(overrides, message):
     with pytest.raises(ConfigCheckError, match=re.escape(message)):
         check_config(compose_config(RUNNABLE + overrides))
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode, caplog):
+    # Our trainer replaces verl's in every mode, so nothing is refused and nothing "adds nothing".
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        check_config(
+            compose_config([*RUNNABLE, f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.alert.action=stop"])
+        )
+    assert "trainer_mode" not in caplog.text
+
+
+def test_the_acr_hook_with_a_colocated_reward_model_is_refused_before_ray():
+    overrides = [
+        *RUNNABLE,
+        *HOOK_OVERRIDES,
+        "reward.reward_model.enable=True",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.reward_model.enable_resource_pool=False",
+    ]
+    with pytest.raises(ConfigCheckError, match="a colocated reward model .* scores only after sampling"):
+        check_config(compose_config(overrides))
+    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which has none"):
+        check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
+    check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine
 
 
 def test_gae_with_one_sample_per_prompt_is_fine():

@@ -12,7 +12,8 @@ import ray
 from omegaconf import OmegaConf
 
 from verl_avspo.verl_plugin.launcher import compose_config
-from verl_avspo.verl_plugin.trainer import AVSPOLegacyTaskRunner, AVSPOTaskRunner
+from verl_avspo.verl_plugin.trainer_legacy import AVSPOLegacyTaskRunner
+from verl_avspo.verl_plugin.trainer_v1 import AVSPOTaskRunner
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,11 +43,12 @@ def inspect_v1(runner):
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
 
-    from verl_avspo.verl_plugin.trainer import AVSPOTrainerSync
+    from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS
 
     return {
         "trainer": type(runner.trainer).__name__,
-        "sync_is_ours": trainer_base.TRAINER_REGISTRY["sync"] is AVSPOTrainerSync,
+        # every mode builds ours, under verl's own mode name
+        "modes_are_ours": all(trainer_base.TRAINER_REGISTRY[mode] is cls for mode, cls in V1_TRAINERS.items()),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
         "settings_preset": runner.trainer.avspo_settings.preset,
     }
@@ -59,7 +61,7 @@ def test_v1_task_runner_builds_our_sync_trainer_inside_the_actor(tmp_path):
     seen = ray.get(runner.__ray_call__.remote(inspect_v1))
     assert seen == {
         "trainer": "AVSPOTrainerSync",
-        "sync_is_ours": True,
+        "modes_are_ours": True,
         "avspo_registered": True,
         "settings_preset": "paper",
     }
@@ -69,7 +71,7 @@ def test_v1_task_runner_builds_our_sync_trainer_inside_the_actor(tmp_path):
 def inspect_legacy(runner):
     from verl.trainer import main_ppo_v0
 
-    from verl_avspo.verl_plugin.trainer import AVSPORayPPOTrainer
+    from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
 
     return main_ppo_v0.RayPPOTrainer is AVSPORayPPOTrainer
 

@@ -17,7 +17,8 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.launcher import compose_config
-from verl_avspo.verl_plugin.trainer import STATE_FILE, AVSPORayPPOTrainer
+from verl_avspo.verl_plugin.trainer import STATE_FILE
+from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
 
 
 @pytest.fixture(autouse=True)

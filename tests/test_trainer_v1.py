@@ -28,7 +28,8 @@ from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.launcher import compose_config
-from verl_avspo.verl_plugin.trainer import STATE_FILE, AVSPOTrainerSync
+from verl_avspo.verl_plugin.trainer import STATE_FILE
+from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
 
 BASE = [
     "actor_rollout_ref.rollout.name=vllm",

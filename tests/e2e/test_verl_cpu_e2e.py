@@ -1,72 +1,53 @@
-"""verl 0.9.1's own trainer, end to end on CPU: dataset, agent-loop rollout, reward, old log-prob,
-the advantage stage with ACR metrics, the FSDP actor update, checkpoint and resume.
+"""verl 0.9.1's own trainer, end to end on CPU, in every V1 mode: dataset, agent-loop rollout, reward,
+old log-prob, the advantage stage with ACR metrics, the FSDP actor update, checkpoint and resume.
 
 Every run is a real ``python -m verl.trainer.main_ppo`` or ``python -m verl_avspo.main_ppo`` of a
 tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mocked). A run costs
-about a minute, mostly process start-ups, so the five runs are launched once per module, two at a
+about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
-- ``avspo``: our launcher, ``avspo``, 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
+- ``avspo``: our launcher, ``sync``, ``avspo``, 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint;
-- ``grpo_stop``: our launcher, ``grpo``, with an alert that trips on the first step and stops the run;
-- ``dcpo``: our launcher, DCPO's estimator and policy loss, 1 step, checkpointed;
-- ``stock``: verl's own ``main_ppo`` with ``avspo`` from the installed entry point alone.
+- ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
+- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 3 steps with a
+  checkpoint at step 2, and the same resumed from it;
+- ``separate_stop``: our launcher, ``separate_async``, ``grpo``, with an alert that trips on the
+  first step and stops the run;
+- ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
+  ``sync``, ``grpo`` with DAPO's ``filter_groups``;
+- ``hook_colocate``: verl's own ``main_ppo`` with the hook, ``colocate_async``, ``avspo``.
 
-The last three run on one rank: a rank is one more process to start, and the two-rank runs already
-cover the sharded update, checkpoint and weight sync.
+All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
+already cover the sharded update, checkpoint and weight sync.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import math
-import shutil
 
 import pytest
 import torch
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, TinyRun, harness_environment
+from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
-from verl_avspo.verl_plugin.trainer import STATE_FILE
+from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 
 pytestmark = pytest.mark.slow
 
 THREE_STEPS = ["trainer.total_training_steps=3"]
+COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
+# What the hook logs on every step: the rates of the sampled groups' raw scores.
+HOOK_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/groups")
 ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
 AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
 
-@dataclasses.dataclass
-class Outcome:
-    run: TinyRun
-    returncode: int
-
-    @property
-    def log(self) -> str:
-        return (self.run.workdir / "metrics.log").read_text()
-
-    def records(self) -> list[dict]:
-        """verl's file-logger records, checked to come from a run that ended well."""
-        if self.returncode != 0:
-            pytest.fail(f"the run in {self.run.workdir} exited with {self.returncode}:\n{self.log[-6000:]}")
-        return self.run.metrics()
-
-    def state(self, step: int) -> dict:
-        return torch.load(self.run.checkpoints / f"global_step_{step}" / STATE_FILE, weights_only=True)
-
-
 def _same_controller(a: dict, b: dict) -> bool:
     """Two AVSPO controller states are equal (the RNG state is a tensor)."""
     plain = [{k: v for k, v in state.items() if k != "rng_state"} for state in (a, b)]
     return plain[0] == plain[1] and torch.equal(a["rng_state"], b["rng_state"])
-
-
-def _resume_from(source: TinyRun, step: int, target: TinyRun) -> None:
-    """Give ``target`` the checkpoint of ``source``'s step ``step`` as its latest."""
-    shutil.copytree(source.checkpoints / f"global_step_{step}", target.checkpoints / f"global_step_{step}")
-    (target.checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +58,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             prepare(run)
         return Outcome(run, run.launch(entry, overrides).returncode)
 
-    def avspo_then_resumed() -> dict[str, Outcome]:
+    def lane_one() -> dict[str, Outcome]:
         avspo = launch(
             "avspo", AVSPO_ENTRY, ["algorithm.adv_estimator=avspo", "trainer.save_freq=2", *THREE_STEPS], num_ranks=2
         )
@@ -85,17 +66,54 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             "resumed",
             AVSPO_ENTRY,
             ["algorithm.adv_estimator=avspo", "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
-            prepare=lambda run: _resume_from(avspo.run, 2, run),
+            prepare=lambda run: resume_from(avspo.run, 2, run),
             num_ranks=2,
         )
-        return {"avspo": avspo, "resumed": resumed}
+        # Stock verl + the hook, colocate_async, avspo (registered by verl's entry point or the hook's import).
+        hook_colocate = launch(
+            "hook_colocate",
+            VERL_ENTRY,
+            [
+                *HOOK_OVERRIDES,
+                *COLOCATE_ASYNC,
+                "algorithm.adv_estimator=avspo",
+                "+algorithm.avspo.preset=paper",
+                *THREE_STEPS,
+            ],
+        )
+        dcpo = launch(
+            "dcpo",
+            AVSPO_ENTRY,
+            [
+                "algorithm.adv_estimator=dcpo",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo",
+                "actor_rollout_ref.actor.clip_ratio_c=10",
+                "trainer.save_freq=1",
+                "trainer.total_training_steps=1",
+            ],
+        )
+        return {"avspo": avspo, "resumed": resumed, "hook_colocate": hook_colocate, "dcpo": dcpo}
 
-    def the_others() -> dict[str, Outcome]:
-        return {
-            "grpo_stop": launch(
-                "grpo_stop",
+    def lane_two() -> dict[str, Outcome]:
+        outcomes = {
+            # Stock verl + the hook, sync, grpo with DAPO's filter_groups on the reward.
+            "hook_sync_dapo": launch(
+                "hook_sync_dapo",
+                VERL_ENTRY,
+                [
+                    *HOOK_OVERRIDES,
+                    "algorithm.adv_estimator=grpo",
+                    "algorithm.filter_groups.enable=True",
+                    "algorithm.filter_groups.metric=reward",
+                    "trainer.total_training_steps=2",
+                ],
+            ),
+            # Our launcher in separate_async: grpo, and an alert that trips on the first step and stops the run.
+            "separate_stop": launch(
+                "separate_stop",
                 AVSPO_ENTRY,
                 [
+                    *separate_async_overrides(1),
                     "algorithm.adv_estimator=grpo",
                     # The paper's rule, which needs no reward history: stalled on step 1.
                     "algorithm.avspo.alert.rule=acr",
@@ -105,28 +123,32 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     *THREE_STEPS,
                 ],
             ),
-            "dcpo": launch(
-                "dcpo",
-                AVSPO_ENTRY,
-                [
-                    "algorithm.adv_estimator=dcpo",
-                    "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo",
-                    "actor_rollout_ref.actor.clip_ratio_c=10",
-                    "trainer.save_freq=1",
-                    "trainer.total_training_steps=1",
-                ],
-            ),
-            # The harness module is the only one named: verl_avspo comes in through its entry point.
-            "stock": launch(
-                "stock",
-                VERL_ENTRY,
-                ["algorithm.adv_estimator=avspo", "+algorithm.avspo.preset=paper", "trainer.total_training_steps=1"],
-            ),
         }
+        colocate = launch(
+            "colocate",
+            AVSPO_ENTRY,
+            [*COLOCATE_ASYNC, "algorithm.adv_estimator=avspo", "trainer.save_freq=2", *THREE_STEPS],
+        )
+        colocate_resumed = launch(
+            "colocate_resumed",
+            AVSPO_ENTRY,
+            [
+                *COLOCATE_ASYNC,
+                "algorithm.adv_estimator=avspo",
+                "trainer.save_freq=2",
+                "trainer.resume_mode=auto",
+                *THREE_STEPS,
+            ],
+            prepare=lambda run: resume_from(colocate.run, 2, run),
+        )
+        return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed}
 
+    # Made before the lanes start: pytest creates (and, with --basetemp, first empties) the base
+    # folder on its first use, and two lanes doing that at once delete each other's work folders.
+    tmp_path_factory.getbasetemp()
     # Two at a time: a run is mostly single-threaded process start-ups, and the machine has two cores.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        lanes = [pool.submit(avspo_then_resumed), pool.submit(the_others)]
+        lanes = [pool.submit(lane_one), pool.submit(lane_two)]
         return {name: outcome for lane in lanes for name, outcome in lane.result().items()}
 
 
@@ -173,26 +195,6 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     assert _same_controller(runs["resumed"].state(3)["controller"], runs["avspo"].state(3)["controller"])
 
 
-def test_grpo_run_logs_acr_metrics(runs):
-    records = runs["grpo_stop"].records()
-    data = records[0]["data"]
-    assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS))
-    assert not any(key.startswith("avspo/") for key in data)
-    assert data["acr/effective"] == pytest.approx(data["acr/rate"])  # GRPO leaves collapsed groups at zero
-
-
-def test_alert_stop_ends_the_run_early_with_a_checkpoint(runs):
-    outcome = runs["grpo_stop"]
-    records = outcome.records()
-    assert [record["step"] for record in records] == [1]  # of 3
-    assert records[0]["data"]["acr/rate"] > 0.0 and records[0]["data"]["acr/stalled"] == 1.0
-    checkpoints = outcome.run.checkpoints
-    assert sorted(p.name for p in checkpoints.glob("global_step_*")) == ["global_step_1"]
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    assert outcome.state(1)["stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
-    assert "stopping the run after step 1 (algorithm.avspo.alert.action=stop)" in outcome.log
-
-
 def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
     outcome = runs["dcpo"]
     records = outcome.records()
@@ -205,13 +207,68 @@ def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
     assert history["visits"].tolist() == [1, 1, 1, 1]
 
 
-def test_stock_main_ppo_trains_with_avspo_from_the_entry_point_alone(runs):
-    outcome = runs["stock"]
+def test_alert_stop_ends_a_separate_async_run_early_with_a_checkpoint(runs):
+    outcome = runs["separate_stop"]
     records = outcome.records()
-    assert [record["step"] for record in records] == [1]
+    assert [record["step"] for record in records] == [1]  # of 3
     data = records[0]["data"]
-    assert all(key in data for key in ACTOR_KEYS)
-    # verl's own trainer: the estimator ran (an unknown name fails the advantage stage), no ACR metrics.
-    assert "'adv_estimator': 'avspo'" in outcome.log
-    assert not any(key.startswith(("acr/", "avspo/")) for key in data)
-    assert harness_environment(outcome.run.metrics_path())["VERL_USE_EXTERNAL_MODULES"] == "verl_cpu.plugin"
+    assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS))
+    assert not any(key.startswith("avspo/") for key in data)
+    assert data["acr/effective"] == pytest.approx(data["acr/rate"])  # GRPO leaves collapsed groups at zero
+    assert data["acr/rate"] > 0.0 and data["acr/stalled"] == 1.0
+    checkpoints = outcome.run.checkpoints
+    assert sorted(p.name for p in checkpoints.glob("global_step_*")) == ["global_step_1"]
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert outcome.state(1)["stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
+    assert "stopping the run after step 1 (algorithm.avspo.alert.action=stop)" in outcome.log
+    assert "adds nothing" not in outcome.log
+
+
+def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(runs):
+    outcome = runs["colocate"]
+    records = outcome.records()
+    assert [record["step"] for record in records] == [1, 2, 3]
+    for record in records:
+        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS) if key not in record["data"]]
+        assert not missing, f"step {record['step']} lacks {missing}"
+        assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
+    saved = outcome.state(2)["controller"]
+    assert saved["step"] == 2
+    # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
+    assert records[2]["data"]["avspo/threshold"] == saved["threshold"]
+    resumed = runs["colocate_resumed"].records()
+    assert [record["step"] for record in resumed] == [3]
+    # Restored, not restarted: the same step-3 threshold, and a controller that has counted 3 steps.
+    # (An async run's responses depend on where aborts fall, so the samples are not compared.)
+    assert resumed[0]["data"]["avspo/threshold"] == saved["threshold"]
+    assert runs["colocate_resumed"].state(3)["controller"]["step"] == 3
+
+
+def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_filters(runs):
+    outcome = runs["hook_sync_dapo"]
+    records = outcome.records()
+    assert [record["step"] for record in records] == [1, 2]
+    for record in records:
+        data = record["data"]
+        assert all(key in data for key in (*HOOK_KEYS, *ACTOR_KEYS)), record["step"]
+        assert "acr/effective" not in data and "acr/stalled" not in data  # the launcher's
+    # DAPO filtering stayed on: verl's own eviction metric, and collapsed groups counted in ACR
+    # although none is in the trained batch.
+    filtered = [r["data"] for r in records if r["data"].get("training/filter_groups/evicted_samples", 0) > 0]
+    assert filtered, "no step filtered a group: the DAPO check would be vacuous"
+    for data in filtered:
+        assert data["acr/rate"] > 0 and data["acr/groups"] > 4
+
+
+def test_stock_main_ppo_with_the_hook_in_colocate_async_logs_acr_and_last_steps_avspo(runs):
+    records = runs["hook_colocate"].records()
+    assert [record["step"] for record in records] == [1, 2, 3]
+    for record in records:
+        assert all(key in record["data"] for key in (*HOOK_KEYS, *ACTOR_KEYS)), record["step"]
+        assert record["data"]["acr/groups"] == 4
+    # The estimator's metrics arrive one step late: none on step 1, then the previous step's.
+    assert not any(key.startswith("avspo/") for key in records[0]["data"])
+    for previous, record in zip(records, records[1:], strict=False):
+        assert all(key in record["data"] for key in AVSPO_KEYS)
+        assert record["data"]["avspo/signal"] == pytest.approx(previous["data"]["acr/rate"])
+    assert "'adv_estimator': 'avspo'" in runs["hook_colocate"].log

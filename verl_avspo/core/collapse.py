@@ -9,7 +9,9 @@ samples or groups.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ import torch
 __all__ = [
     "GroupStats",
     "Collapse",
+    "DroppedGroups",
     "group_ids",
     "group_stats",
     "detect_collapse",
@@ -114,8 +117,22 @@ def group_stats(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> Gro
 
 
 @dataclass(frozen=True)
+class DroppedGroups:
+    """Groups generated for a step that a filter removed before the measured batch (verl's DAPO
+    ``algorithm.filter_groups``): they count in the step's ACR, measured before filtering."""
+
+    collapsed: Mapping[float, int] = field(default_factory=dict)  # {shared score: number of groups}
+    surplus: int = 0  # groups with a reward spread, generated then discarded as over-sampling
+
+    def __bool__(self) -> bool:
+        return bool(self.surplus) or any(self.collapsed.values())
+
+
+@dataclass(frozen=True)
 class Collapse:
-    """Which groups collapsed, per group (num_groups,) bool, and the batch rates (SPEC §2)."""
+    """Which groups collapsed, per group (num_groups,) bool, and the counts behind the batch rates
+    (SPEC §2). The per-group tensors describe the measured batch; the counts may also include groups
+    a filter dropped (:meth:`including`)."""
 
     eligible: torch.Tensor  # groups with n >= 2: the ACR denominator
     collapsed: torch.Tensor
@@ -123,10 +140,37 @@ class Collapse:
     all_wrong: torch.Tensor
     num_eligible: int
     num_singletons: int
-    rate: float
-    all_correct_rate: float
-    all_wrong_rate: float
-    reward_mean: float  # mean score over the eligible groups (each group weighted equally)
+    num_all_correct: int
+    num_all_wrong: int
+    reward_mean: float  # mean score over the eligible groups of the measured batch (each group weighted equally)
+
+    # The rates: the one place they are computed, whatever the route (estimator, trainers, hook, OpenRLHF).
+    @property
+    def rate(self) -> float:
+        return (self.num_all_correct + self.num_all_wrong) / max(self.num_eligible, 1)
+
+    @property
+    def all_correct_rate(self) -> float:
+        return self.num_all_correct / max(self.num_eligible, 1)
+
+    @property
+    def all_wrong_rate(self) -> float:
+        return self.num_all_wrong / max(self.num_eligible, 1)
+
+    def including(self, dropped: DroppedGroups | None, reward_range: tuple[float, float] = (0.0, 1.0)) -> Collapse:
+        """The counts of the groups generated for the step: this batch's plus ``dropped``. A dropped
+        collapsed group is all-correct when its shared score is at or above the range's midpoint."""
+        if not dropped:
+            return self
+        midpoint = 0.5 * (reward_range[0] + reward_range[1])
+        correct = sum(int(count) for value, count in dropped.collapsed.items() if float(value) >= midpoint)
+        wrong = sum(int(count) for count in dropped.collapsed.values()) - correct
+        return dataclasses.replace(
+            self,
+            num_eligible=self.num_eligible + correct + wrong + int(dropped.surplus),
+            num_all_correct=self.num_all_correct + correct,
+            num_all_wrong=self.num_all_wrong + wrong,
+        )
 
 
 def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[float, float] = (0.0, 1.0)) -> Collapse:
@@ -138,11 +182,10 @@ def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[fl
     midpoint = 0.5 * (reward_range[0] + reward_range[1])
     all_correct = collapsed & (stats.mean >= midpoint)
     all_wrong = collapsed & ~all_correct
-    # One host sync for the four counts and the mean score.
-    sums = [eligible.sum(), collapsed.sum(), all_correct.sum(), all_wrong.sum(), (stats.mean * eligible).sum()]
+    # One host sync for the three counts and the mean score.
+    sums = [eligible.sum(), all_correct.sum(), all_wrong.sum(), (stats.mean * eligible).sum()]
     *counts, score_sum = torch.stack(sums).to(torch.float64).tolist()
-    num_eligible, num_collapsed, num_correct, num_wrong = map(int, counts)
-    denom = max(num_eligible, 1)
+    num_eligible, num_correct, num_wrong = map(int, counts)
     return Collapse(
         eligible=eligible,
         collapsed=collapsed,
@@ -150,10 +193,9 @@ def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[fl
         all_wrong=all_wrong,
         num_eligible=num_eligible,
         num_singletons=stats.num_groups - num_eligible,
-        rate=num_collapsed / denom,
-        all_correct_rate=num_correct / denom,
-        all_wrong_rate=num_wrong / denom,
-        reward_mean=score_sum / denom,
+        num_all_correct=num_correct,
+        num_all_wrong=num_wrong,
+        reward_mean=score_sum / max(num_eligible, 1),
     )
 
 
@@ -204,16 +246,21 @@ def measure_collapse(
     advantages: torch.Tensor | None = None,
     tau: float = 1e-6,
     reward_range: tuple[float, float] = (0.0, 1.0),
+    dropped: DroppedGroups | None = None,
 ) -> dict[str, float]:
-    """ACR metrics for any group estimator (GRPO, RLOO, AVSPO, ...) in one call.
+    """A step's ACR metrics for any group estimator (GRPO, RLOO, AVSPO, ...): the one measurement
+    that every route logs (verl's trainers, the sampler hook, OpenRLHF).
 
     Args:
-        scores: (bs,) raw per-response scores, before any estimator or filtering.
+        scores: (bs,) raw per-response scores, before any estimator.
         index: (bs,) group labels.
-        advantages: (bs,) or (bs, L) final advantages, for ``acr/effective``; omitted if None.
+        advantages: (bs,) or (bs, L) final advantages of the same responses, for ``acr/effective``
+            (over this batch); omitted if None.
+        dropped: groups generated for the step that a filter removed before this batch; the rates
+            and ``acr/groups`` then count them too (ACR before filtering).
     """
     ids, num_groups = group_ids(index, device=scores.device)
     stats = group_stats(scores, ids, num_groups)
-    collapse = detect_collapse(stats, tau, reward_range)
+    collapse = detect_collapse(stats, tau, reward_range).including(dropped, reward_range)
     effective = None if advantages is None else effective_collapse_rate(advantages, stats, tau)
     return acr_metrics(collapse, effective)

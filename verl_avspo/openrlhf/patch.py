@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.core.collapse import effective_collapse_rate, group_stats, measure_collapse
+from verl_avspo.core.collapse import measure_collapse
 from verl_avspo.core.config import AVSPOConfig, resolve_config
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
@@ -284,8 +284,9 @@ class _AdvantageStep:
         metrics = measure_collapse(raw.reshape(-1), _group_index(num_groups, size), None, tau, reward_range)
         if self.avspo is not None or self.estimator in _GROUP_BASELINES:
             advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size)
-            stats = group_stats(trained.reshape(-1), _group_index(trained.shape[0], group_size), trained.shape[0])
-            metrics["acr/effective"] = effective_collapse_rate(advantages.reshape(-1), stats, tau)
+            trained_index = _group_index(trained.shape[0], group_size)
+            effective = measure_collapse(trained.reshape(-1), trained_index, advantages.reshape(-1), tau, reward_range)
+            metrics["acr/effective"] = effective["acr/effective"]
         if self.avspo is not None:
             metrics.update({key: value for key, value in self.avspo.metrics.items() if key.startswith("avspo/")})
         return metrics

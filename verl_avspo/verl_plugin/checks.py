@@ -31,6 +31,10 @@ from verl_avspo.core.config import AVSPOConfig, Problems, resolve_config
 
 __all__ = [
     "ConfigCheckError",
+    "HOOK_OVERRIDES",
+    "SAMPLER_NAME",
+    "SAMPLER_PATH",
+    "hook_problems",
     "verl_package_dir",
     "is_group_estimator",
     "settings_problems",
@@ -42,6 +46,14 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# The ACR hook for stock verl (verl_avspo.verl_plugin.sampler) and what a user adds to a stock command line.
+SAMPLER_PATH = "pkg://verl_avspo.verl_plugin.sampler"
+SAMPLER_NAME = "ACRSampler"
+HOOK_OVERRIDES = (
+    f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
+    f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
+)
 
 # Said when only the first stage ran, so that a user knows more may follow.
 NOT_YET_CHECKED = (
@@ -116,20 +128,36 @@ def _rollout_problems(config: DictConfig) -> Iterator[str]:
 
 
 def _alert_problems(config: DictConfig, settings: AVSPOConfig) -> Iterator[str]:
-    if settings.alert.action != "stop":
-        return
-    mode = config.trainer.v1.trainer_mode
-    if not config.trainer.use_v1:
+    if settings.alert.action == "stop" and not config.trainer.use_v1:
         yield (
             "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
             "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
         )
-    elif mode != "sync":
-        yield (
-            f"algorithm.avspo.alert.action=stop needs trainer.v1.trainer_mode=sync: the {mode} trainer is verl's "
-            "own, without ACR metrics or the alert, so the run would never stop. Set trainer.v1.trainer_mode=sync "
-            "or algorithm.avspo.alert.action=warn."
+
+
+def hook_problems(config: Any) -> list[str]:
+    """Why the hook cannot measure ACR under ``config`` (verl's whole config); empty if it can."""
+    problems = []
+    if not config.trainer.use_v1:
+        problems.append(
+            "trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and trainer.use_v1=False runs "
+            "the legacy trainer, which has none. Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`, "
+            "which logs ACR with the legacy trainer too."
         )
+    reward_model = config.reward.reward_model
+    if reward_model.enable and not reward_model.enable_resource_pool:
+        problems.append(
+            "the ACR hook (trainer.v1.sampler.custom_sampler) reads the reward loop's scores when it samples a batch, "
+            "and a colocated reward model (reward.reward_model.enable=True, enable_resource_pool=False) scores only "
+            "after sampling. Set reward.reward_model.enable_resource_pool=True, or train with `python -m "
+            "verl_avspo.main_ppo`, which measures ACR at the advantage stage, after every reward."
+        )
+    return problems
+
+
+def _uses_hook(config: DictConfig) -> bool:
+    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler", default=None)
+    return custom is not None and custom.get("path") == SAMPLER_PATH and custom.get("name") == SAMPLER_NAME
 
 
 def _dcpo_clip_problems(value: Any) -> Iterator[str]:
@@ -308,6 +336,8 @@ def settings_problems(
     intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
     if settings is not None:
         problems.messages.extend(_alert_problems(config, settings))
+    if _uses_hook(config):
+        problems.messages.extend(hook_problems(config))
     problems.messages.extend(_baseline_problems(config, dcpo, intrinsic))
     return problems.messages, settings, dcpo, intrinsic
 
@@ -386,14 +416,6 @@ def _verl_validate_problems(config: DictConfig) -> list[str]:
 
 def _warn_about_combinations(config: DictConfig) -> None:
     """Settings that train, but not as a user may expect."""
-    mode = config.trainer.v1.trainer_mode
-    if config.trainer.use_v1 and mode != "sync":
-        logger.warning(
-            "trainer.v1.trainer_mode=%s: the launcher adds ACR metrics, the stagnation alert and AVSPO checkpoint "
-            "state to the sync trainer only; this run trains with verl's own %s trainer.",
-            mode,
-            mode,
-        )
     if config.algorithm.adv_estimator == "avspo" and _filters_groups(config.algorithm):
         logger.warning(
             "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "

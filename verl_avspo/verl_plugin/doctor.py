@@ -4,7 +4,8 @@ verl swallows import errors of ``verl.plugins`` entry points (at DEBUG level), s
 shows up only as ``Unknown advantage estimator`` after models have loaded. This command makes each
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
-cluster's workers), the launcher's config, and the paper's other baselines (the ``dcpo``
+cluster's workers), the launcher's config, the ACR hook for stock ``main_ppo`` (with the overrides
+that switch it on), and the paper's other baselines (the ``dcpo``
 registrations; whether verl carries the patch INTUITOR needs). Exit status 1 if any check fails.
 """
 
@@ -135,6 +136,19 @@ def _baselines() -> str:
     return f"dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR {intuitor}"
 
 
+def _hook() -> str:
+    """The ACR hook for stock ``main_ppo``: its module loads (as verl's ``pkg://`` loader would load
+    it), and the overrides to add."""
+    import importlib
+
+    from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, SAMPLER_NAME, SAMPLER_PATH
+
+    module = importlib.import_module(SAMPLER_PATH.removeprefix("pkg://"))
+    if not hasattr(module, SAMPLER_NAME):
+        raise RuntimeError(f"{SAMPLER_PATH} has no {SAMPLER_NAME}")
+    return f"ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add {' '.join(HOOK_OVERRIDES)}"
+
+
 def run(args: argparse.Namespace) -> int:
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
@@ -145,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         checks.append(("Ray actor", _ray_actor))
     checks.append(("launcher config", _config))
     checks.append(("baselines", _baselines))
+    checks.append(("stock main_ppo hook", _hook))
     failures = 0
     for name, check in checks:
         try:

@@ -36,7 +36,7 @@ from verl_avspo.verl_plugin.checks import (
     verl_package_dir,
 )
 
-__all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "main"]
+__all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "task_runner_class", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +99,20 @@ def train(config: DictConfig) -> None:
         _fail(err)
     from verl.trainer.main_ppo import run_ppo
 
-    from verl_avspo.verl_plugin.trainer import AVSPOLegacyTaskRunner, AVSPOTaskRunner
-
     logger.info("verl-avspo launcher\n%s", _describe(config, settings))
-    runner = AVSPOTaskRunner if config.trainer.use_v1 else AVSPOLegacyTaskRunner
-    run_ppo(config, task_runner_class=runner)
+    run_ppo(config, task_runner_class=task_runner_class(config))
+
+
+def task_runner_class(config: DictConfig):
+    """Our TaskRunner for the config's trainer, importing only that trainer's module: the V1 one
+    needs TransferQueue, the legacy one ``main_ppo_v0``, and either may leave verl."""
+    if config.trainer.use_v1:
+        from verl_avspo.verl_plugin.trainer_v1 import AVSPOTaskRunner
+
+        return AVSPOTaskRunner
+    from verl_avspo.verl_plugin.trainer_legacy import AVSPOLegacyTaskRunner
+
+    return AVSPOLegacyTaskRunner
 
 
 def _settings_checked_config(overrides: Sequence[str]) -> DictConfig | None:

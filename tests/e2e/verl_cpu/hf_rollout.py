@@ -8,14 +8,20 @@ Selected with ``actor_rollout_ref.rollout.name=hf``. Its three parts mirror verl
 - :class:`HFServerAdapter`, the ``BaseRollout`` that lives in each FSDP worker and receives the
   actor's weights after every update; rank 0 of each replica pushes them to its server.
 
-Sampling is seeded per request from the weights version, the prompt's tokens and how many times
-this prompt was sampled since the last weight update, so the same weights answer the same prompts
-with the same responses whatever order the agent loop's requests arrive in: a run resumed from a
-checkpoint generates what the uninterrupted run generated.
+A request is generated in chunks of :data:`CHUNK_TOKENS` tokens. Each chunk is seeded from the
+weights version, the tokens so far (prompt and response) and how many times that context was
+sampled since the last weight update, so the same weights answer the same prompts with the same
+responses whatever order the agent loop's requests arrive in: a sync run resumed from a checkpoint
+generates what the uninterrupted run generated. For verl's async trainers the server supports
+partial rollouts as vLLM's does: ``abort_all_requests`` stops running requests at their next chunk
+(returned with ``stop_reason="aborted"``, which verl's ``FullyAsyncLLMServerClient`` resumes) and
+parks new ones until ``resume_generation``. Where an abort falls depends on timing, so async runs
+are not reproducible response for response.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hashlib
 import os
@@ -29,8 +35,12 @@ from verl.workers.config import HFModelConfig
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
 
 NAME = "hf"
+# Tokens generated per ``generate`` call of a request: between two chunks an abort can stop it, and
+# the part generated so far goes back to verl's client as a partial rollout.
+CHUNK_TOKENS = 4
 
 
 def server_name(replica_rank: int) -> str:
@@ -63,6 +73,14 @@ class HFGenerateServer:
             self.eos_token_ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
         self.weights_version: int | None = None
         self._draws: collections.Counter = collections.Counter()
+        # Partial-rollout control (verl's async trainers): the gate new requests wait at, whether
+        # they are turned away instead, and how many aborts happened (a running request stops when
+        # it sees a new one).
+        self._open = asyncio.Event()
+        self._open.set()
+        self._rejecting = False
+        self._aborts = 0
+        self._running = 0
 
     def address(self) -> str:
         """A unique name for verl's load balancer (there is no HTTP endpoint)."""
@@ -100,46 +118,69 @@ class HFGenerateServer:
     ) -> TokenOutput:
         if image_data or video_data or kwargs.get("audio_data"):
             raise NotImplementedError("the hf rollout backend generates from text prompts only")
+        if not self._open.is_set():
+            if self._rejecting:  # the replica is leaving the load balancer: the client retries elsewhere
+                return self._output([], [], "aborted")
+            await self._open.wait()  # parked until resume_generation, as vLLM parks it
+        aborts_seen = self._aborts
+        self._running += 1
+        try:
+            return await self._generate(prompt_ids, sampling_params, aborts_seen)
+        finally:
+            self._running -= 1
+
+    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], aborts_seen: int) -> TokenOutput:
         temperature = float(sampling_params.get("temperature", 1.0))
         top_k = int(sampling_params.get("top_k", -1))
-        generation_config = GenerationConfig(
-            do_sample=temperature > 0,
-            temperature=temperature if temperature > 0 else None,
-            top_p=float(sampling_params.get("top_p", 1.0)) if temperature > 0 else None,
-            top_k=(top_k if top_k > 0 else 0) if temperature > 0 else None,
-            max_new_tokens=self._max_new_tokens(prompt_ids, sampling_params),
-            eos_token_id=sorted(self.eos_token_ids),
-            pad_token_id=self.pad_token_id,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-        torch.manual_seed(self._seed(prompt_ids))
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
-        with torch.no_grad():
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                generation_config=generation_config,
+        budget = self._max_new_tokens(prompt_ids, sampling_params)
+        token_ids: list[int] = []
+        log_probs: list[float] = []
+        while True:
+            generation_config = GenerationConfig(
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_p=float(sampling_params.get("top_p", 1.0)) if temperature > 0 else None,
+                top_k=(top_k if top_k > 0 else 0) if temperature > 0 else None,
+                max_new_tokens=min(CHUNK_TOKENS, budget - len(token_ids)),
+                eos_token_id=sorted(self.eos_token_ids),
+                pad_token_id=self.pad_token_id,
+                output_scores=True,
+                return_dict_in_generate=True,
             )
-        token_ids = output.sequences[0, len(prompt_ids) :].tolist()
-        log_probs = None
-        if sampling_params.get("logprobs"):
+            context = prompt_ids + token_ids
+            torch.manual_seed(self._seed(context))
+            input_ids = torch.tensor([context], dtype=torch.long)
+            with torch.no_grad():
+                output = self.model.generate(
+                    input_ids=input_ids, attention_mask=torch.ones_like(input_ids), generation_config=generation_config
+                )
+            chunk = output.sequences[0, len(context) :].tolist()
             # The scores after temperature and top-k/top-p: verl's default logprobs_mode, processed_logprobs.
-            log_probs = [
+            log_probs += [
                 float(torch.log_softmax(scores[0].float(), dim=-1)[token])
-                for scores, token in zip(output.scores, token_ids, strict=True)
+                for scores, token in zip(output.scores, chunk, strict=True)
             ]
-        # generate pads a finished sequence only in batches; a single one stops at its eos.
-        finished = bool(token_ids) and token_ids[-1] in self.eos_token_ids
+            token_ids += chunk
+            # generate pads a finished sequence only in batches; a single one stops at its eos.
+            if token_ids and token_ids[-1] in self.eos_token_ids:
+                return self._output(token_ids, log_probs if sampling_params.get("logprobs") else None, "completed")
+            if len(token_ids) >= budget:
+                return self._output(token_ids, log_probs if sampling_params.get("logprobs") else None, "length")
+            await asyncio.sleep(0)  # between chunks, an abort_all_requests call can run
+            if self._aborts != aborts_seen:  # a partial rollout: verl's client resumes it after resume_generation
+                return self._output(token_ids, log_probs if sampling_params.get("logprobs") else None, "aborted")
+
+    def _output(self, token_ids: list[int], log_probs: list[float] | None, stop_reason: str) -> TokenOutput:
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,
-            stop_reason="completed" if finished else "length",
+            stop_reason=stop_reason,
             extra_fields={"global_steps": self.weights_version},
         )
 
-    # The replica's control calls. The model stays in host memory between rollouts, so there is
-    # nothing to free or restore, and requests are never left in flight to abort.
+    # The replica's control calls. The model stays in host memory between rollouts, so sleeping
+    # frees nothing; aborting stops every request at its next chunk and parks new ones until
+    # resume_generation (or, with reject_request, turns them away).
     async def wake_up(self) -> None: ...
 
     async def sleep(self) -> None: ...
@@ -150,10 +191,15 @@ class HFGenerateServer:
 
     async def resume_kv_cache(self) -> None: ...
 
-    async def resume_generation(self) -> None: ...
+    async def resume_generation(self) -> None:
+        self._rejecting = False
+        self._open.set()
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
-        return {"aborted_count": 0, "request_ids": []}
+        self._aborts += 1
+        self._rejecting = reject_request
+        self._open.clear()
+        return {"aborted_count": self._running, "request_ids": []}
 
     async def start_profile(self, **kwargs: Any) -> None: ...
 
@@ -206,7 +252,7 @@ class HFServerAdapter(BaseRollout):
         # Every rank drains the generator: gathering a sharded parameter (DTensor.full_tensor) is a
         # collective, so a rank that skipped it would hang the others.
         state = {}
-        for name, tensor in weights:
+        async for name, tensor in ensure_async_iterator(weights):  # a checkpoint engine's may be async
             if self.pushes_weights:
                 state[name] = tensor.detach().to("cpu")
         if not self.pushes_weights:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_cpu import assets
+from verl_cpu import assets, checkpoint_engine
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds verl_cpu/
 VERL_ENTRY = "verl.trainer.main_ppo"
@@ -176,3 +177,51 @@ class TinyRun:
                 timeout=timeout,
                 check=False,
             )
+
+
+def separate_async_overrides(num_ranks: int = NUM_RANKS) -> list[str]:
+    """``trainer.v1.trainer_mode=separate_async`` on CPU: a standalone rollout pool as large as the
+    trainer's (``num_ranks`` more logical GPUs), weights through the harness's ``ray_store``
+    checkpoint engine (verl refuses ``naive`` there, and its others need NCCL, NIXL or Mooncake), and
+    one parameter sync per step (verl wants train_batch_size = parameter_sync_step x ppo_mini_batch_size)."""
+    return [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "actor_rollout_ref.rollout.nnodes=1",
+        f"actor_rollout_ref.rollout.n_gpus_per_node={num_ranks}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={checkpoint_engine.NAME}",
+        f"ray_kwargs.ray_init.num_gpus={2 * num_ranks}",
+    ]
+
+
+@dataclasses.dataclass
+class Outcome:
+    """A finished launch: its work folder and exit status."""
+
+    run: TinyRun
+    returncode: int
+    name: str = "metrics"
+
+    @property
+    def log(self) -> str:
+        return (self.run.workdir / f"{self.name}.log").read_text()
+
+    def records(self) -> list[dict]:
+        """verl's file-logger records, checked to come from a run that ended well."""
+        if self.returncode != 0:
+            raise AssertionError(f"the run in {self.run.workdir} exited with {self.returncode}:\n{self.log[-6000:]}")
+        return self.run.metrics(self.name)
+
+    def state(self, step: int) -> dict:
+        """The AVSPO state the launcher saved with the step's checkpoint."""
+        import torch
+
+        from verl_avspo.verl_plugin.trainer import STATE_FILE
+
+        return torch.load(self.run.checkpoints / f"global_step_{step}" / STATE_FILE, weights_only=True)
+
+
+def resume_from(source: TinyRun, step: int, target: TinyRun) -> None:
+    """Give ``target`` the checkpoint of ``source``'s step ``step`` as its latest."""
+    shutil.copytree(source.checkpoints / f"global_step_{step}", target.checkpoints / f"global_step_{step}")
+    (target.checkpoints / "latest_checkpointed_iteration.txt").write_text(str(step))
