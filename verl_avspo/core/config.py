@@ -22,17 +22,22 @@ __all__ = [
     "STRATEGIES",
     "APPLY_TO",
     "ACR_SIGNALS",
+    "TRIGGER_SCOPES",
     "ALERT_ACTIONS",
     "ALERT_RULES",
     "PRIORS",
     "BASELINES",
     "resolve_config",
     "resolve_alert",
+    "unknown_key_problem",
 ]
 
 STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
 APPLY_TO = ("both", "all_correct", "all_wrong", "none")
 ACR_SIGNALS = ("batch", "ema")
+# group: each collapsed group (the paper); batch: only when every reward of the step is at the same
+# end of reward_range, as the authors' released code (docs/method.md §5).
+TRIGGER_SCOPES = ("group", "batch")
 ALERT_ACTIONS = ("warn", "stop")
 ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
 PRIORS = ("jeffreys", "laplace", "fitted")
@@ -40,7 +45,7 @@ BASELINES = ("loo", "group")
 # Keys read only by `strategy: beta`, and the virtual-sample keys that it does not read: giving
 # one where it has no effect is an error, so that a setting never silently does nothing.
 BETA_KEYS = ("prior", "baseline", "prior_strength_max", "correct_weight")
-VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha")
+VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha", "trigger_scope")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class AVSPOConfig:
     k: int | str = "adaptive"
     alpha: float = 0.5
     acr_signal: str = "batch"
+    trigger_scope: str = "group"
     ema_beta: float = 0.9
     adaptive_threshold: bool = True
     threshold_init: float = 0.5
@@ -88,8 +94,16 @@ class AVSPOConfig:
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
-    # What the authors' released code does: one opposite-label virtual sample, always on.
-    "paper_code": {"strategy": "opposite", "k": 1, "adaptive_threshold": False, "threshold_init": 0.0},
+    # The authors' released code: one opposite-label virtual sample whenever a group collapses, and
+    # std + 1e-4. It fires only on a batch that is all 0 or all 1; with one prompt per step (their
+    # layout) that is the same as per group, which is the default here (docs/method.md §5).
+    "paper_code": {
+        "strategy": "opposite",
+        "k": 1,
+        "adaptive_threshold": False,
+        "threshold_init": 0.0,
+        "epsilon": 1e-4,
+    },
     # Never triggers: the estimator reduces exactly to verl's grpo (ACR is still measured).
     "grpo": {"apply_to": "none", "adaptive_threshold": False},
     # Beta-prior pseudo-counts with a leave-one-out posterior-mean baseline: every group, always on.
@@ -174,19 +188,25 @@ def _pair(key: str, value: Any) -> tuple[float, float]:
     return low, high
 
 
-def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The keys actually set (not None), with unknown keys rejected."""
+def unknown_key_problem(key: str, allowed: Sequence[str]) -> str:
+    """The message for an unknown setting ``key`` (dotted; its last part is compared with ``allowed``),
+    with the closest allowed name when one is close."""
+    section, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" Did you mean {section}.{close[0]}?" if close else ""
+    return f"{key} is not a setting.{hint} Allowed keys of {section}: {', '.join(allowed)}."
+
+
+def _given(mapping: Mapping[str, Any] | None, problems: Problems) -> dict[str, Any]:
+    """The known keys actually set (not None); each unknown key is recorded in ``problems``, so that
+    the known keys are still checked."""
     if mapping is None:
         return {}
     if not isinstance(mapping, Mapping):
         raise ValueError(f"algorithm.avspo must be a mapping of settings, got {type(mapping).__name__}: {mapping!r}")
-    unknown = sorted(set(mapping) - set(_KEYS))
-    if unknown:
-        raise ValueError(
-            f"unknown algorithm.avspo key(s) {unknown}; allowed keys are: {', '.join(_KEYS)}. "
-            "Check the spelling (for example `algorithm.avspo.strategy`, not `strategies`)."
-        )
-    return {k: v for k, v in mapping.items() if v is not None}
+    for key in sorted(set(mapping) - set(_KEYS), key=str):
+        problems.messages.append(unknown_key_problem(f"algorithm.avspo.{key}", _KEYS))
+    return {k: v for k, v in mapping.items() if v is not None and k in _KEYS}
 
 
 def _check_strategy_keys(
@@ -243,13 +263,11 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
         SettingsError: listing every bad key.
     """
     given = {} if mapping is None else dict(mapping)
-    unknown = sorted(set(given) - set(_ALERT_KEYS))
-    if unknown:
-        raise SettingsError(
-            [f"unknown algorithm.avspo.alert key(s) {unknown}; allowed keys are: {', '.join(_ALERT_KEYS)}."]
-        )
-    alert = replace(AlertConfig(), **{k: v for k, v in given.items() if v is not None})
     problems = Problems()
+    for key in sorted(set(given) - set(_ALERT_KEYS), key=str):
+        problems.messages.append(unknown_key_problem(f"algorithm.avspo.alert.{key}", _ALERT_KEYS))
+    known = {k: v for k, v in given.items() if v is not None and k in _ALERT_KEYS}
+    alert = replace(AlertConfig(), **known)
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
     problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
@@ -281,8 +299,8 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         SettingsError (a ValueError): one message per bad key, each naming the key, the value and
         what is allowed.
     """
-    given = _given(mapping)
     problems = Problems()
+    given = _given(mapping, problems)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
@@ -296,6 +314,7 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     values["k"] = check(_k, "k", values["k"])
     values["alpha"] = check(_number, "alpha", values["alpha"], 0.0, math.inf, low_open=True)
     values["acr_signal"] = check(_choice, "acr_signal", values["acr_signal"], ACR_SIGNALS)
+    values["trigger_scope"] = check(_choice, "trigger_scope", values["trigger_scope"], TRIGGER_SCOPES)
     values["ema_beta"] = check(_number, "ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
     values["adaptive_threshold"] = check(_boolean, "adaptive_threshold", values["adaptive_threshold"])
     values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)
