@@ -30,6 +30,8 @@ __all__ = [
     "resolve_config",
     "resolve_alert",
     "unknown_key_problem",
+    "AVSPO_KEYS",
+    "ALERT_KEYS",
 ]
 
 STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
@@ -112,8 +114,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
-_KEYS = tuple(f.name for f in fields(AVSPOConfig))
-_ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+_KEYS = AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
+_ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 
 
 class SettingsError(ValueError):
