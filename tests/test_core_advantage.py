@@ -391,3 +391,15 @@ def test_resuming_with_other_settings_is_refused():
     other = AdaptiveController(resolve_config({"gap": 0.2}))
     with pytest.raises(ValueError, match="different settings.*gap"):
         other.load_state_dict(state)
+
+
+def test_with_rollout_n_1_each_advantage_is_the_raw_score_in_verl_grpo_and_avspo():
+    """What docs/troubleshooting.md says about rollout.n=1: every group is a singleton, verl gives it
+    mean 0 and std 1, so the advantage is the raw score / (1 + epsilon), not 0."""
+    scores = torch.tensor([1.0, 0.0, 1.0, 0.5])
+    rewards, mask = outcome_batch(scores)
+    index = uids([1, 1, 1, 1])
+    verl, _ = compute_grpo_outcome_advantage(rewards, mask, index)
+    ours = avspo(scores.tolist(), index).advantages
+    torch.testing.assert_close(verl[:, 0], scores / (1 + 1e-6))
+    torch.testing.assert_close(ours, verl)

@@ -128,7 +128,7 @@ def test_verls_own_validation_runs_in_the_dry_run(capsys):
 
 
 def test_text_for_a_number_in_verls_config_gets_a_message_not_a_traceback(capsys):
-    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"]) == 1
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_mini_batch_size=many"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("verl-avspo: verl's validate_config failed on a value of the wrong type: ")
     assert "check the numbers in your overrides" in err and "Traceback" not in err
@@ -150,10 +150,12 @@ def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path, on_this_mac
     assert "Started a local Ray instance" not in result.stdout + result.stderr
 
 
-def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path):
-    result = launch(tmp_path, *RUNNABLE, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1")
+def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path, on_this_machine):
+    overrides = [*RUNNABLE, *on_this_machine, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]
+    result = launch(tmp_path, *overrides)
     assert result.returncode == 1
     assert "verl-avspo: actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=grpo" in result.stderr
+    assert "its advantage is its raw score" in result.stderr
     assert "ray init" not in result.stdout and "Started a local Ray instance" not in result.stderr
     assert (tmp_path / "outputs").is_dir()  # Hydra's run folder went to the cwd given, not the repository
 
