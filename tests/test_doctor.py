@@ -29,6 +29,7 @@ def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeyp
     assert "[FAIL] fresh `import verl`: RuntimeError: not registered" in out
     assert "VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load the `avspo` entry point (no plugin at all)" in out
     assert "Ray actor" not in out
+    assert out.splitlines()[-1] == "1 check(s) failed"
 
 
 def test_doctor_names_the_plugin_policy_that_excludes_avspo(monkeypatch):
@@ -39,7 +40,6 @@ def test_doctor_names_the_plugin_policy_that_excludes_avspo(monkeypatch):
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_avspo.verl_plugin.register")
     assert doctor._plugin_policy_problem() is None
-    assert out.splitlines()[-1] == "1 check(s) failed"
 
 
 def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):
