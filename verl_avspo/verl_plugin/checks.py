@@ -53,8 +53,8 @@ logger = logging.getLogger(__name__)
 
 # Said when only the first stage ran, so that a user knows more may follow.
 NOT_YET_CHECKED = (
-    "Not yet checked, because verl is not imported until these are fixed: the estimator and policy-loss names "
-    "against verl's registries, and verl's own validate_config."
+    "Not yet checked, because verl is not imported until these are fixed: the estimator, policy-loss and trainer-mode "
+    "names against verl's registries, verl's own validate_config, and the data files, model path and GPUs."
 )
 
 
@@ -480,8 +480,8 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
                 not_checked.append(f"{key} entry {name} (remote)")
             elif not Path(name).expanduser().exists():
                 yield (
-                    f"{key}: {name} does not exist. Fix the path, or write the data first (recipes/data/README: "
-                    "python recipes/data/prepare_math.py ...)."
+                    f"{key}: {name} does not exist. Fix the path, or write the data first (recipes/README.md, "
+                    "recipes/data/prepare_math.py)."
                 )
     for key in ("actor_rollout_ref.model.path", "reward.custom_reward_function.path"):
         name = OmegaConf.select(config, key, default=None)
