@@ -46,6 +46,8 @@ from verl_avspo.verl_plugin.register import compute_avspo_advantage
         ({"alert": {"window": 0}}, r"alert.window=0 is invalid: expected an integer >= 1"),
         ({"alert": {"action": "halt"}}, r"alert.action='halt' is invalid: allowed values are warn, stop"),
         ({"alert": {"windows": 5}}, r"algorithm.avspo.alert.windows is not a setting. Did you mean algorithm.avspo.alert.window\?"),
+        ({"preset": "PAPER"}, r"preset='PAPER' is invalid: .*\(did you mean 'paper'\?\)"),
+        ({"alert": 5}, r"algorithm.avspo.alert=5 is invalid: it is a group of settings; set its keys"),
         ({"trigger_scope": "batches"}, r"trigger_scope='batches' is invalid: allowed values are group, batch \(did you mean 'batch'\?\)"),
         ({"strategy": "beta", "trigger_scope": "batch"}, r"trigger_scope='batch' is invalid: strategy=beta .* reads no virtual-sample"),
     ],
@@ -157,3 +159,8 @@ def test_a_misspelt_key_is_reported_with_the_other_problems():
     assert any("strategy='stratifed'" in p for p in problems)
     assert any("Did you mean algorithm.avspo.alert.window?" in p for p in problems)
     assert any("alert.action='halt'" in p for p in problems)
+
+
+def test_a_whole_section_given_a_value_names_its_keys():
+    with pytest.raises(ValueError, match=r"algorithm.avspo='paper_code' is invalid: .* algorithm.avspo.preset=paper_code"):
+        resolve_config("paper_code")

@@ -98,6 +98,8 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
             ["algorithm.adv_estimator=avspoo"],
             "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
         ),
+        (["algorithm.adv_estimator=AVSPO"], "algorithm.adv_estimator='AVSPO' is not a registered advantage estimator. Did you mean 'avspo'?"),
+        (["trainer.v1.trainer_mode=Sync"], "trainer.v1.trainer_mode='Sync' is not a registered V1 trainer. Did you mean 'sync'?"),
     ],
 )
 def test_check_config_refuses_with_the_fix(overrides, message):
@@ -128,10 +130,15 @@ def test_verls_own_validation_runs_in_the_dry_run(capsys):
 
 
 def test_text_for_a_number_in_verls_config_gets_a_message_not_a_traceback(capsys):
-    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_mini_batch_size=many"]) == 1
+    # The launcher's own number checks come first (batch sizes, GPUs, lr, ...) ...
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("verl-avspo: verl's validate_config failed on a value of the wrong type: ")
-    assert "check the numbers in your overrides" in err and "Traceback" not in err
+    assert err.startswith("verl-avspo: data.train_batch_size='many' is invalid: expected an integer >= 1")
+    # ... and for the numbers they leave to verl, its arithmetic's TypeError becomes a message.
+    config = compose_config(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"])
+    (problem,) = checks._verl_validate_problems(config)
+    assert problem.startswith("verl's validate_config failed on a value of the wrong type: ")
+    assert "check the numbers in your overrides" in problem
 
 
 def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path, on_this_machine):

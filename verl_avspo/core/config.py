@@ -152,7 +152,7 @@ def _fail(key: str, value: Any, allowed: str) -> None:
 
 def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
+        close = difflib.get_close_matches(str(value).lower(), allowed, n=1)  # PAPER -> paper
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         _fail(key, value, "allowed values are " + ", ".join(allowed) + hint)
     return value
@@ -205,7 +205,10 @@ def _given(mapping: Mapping[str, Any] | None, problems: Problems) -> dict[str, A
     if mapping is None:
         return {}
     if not isinstance(mapping, Mapping):
-        raise ValueError(f"algorithm.avspo must be a mapping of settings, got {type(mapping).__name__}: {mapping!r}")
+        raise ValueError(
+            f"algorithm.avspo={mapping!r} is invalid: it is a group of settings; set its keys, for example "
+            f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}."
+        )
     for key in sorted(set(mapping) - set(_KEYS), key=str):
         problems.messages.append(unknown_key_problem(f"algorithm.avspo.{key}", _KEYS))
     return {k: v for k, v in mapping.items() if v is not None and k in _KEYS}
@@ -264,6 +267,13 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     Raises:
         SettingsError: listing every bad key.
     """
+    if mapping is not None and not isinstance(mapping, Mapping):
+        raise SettingsError(
+            [
+                f"algorithm.avspo.alert={mapping!r} is invalid: it is a group of settings; set its keys, for example "
+                "algorithm.avspo.alert.window=50 (allowed: " + ", ".join(_ALERT_KEYS) + ")."
+            ]
+        )
     given = {} if mapping is None else dict(mapping)
     problems = Problems()
     for key in sorted(set(given) - set(_ALERT_KEYS), key=str):

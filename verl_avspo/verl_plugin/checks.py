@@ -365,7 +365,7 @@ def _estimator_problems(name: str) -> Iterator[str]:
             return
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name.lower(), known, n=1)  # AVSPO -> avspo
         hint = f" Did you mean {close[0]!r}?" if close else ""
         yield (
             f"algorithm.adv_estimator={name!r} is not a registered advantage estimator.{hint} "
@@ -382,7 +382,7 @@ def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
 
     mode = config.trainer.v1.trainer_mode
     if mode not in TRAINER_REGISTRY:
-        close = difflib.get_close_matches(str(mode), list(TRAINER_REGISTRY), n=1)
+        close = difflib.get_close_matches(str(mode).lower(), list(TRAINER_REGISTRY), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         yield (
             f"trainer.v1.trainer_mode={mode!r} is not a registered V1 trainer.{hint} Registered: "
