@@ -58,7 +58,7 @@ def test_bad_settings_are_named(settings, message):
 
 
 def test_not_a_mapping():
-    with pytest.raises(ValueError, match="algorithm.avspo must be a mapping"):
+    with pytest.raises(ValueError, match=r"algorithm.avspo=.* is invalid: it is a group of settings"):
         resolve_config("paper")
 
 
