@@ -98,8 +98,14 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
             ["algorithm.adv_estimator=avspoo"],
             "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
         ),
-        (["algorithm.adv_estimator=AVSPO"], "algorithm.adv_estimator='AVSPO' is not a registered advantage estimator. Did you mean 'avspo'?"),
-        (["trainer.v1.trainer_mode=Sync"], "trainer.v1.trainer_mode='Sync' is not a registered V1 trainer. Did you mean 'sync'?"),
+        (
+            ["algorithm.adv_estimator=AVSPO"],
+            "algorithm.adv_estimator='AVSPO' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+        (
+            ["trainer.v1.trainer_mode=Sync"],
+            "trainer.v1.trainer_mode='Sync' is not a registered V1 trainer. Did you mean 'sync'?",
+        ),
     ],
 )
 def test_check_config_refuses_with_the_fix(overrides, message):
@@ -183,9 +189,7 @@ def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(
     monkeypatch.setattr(
         "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class)
     )
-    config = compose_config(
-        [*RUNNABLE, *on_this_machine, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"]
-    )
+    config = compose_config([*RUNNABLE, *on_this_machine, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
     with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.launcher"):
         launcher.train(config)
     assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
@@ -463,7 +467,10 @@ def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("actor_rollout_ref.actor.optim.lr=abc", "actor_rollout_ref.actor.optim.lr='abc' is invalid: expected a number > 0.0"),
+        (
+            "actor_rollout_ref.actor.optim.lr=abc",
+            "actor_rollout_ref.actor.optim.lr='abc' is invalid: expected a number > 0.0",
+        ),
         ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
         ("data.train_batch_size=-8", "data.train_batch_size=-8 is invalid: expected an integer >= 1"),
         ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 is invalid"),

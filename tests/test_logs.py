@@ -26,7 +26,9 @@ def test_a_truncated_or_corrupt_log_keeps_every_readable_step_and_names_the_line
     records = [json.dumps({"step": step, "data": {"acr/rate": step / 10}}) for step in (1, 2, 3)]
     # A corrupt first line, a foreign record, and the last line of a killed run cut mid-record.
     path.write_text("\x00garbage\n" + records[0] + "\n" + '{"oops": 1}\n' + records[1] + "\n" + records[2][:15])
-    with pytest.warns(UserWarning, match=r"skipped 3 line\(s\).*kept the 2 step\(s\).*run.jsonl:1 .*run.jsonl:3 .*run.jsonl:5"):
+    with pytest.warns(
+        UserWarning, match=r"skipped 3 line\(s\).*kept the 2 step\(s\).*run.jsonl:1 .*run.jsonl:3 .*run.jsonl:5"
+    ):
         frame = read_metrics(path)
     assert frame["acr/rate"].to_dict() == {1: 0.1, 2: 0.2}
 

@@ -99,11 +99,26 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
         (["--algo.advantage.estimator", "rloo", "--avspo.preset", "paper"], r"algo\.advantage\.estimator=rloo.*avspo"),
         (["--avspo.preset", "paper"], r"no --algo\.advantage\.estimator \(OpenRLHF's default: gae\)"),
         (["--algo.advantage.estimator", "avspo", "--avspo.strategy", "best"], r"--avspo\.strategy='best' is invalid"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.preset"], r"--avspo\.preset needs a value, for example --avspo\.preset paper$"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.k"], r"--avspo\.k needs a value, for example --avspo\.k adaptive$"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.reward_range"], r"for example --avspo\.reward_range 0.0 1.0$"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.kk"], r"--avspo\.kk needs a value, and 'kk' is not an AVSPO setting"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.trigger_scope", "batches"], r"--avspo\.trigger_scope='batches' is invalid"),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.preset"],
+            r"--avspo\.preset needs a value, for example --avspo\.preset paper$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.k"],
+            r"--avspo\.k needs a value, for example --avspo\.k adaptive$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.reward_range"],
+            r"for example --avspo\.reward_range 0.0 1.0$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.kk"],
+            r"--avspo\.kk needs a value, and 'kk' is not an AVSPO setting",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.trigger_scope", "batches"],
+            r"--avspo\.trigger_scope='batches' is invalid",
+        ),
         (["--algo.advantage.estimator", "avspo", "--avspo.alert.window", "5"], r"alert is part of the verl launcher"),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),

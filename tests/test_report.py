@@ -227,7 +227,9 @@ def test_openrlhf_train_prefixed_metrics_are_read_as_acr(tmp_path):
     path = tmp_path / "openrlhf.jsonl"
     with path.open("w") as stream:
         for step in range(1, 4):
-            write_record(stream, step, {"train/acr/rate": 0.5, "train/acr/all_wrong": 0.5, "train/avspo/triggered": 0.1})
+            write_record(
+                stream, step, {"train/acr/rate": 0.5, "train/acr/all_wrong": 0.5, "train/avspo/triggered": 0.1}
+            )
     frame = read_run(path)
     assert {"acr/rate", "acr/all_wrong", "avspo/triggered"} <= set(frame)
     assert "no acr/* metrics" not in " ".join(summarise("openrlhf", frame).findings)

@@ -39,8 +39,8 @@ def load_source(hub_name: str, config: str | None, split: str, local_path: str |
     except datasets.exceptions.DatasetGenerationError as err:
         cause = err.__cause__ or err
         raise ValueError(
-            f"--local-path {path} cannot be read as {builder} ({type(cause).__name__}: {str(cause).splitlines()[0][:200]}); "
-            f"expected {builder} rows with the columns of {hub_name}"
+            f"--local-path {path} cannot be read as {builder} ({type(cause).__name__}: "
+            f"{str(cause).splitlines()[0][:200]}); expected {builder} rows with the columns of {hub_name}"
         ) from None
 
 

@@ -149,8 +149,10 @@ def read_run(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     runs = _read_runs(path)
     if len(runs) > 1:
-        raise ValueError(f"{path} is a wandb panel export of {len(runs)} runs ({', '.join(map(str, runs))}); "
-                         "read it with collect_runs")
+        raise ValueError(
+            f"{path} is a wandb panel export of {len(runs)} runs ({', '.join(map(str, runs))}); "
+            "read it with collect_runs"
+        )
     return next(iter(runs.values()))
 
 

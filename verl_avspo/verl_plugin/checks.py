@@ -150,7 +150,10 @@ def _number_problems(config: DictConfig) -> Iterator[str]:
         if not is_number or (value <= low if low_open else value < low) or value > high or value != value:
             bounds = f"> {low}" if low_open else f">= {low}"
             bounds += f" and <= {high}" if high != math.inf else ""
-            yield f"{key}={value!r} is invalid: expected {kind} {bounds}. Fix the value (in a recipe, its environment variable)."
+            yield (
+                f"{key}={value!r} is invalid: expected {kind} {bounds}. Fix the value (in a recipe, its "
+                "environment variable)."
+            )
 
 
 def _alert_problems(config: DictConfig, settings: AVSPOConfig) -> Iterator[str]:
@@ -492,9 +495,14 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
             if not name.startswith("pkg://"):
                 not_checked.append(f"{key}={name} (remote)")
         elif key.endswith("model.path") and _HUB_ID.match(name):
-            not_checked.append(f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)")
+            not_checked.append(
+                f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
+            )
         else:
-            yield f"{key}={name} does not exist on this machine. Fix the path (a hub id such as Qwen/Qwen2.5-0.5B is also accepted)."
+            yield (
+                f"{key}={name} does not exist on this machine. Fix the path (a hub id such as Qwen/Qwen2.5-0.5B "
+                "is also accepted)."
+            )
 
 
 def _requested_gpus(config: DictConfig) -> int:
