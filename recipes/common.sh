@@ -7,7 +7,8 @@
 #
 #   ESTIMATOR  avspo (default) | grpo | drgrpo | dapo | paper_code | dcpo | rent | intuitor
 #   MODE       train (default) | eval (the final checkpoint, 2048 tokens, all benchmarks)
-#   DRY_RUN=1  compose and validate the config offline (no Ray, no GPU), print the command, exit
+#   DRY_RUN=1  (or true/yes) check the config, data files, model path and GPUs without starting
+#              anything (no Ray, no model), print the command, exit
 #   TAG        suffix of the run name, for ablations: TAG=k1 bash ... algorithm.avspo.k=1
 
 set -euo pipefail
@@ -21,6 +22,13 @@ REPO_DIR=$(dirname "$RECIPES_DIR")
 ESTIMATOR=${ESTIMATOR:-avspo}
 MODE=${MODE:-train}
 DRY_RUN=${DRY_RUN:-0}
+case "${DRY_RUN,,}" in
+    1|true|yes|on) DRY_RUN=1 ;;
+    0|false|no|off|"") DRY_RUN=0 ;;
+    *)
+        echo "DRY_RUN=$DRY_RUN is not understood; use DRY_RUN=1 (or true, yes) for a dry run, or DRY_RUN=0 (or leave it unset) to train" >&2
+        exit 2 ;;
+esac
 # Unquoted on purpose where it is used, so that PYTHON="uv run python" works.
 PYTHON=${PYTHON:-python3}
 

@@ -149,9 +149,94 @@ def test_paper_code_is_one_opposite_label_sample_with_unbiased_std_always_on():
     sizes = [n] + [2] * 9
     out = avspo(scores, uids(sizes), preset="paper_code")
     augmented = torch.tensor([1.0] * n + [0.0])
-    expected = (1.0 - augmented.mean()) / (augmented.std() + 1e-6)
+    expected = (1.0 - augmented.mean()) / (augmented.std() + 1e-4)  # the released code's epsilon
     torch.testing.assert_close(first_token(out)[:n], expected.expand(n))
     assert out.metrics["avspo/virtual_k"] == 1.0 and out.metrics["avspo/threshold"] == 0.0
+
+
+def released_code_rule(rewards, group_size):
+    """A hand-written reference of the advantage rule of the authors' released code (hexixiang/ACR
+    @ ca40ccf, trl_scope/trainer/grpo_trainer.py), written from its semantics: rewards arrive in
+    contiguous groups; if the whole batch is all 0 (all 1), every group gets one virtual reward 1
+    (0); each group is normalised by the mean and unbiased std of its rewards (with the virtual one
+    when added), A = (r - mean) / (std + 1e-4); the virtual sample's own advantage is dropped."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    grouped = rewards.view(-1, group_size)
+    normaliser = grouped
+    if bool((rewards == 0).all()) or bool((rewards == 1).all()):
+        virtual = 1.0 - rewards[0]
+        normaliser = torch.cat([grouped, torch.full((grouped.shape[0], 1), float(virtual))], dim=1)
+    mean, std = normaliser.mean(dim=1, keepdim=True), normaliser.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + 1e-4)).reshape(-1)
+
+
+@pytest.mark.parametrize("group_size", [2, 4, 8, 16])
+def test_paper_code_reproduces_the_released_rule_with_one_prompt_per_step(group_size):
+    """The authors' layout: one prompt per step, so batch and group are the same; every outcome of
+    a binary verifier, all-0 and all-1 included, over a run's worth of steps."""
+    generator = torch.Generator().manual_seed(group_size)
+    controller = None
+    steps = [[0.0] * group_size, [1.0] * group_size]
+    steps += [torch.randint(0, 2, (group_size,), generator=generator).float().tolist() for _ in range(20)]
+    for scores in steps:
+        cfg = resolve_config({"preset": "paper_code"})
+        controller = controller or AdaptiveController(cfg)
+        rewards, mask = outcome_batch(scores)
+        out = compute_avspo_outcome_advantage(rewards, mask, uids([group_size]), cfg, controller)
+        torch.testing.assert_close(out.scalar_advantages, released_code_rule(scores, group_size))
+
+
+@pytest.mark.parametrize("prompts", [2, 8])
+def test_paper_code_with_batch_scope_reproduces_the_released_rule_on_multi_prompt_batches(prompts):
+    """8 prompts x 8 answers (the recipes' batch): the released rule fires only on an all-0 or
+    all-1 batch, which trigger_scope=batch follows; the default group scope augments every
+    collapsed group, so it differs from the released code on exactly those groups, by 1/sqrt(G+1)."""
+    group_size = 8
+    generator = torch.Generator().manual_seed(prompts)
+    steps = [[0.0] * prompts * group_size, [1.0] * prompts * group_size]
+    # Collapsed groups (all 0 or all 1) beside groups with signal (random, first 0 and last 1).
+    for _ in range(10):
+        batch = []
+        for kind in torch.randint(0, 3, (prompts,), generator=generator).tolist():
+            group = [float(kind)] * group_size
+            if kind == 2:
+                group = torch.randint(0, 2, (group_size,), generator=generator).float().tolist()
+                group[0], group[-1] = 0.0, 1.0
+            batch += group
+        steps.append(batch)
+    batch_cfg = resolve_config({"preset": "paper_code", "trigger_scope": "batch"})
+    group_cfg = resolve_config({"preset": "paper_code"})
+    batch_controller, group_controller = AdaptiveController(batch_cfg), AdaptiveController(group_cfg)
+    index = uids([group_size] * prompts)
+    fired_differently = 0
+    for scores in steps:
+        rewards, mask = outcome_batch(scores)
+        reference = released_code_rule(scores, group_size)
+        batch = compute_avspo_outcome_advantage(rewards, mask, index, batch_cfg, batch_controller)
+        torch.testing.assert_close(batch.scalar_advantages, reference)
+        group = compute_avspo_outcome_advantage(rewards, mask, index, group_cfg, group_controller)
+        differs = (group.scalar_advantages - reference).abs() > 1e-5
+        grouped = torch.tensor(scores).view(prompts, group_size)
+        collapsed = (grouped == grouped[:, :1]).all(dim=1).repeat_interleave(group_size)
+        at_one_end = len(set(scores)) == 1
+        assert torch.equal(differs, collapsed & (not at_one_end))
+        gap = (group.scalar_advantages - reference)[differs].abs()
+        torch.testing.assert_close(gap, torch.full_like(gap, 1 / math.sqrt(group_size + 1)), atol=1e-3, rtol=0)
+        fired_differently += int(differs.any())
+    assert fired_differently > 0  # the steps hold collapsed groups in mixed batches
+
+
+def test_batch_scope_uses_the_reward_range_and_leaves_other_batches_to_grpo():
+    """With reward_range [-1, 1] the batch is "all wrong" at -1; a batch all at the midpoint, or a
+    collapsed group beside a mixed one, is not augmented."""
+    settings = {"preset": "paper_code", "trigger_scope": "batch", "reward_range": [-1.0, 1.0]}
+    all_wrong = avspo([-1.0] * 4, uids([2, 2]), **settings)
+    augmented = torch.tensor([-1.0, -1.0, 1.0])  # one virtual sample at the other end
+    expected = (-1.0 - augmented.mean()) / (augmented.std() + 1e-4)
+    torch.testing.assert_close(first_token(all_wrong), expected.expand(4))
+    for scores in ([0.0] * 4, [-1.0, -1.0, -1.0, 1.0]):
+        out = avspo(scores, uids([2, 2]), **settings)
+        assert out.metrics["avspo/triggered"] == 0.0 and bool(out.virtual_k.eq(0).all())
 
 
 def test_scores_outside_the_reward_range_warn():
@@ -306,3 +391,15 @@ def test_resuming_with_other_settings_is_refused():
     other = AdaptiveController(resolve_config({"gap": 0.2}))
     with pytest.raises(ValueError, match="different settings.*gap"):
         other.load_state_dict(state)
+
+
+def test_with_rollout_n_1_each_advantage_is_the_raw_score_in_verl_grpo_and_avspo():
+    """What docs/troubleshooting.md says about rollout.n=1: every group is a singleton, verl gives it
+    mean 0 and std 1, so the advantage is the raw score / (1 + epsilon), not 0."""
+    scores = torch.tensor([1.0, 0.0, 1.0, 0.5])
+    rewards, mask = outcome_batch(scores)
+    index = uids([1, 1, 1, 1])
+    verl, _ = compute_grpo_outcome_advantage(rewards, mask, index)
+    ours = avspo(scores.tolist(), index).advantages
+    torch.testing.assert_close(verl[:, 0], scores / (1 + 1e-6))
+    torch.testing.assert_close(ours, verl)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl_avspo.core.config import PRESETS, resolve_config
+from verl_avspo.core.config import PRESETS, SettingsError, resolve_config
 from verl_avspo.verl_plugin.register import compute_avspo_advantage
 
 
@@ -15,7 +15,8 @@ from verl_avspo.verl_plugin.register import compute_avspo_advantage
     [
         (
             {"strategies": "stratified"},
-            r"unknown algorithm.avspo key\(s\) \['strategies'\]; allowed keys are: preset, tau",
+            r"algorithm.avspo.strategies is not a setting. Did you mean algorithm.avspo.strategy\? Allowed keys of "
+            r"algorithm.avspo: preset, tau",
         ),
         ({"strategy": "stratifed"}, r"strategy='stratifed' is invalid: allowed values are stratified, opposite, www"),
         ({"preset": "papers"}, r"preset='papers' is invalid: allowed values are paper, paper_code, grpo"),
@@ -44,7 +45,20 @@ from verl_avspo.verl_plugin.register import compute_avspo_advantage
         ({"epsilon": 0}, r"epsilon=0 is invalid"),
         ({"alert": {"window": 0}}, r"alert.window=0 is invalid: expected an integer >= 1"),
         ({"alert": {"action": "halt"}}, r"alert.action='halt' is invalid: allowed values are warn, stop"),
-        ({"alert": {"windows": 5}}, r"unknown algorithm.avspo.alert key\(s\) \['windows'\]"),
+        (
+            {"alert": {"windows": 5}},
+            r"algorithm.avspo.alert.windows is not a setting. Did you mean algorithm.avspo.alert.window\?",
+        ),
+        ({"preset": "PAPER"}, r"preset='PAPER' is invalid: .*\(did you mean 'paper'\?\)"),
+        ({"alert": 5}, r"algorithm.avspo.alert=5 is invalid: it is a group of settings; set its keys"),
+        (
+            {"trigger_scope": "batches"},
+            r"trigger_scope='batches' is invalid: allowed values are group, batch \(did you mean 'batch'\?\)",
+        ),
+        (
+            {"strategy": "beta", "trigger_scope": "batch"},
+            r"trigger_scope='batch' is invalid: strategy=beta .* reads no virtual-sample",
+        ),
     ],
 )
 def test_bad_settings_are_named(settings, message):
@@ -53,7 +67,7 @@ def test_bad_settings_are_named(settings, message):
 
 
 def test_not_a_mapping():
-    with pytest.raises(ValueError, match="algorithm.avspo must be a mapping"):
+    with pytest.raises(ValueError, match=r"algorithm.avspo=.* is invalid: it is a group of settings"):
         resolve_config("paper")
 
 
@@ -143,3 +157,23 @@ def test_absent_avspo_section_means_preset_paper():
     inputs = batch([1.0, 1.0, 1.0, 1.0])  # both groups collapsed: ACR 1 > θ 0.5
     adv, _ = compute_avspo_advantage(**inputs, config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}))
     assert torch.all(adv[:, -1] > 0)
+
+
+def test_a_misspelt_key_is_reported_with_the_other_problems():
+    with pytest.raises(SettingsError) as err:
+        resolve_config({"treshold_init": 0.3, "strategy": "stratifed", "alert": {"windw": 3, "action": "halt"}})
+    problems = err.value.problems
+    assert any(
+        "algorithm.avspo.treshold_init is not a setting. Did you mean algorithm.avspo.threshold_init?" in p
+        for p in problems
+    )
+    assert any("strategy='stratifed'" in p for p in problems)
+    assert any("Did you mean algorithm.avspo.alert.window?" in p for p in problems)
+    assert any("alert.action='halt'" in p for p in problems)
+
+
+def test_a_whole_section_given_a_value_names_its_keys():
+    with pytest.raises(
+        ValueError, match=r"algorithm.avspo='paper_code' is invalid: .* algorithm.avspo.preset=paper_code"
+    ):
+        resolve_config("paper_code")

@@ -250,3 +250,12 @@ def test_fixtures_are_shaped_like_the_hub_datasets():
     for file, wanted in columns.items():
         for line in (FIXTURES / file).read_text().splitlines():
             assert wanted <= set(json.loads(line)), file
+
+
+def test_a_corrupt_local_file_is_named_not_a_traceback(scripts, tmp_path, capsys):
+    corrupt = tmp_path / "math_train.jsonl"
+    corrupt.write_text("not json\n")
+    with pytest.raises(SystemExit) as exit_info:
+        scripts["prepare_math"].main(["--local-path", str(corrupt), "--out", str(tmp_path / "out.parquet")])
+    assert exit_info.value.code == 2
+    assert f"--local-path {corrupt} cannot be read as json" in capsys.readouterr().err

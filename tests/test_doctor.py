@@ -32,8 +32,19 @@ def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeyp
     assert doctor.run(argparse.Namespace(no_ray=True)) == 1
     out = capsys.readouterr().out
     assert "[FAIL] fresh `import verl`: RuntimeError: not registered" in out
+    assert "VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load the `avspo` entry point (no plugin at all)" in out
     assert "Ray actor" not in out
     assert out.splitlines()[-1] == "1 check(s) failed"
+
+
+def test_doctor_names_the_plugin_policy_that_excludes_avspo(monkeypatch):
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    for policy, blamed in (("none", True), ("other_plugin", True), ("auto", False), ("avspo,other", False)):
+        monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", policy)
+        assert (doctor._plugin_policy_problem() is not None) is blamed, policy
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_avspo.verl_plugin.register")
+    assert doctor._plugin_policy_problem() is None
 
 
 def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):

@@ -19,6 +19,23 @@ from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
 
 
+@pytest.fixture(scope="module")
+def on_this_machine(tmp_path_factory):
+    """Overrides that make RUNNABLE's resources real here: local data files and model folder (their
+    existence is what a dry run checks), and one logical GPU for Ray's local cluster."""
+    folder = tmp_path_factory.mktemp("resources")
+    for name in ("train.parquet", "val.parquet"):
+        (folder / name).write_bytes(b"")
+    (folder / "model").mkdir()
+    return [
+        f"data.train_files={folder / 'train.parquet'}",
+        f"data.val_files={folder / 'val.parquet'}",
+        f"actor_rollout_ref.model.path={folder / 'model'}",
+        "trainer.n_gpus_per_node=1",
+        "+ray_kwargs.ray_init.num_gpus=1",
+    ]
+
+
 def launch(cwd, *args):
     """The launcher in a fresh process, as a shell script calls it, from ``cwd`` (a training launch
     makes Hydra write its ``outputs/`` run folder there, which must not be the repository)."""
@@ -44,13 +61,17 @@ def test_our_config_extends_verls_and_declares_every_avspo_key():
     assert (settings.strategy, settings.k, settings.threshold_init) == ("opposite", 3, 0.0)
 
 
-def test_a_misspelt_override_is_refused_by_composition(capsys):
+def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys):
     with pytest.raises(ConfigCompositionException, match="algorithm.avspo.strategies"):
         compose_config(["algorithm.avspo.strategies=opposite"])
-    assert dry_run(["algorithm.avspo.strategies=opposite"]) == 1
+    overrides = ["algorithm.avspo.treshold_init=0.3", "algorithm.avspo.alert.windw=3", "algorithm.avspo.gap=2"]
+    assert dry_run([*RUNNABLE, *overrides]) == 1
     err = capsys.readouterr().err
-    assert "invalid override: Could not override 'algorithm.avspo.strategies'" in err
-    assert "Key 'strategies' is not in struct" in err
+    assert err.startswith("verl-avspo: 3 problems in the config:"), err
+    assert "algorithm.avspo.treshold_init is not a setting. Did you mean algorithm.avspo.threshold_init?" in err
+    assert "algorithm.avspo.alert.windw is not a setting. Did you mean algorithm.avspo.alert.window?" in err
+    assert "algorithm.avspo.gap=2 is invalid" in err
+    assert "+" not in err.replace("+00", "")  # no advice to append a key with +
 
 
 @pytest.mark.parametrize(
@@ -72,6 +93,14 @@ def test_a_misspelt_override_is_refused_by_composition(capsys):
         (
             ["algorithm.adv_estimator=avspoo"],
             "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+        (
+            ["algorithm.adv_estimator=AVSPO"],
+            "algorithm.adv_estimator='AVSPO' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+        (
+            ["trainer.v1.trainer_mode=Sync"],
+            "trainer.v1.trainer_mode='Sync' is not a registered V1 trainer. Did you mean 'sync'?",
         ),
     ],
 )
@@ -128,27 +157,39 @@ def test_verls_own_validation_runs_in_the_dry_run(capsys):
 
 
 def test_text_for_a_number_in_verls_config_gets_a_message_not_a_traceback(capsys):
+    # The launcher's own number checks come first (batch sizes, GPUs, lr, ...) ...
     assert dry_run(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("verl-avspo: verl's validate_config failed on a value of the wrong type: ")
-    assert "check the numbers in your overrides" in err and "Traceback" not in err
+    assert err.startswith("verl-avspo: data.train_batch_size='many' is invalid: expected an integer >= 1")
+    # ... and for the numbers they leave to verl, its arithmetic's TypeError becomes a message.
+    config = compose_config(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"])
+    (problem,) = checks._verl_validate_problems(config)
+    assert problem.startswith("verl's validate_config failed on a value of the wrong type: ")
+    assert "check the numbers in your overrides" in problem
 
 
-def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path):
+def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path, on_this_machine):
     result = launch(
-        tmp_path, "--dry-run", *RUNNABLE, "algorithm.avspo.strategy=www", "algorithm.avspo.apply_to=all_wrong"
+        tmp_path,
+        "--dry-run",
+        *RUNNABLE,
+        *on_this_machine,
+        "algorithm.avspo.strategy=www",
+        "algorithm.avspo.apply_to=all_wrong",
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "  strategy: www" in lines and "  apply_to: all_wrong" in lines
-    assert lines[-1].startswith("OK: the config composes")
+    assert lines[-2].startswith("OK: the config composes") and lines[-1].startswith("Not checked by a dry run: ")
     assert "Started a local Ray instance" not in result.stdout + result.stderr
 
 
-def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path):
-    result = launch(tmp_path, *RUNNABLE, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1")
+def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path, on_this_machine):
+    overrides = [*RUNNABLE, *on_this_machine, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]
+    result = launch(tmp_path, *overrides)
     assert result.returncode == 1
     assert "verl-avspo: actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=grpo" in result.stderr
+    assert "its advantage is its raw score" in result.stderr
     assert "ray init" not in result.stdout and "Started a local Ray instance" not in result.stderr
     assert (tmp_path / "outputs").is_dir()  # Hydra's run folder went to the cwd given, not the repository
 
@@ -161,13 +202,15 @@ def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
 
 
 @pytest.mark.parametrize(("use_v1", "runner"), [(True, "AVSPOTaskRunner"), (False, "AVSPOLegacyTaskRunner")])
-def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(monkeypatch, caplog, use_v1, runner):
+def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(
+    monkeypatch, caplog, use_v1, runner, on_this_machine
+):
     # verl's run_ppo starts Ray and a trainer that needs GPUs: record what it is given instead.
     launched = []
     monkeypatch.setattr(
         "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class)
     )
-    config = compose_config([*RUNNABLE, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
+    config = compose_config([*RUNNABLE, *on_this_machine, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
     with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.launcher"):
         launcher.train(config)
     assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
@@ -403,10 +446,72 @@ def test_verls_yaml_from_its_folder_composes_the_same_config():
     assert from_folder.actor_rollout_ref.actor.ppo_mini_batch_size == 256  # verl's YAML is really there
 
 
-def test_a_dry_run_gives_each_warning_once(caplog):
+def test_a_dry_run_gives_each_warning_once(caplog, on_this_machine):
     # The settings are checked twice (before and after verl is imported); the warning comes once.
     with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
-        assert dry_run([*RUNNABLE, "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]) == 0
+        assert dry_run([*RUNNABLE, *on_this_machine, "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]) == 0
     warned = [r for r in caplog.records if "caps DCPO's upper ratio bound" in r.getMessage()]
     assert len(warned) == 1
     assert not logging.getLogger("verl_avspo.verl_plugin.checks").disabled
+
+
+def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys, on_this_machine):
+    """What used to pass a dry run and fail (or hang) in the real launch: one message for all."""
+    overrides = [
+        *RUNNABLE,
+        "trainer.v1.trainer_mode=synk",
+        f"data.train_files={tmp_path / 'missing_train.parquet'}",
+        f"data.val_files=[{tmp_path / 'val.parquet'},hdfs://cluster/val.parquet]",
+        f"actor_rollout_ref.model.path={tmp_path / 'no_model'}",
+        "trainer.n_gpus_per_node=8",
+        "+ray_kwargs.ray_init.num_gpus=2",
+    ]
+    (tmp_path / "val.parquet").write_bytes(b"")
+    assert dry_run(overrides) == 1
+    err = capsys.readouterr().err
+    assert "trainer.v1.trainer_mode='synk' is not a registered V1 trainer. Did you mean 'sync'?" in err
+    assert f"data.train_files: {tmp_path / 'missing_train.parquet'} does not exist" in err
+    assert "val.parquet does not exist" not in err
+    assert f"actor_rollout_ref.model.path={tmp_path / 'no_model'} does not exist on this machine" in err
+    assert "asks for 8 GPU(s), but ray_kwargs.ray_init.num_gpus=2 has 2; Ray would wait for them" in err
+    # A hub id and a remote file pass, and the dry run says it did not check them.
+    hub = [*RUNNABLE, *on_this_machine, "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B"]
+    assert dry_run([*hub, "data.val_files=[hdfs://cluster/val.parquet]"]) == 0
+    out = capsys.readouterr().out
+    assert "Not checked: actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B (a Hugging Face hub id" in out
+    assert "Not checked: data.val_files entry hdfs://cluster/val.parquet (remote)." in out
+    # A cluster given by address is not contacted by a dry run: said, not guessed.
+    assert dry_run([*hub, "+ray_kwargs.ray_init.address=10.0.0.1:6379"]) == 0
+    assert "Not checked: that the Ray cluster at 10.0.0.1:6379 has the 1 GPU(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "actor_rollout_ref.actor.optim.lr=abc",
+            "actor_rollout_ref.actor.optim.lr='abc' is invalid: expected a number > 0.0",
+        ),
+        ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
+        ("data.train_batch_size=-8", "data.train_batch_size=-8 is invalid: expected an integer >= 1"),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 is invalid"),
+    ],
+)
+def test_recipe_values_of_the_wrong_kind_are_refused_before_verl(override, message, capsys):
+    assert dry_run([*RUNNABLE, override]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Not yet checked, because verl is not imported" in err
+
+
+def test_a_real_launch_without_the_gpus_stops_before_ray(monkeypatch, capsys, on_this_machine):
+    """No hang: the launcher compares the GPUs asked for with the local cluster's before run_ppo."""
+    monkeypatch.setattr("verl.trainer.main_ppo.run_ppo", lambda *a, **k: pytest.fail("run_ppo must not start"))
+    config = compose_config([*RUNNABLE, *on_this_machine, "trainer.n_gpus_per_node=4"])
+    with pytest.raises(SystemExit):
+        launcher.train(config)
+    assert "asks for 4 GPU(s), but ray_kwargs.ray_init.num_gpus=1 has 1" in capsys.readouterr().err
+    no_gpus = compose_config([*RUNNABLE, *on_this_machine[:3]])  # no logical GPUs: torch's count, 0 here
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    with pytest.raises(SystemExit):
+        launcher.train(no_gpus)
+    assert "asks for 8 GPU(s), but this machine (torch.cuda.device_count()) has 0" in capsys.readouterr().err

@@ -21,11 +21,27 @@ def test_round_trip_merges_records_of_one_step(tmp_path):
     assert "note" not in frame.columns and "flag" not in frame.columns  # non-numeric values dropped
 
 
-def test_malformed_line_names_file_and_line(tmp_path):
+def test_a_truncated_or_corrupt_log_keeps_every_readable_step_and_names_the_lines(tmp_path):
     path = tmp_path / "run.jsonl"
-    path.write_text(json.dumps({"step": 1, "data": {}}) + "\n" + '{"oops": 1}\n')
-    with pytest.raises(ValueError, match=r"run.jsonl:2 is not a verl file-logger record"):
-        read_metrics(path)
+    records = [json.dumps({"step": step, "data": {"acr/rate": step / 10}}) for step in (1, 2, 3)]
+    # A corrupt first line, a foreign record, and the last line of a killed run cut mid-record.
+    path.write_text("\x00garbage\n" + records[0] + "\n" + '{"oops": 1}\n' + records[1] + "\n" + records[2][:15])
+    with pytest.warns(
+        UserWarning, match=r"skipped 3 line\(s\).*kept the 2 step\(s\).*run.jsonl:1 .*run.jsonl:3 .*run.jsonl:5"
+    ):
+        frame = read_metrics(path)
+    assert frame["acr/rate"].to_dict() == {1: 0.1, 2: 0.2}
+
+
+def test_an_empty_or_wholly_unreadable_log_is_named(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match=r"empty.jsonl is empty"):
+        read_metrics(empty)
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\nnor this\n")
+    with pytest.raises(ValueError, match=r"junk.jsonl holds no verl file-logger record .*junk.jsonl:1 .* and 1 more"):
+        read_metrics(junk)
 
 
 def test_directories_yield_only_metric_logs(tmp_path):
@@ -33,6 +49,9 @@ def test_directories_yield_only_metric_logs(tmp_path):
     (tmp_path / "validation" / "0.jsonl").write_text(json.dumps({"input": "q", "output": "a"}) + "\n")
     (tmp_path / "train.jsonl").write_text(json.dumps({"step": 1, "data": {"acr/rate": 0.1}}) + "\n")
     assert find_logs([tmp_path]) == [tmp_path / "train.jsonl"]
+    # A corrupt first line does not hide a log in a folder.
+    (tmp_path / "cut.jsonl").write_text('{"step": 1, "da\n' + json.dumps({"step": 2, "data": {"acr/rate": 0.1}}) + "\n")
+    assert find_logs([tmp_path]) == [tmp_path / "cut.jsonl", tmp_path / "train.jsonl"]
     # A file named explicitly is kept, so that its problem is reported rather than hidden.
     assert find_logs([tmp_path / "validation" / "0.jsonl"]) == [tmp_path / "validation" / "0.jsonl"]
     with pytest.raises(FileNotFoundError, match="no such log file or directory"):

@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 
+from verl_avspo.core.config import PRESETS, AVSPOConfig, resolve_config
 from verl_avspo.openrlhf import GroupNormAVSPO, launcher
 
 
@@ -25,7 +26,7 @@ def test_preset_grpo_equals_openrlhf_group_norm():
 
 def test_collapsed_rows_get_the_push_and_metrics():
     rewards = torch.tensor([[1.0] * 4, [0.0] * 4, [1.0, 0.0, 0.0, 1.0]])
-    adapter = GroupNormAVSPO({"preset": "paper_code"})
+    adapter = GroupNormAVSPO({"preset": "paper_code", "epsilon": 1e-9})
     advantages = adapter(rewards)
     torch.testing.assert_close(advantages[0], torch.full((4,), 1 / math.sqrt(5)), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(advantages[1], torch.full((4,), -1 / math.sqrt(5)), atol=1e-5, rtol=1e-5)
@@ -98,7 +99,26 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
         (["--algo.advantage.estimator", "rloo", "--avspo.preset", "paper"], r"algo\.advantage\.estimator=rloo.*avspo"),
         (["--avspo.preset", "paper"], r"no --algo\.advantage\.estimator \(OpenRLHF's default: gae\)"),
         (["--algo.advantage.estimator", "avspo", "--avspo.strategy", "best"], r"--avspo\.strategy='best' is invalid"),
-        (["--algo.advantage.estimator", "avspo", "--avspo.preset"], r"--avspo\.preset needs a value"),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.preset"],
+            r"--avspo\.preset needs a value, for example --avspo\.preset paper$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.k"],
+            r"--avspo\.k needs a value, for example --avspo\.k adaptive$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.reward_range"],
+            r"for example --avspo\.reward_range 0.0 1.0$",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.kk"],
+            r"--avspo\.kk needs a value, and 'kk' is not an AVSPO setting",
+        ),
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.trigger_scope", "batches"],
+            r"--avspo\.trigger_scope='batches' is invalid",
+        ),
         (["--algo.advantage.estimator", "avspo", "--avspo.alert.window", "5"], r"alert is part of the verl launcher"),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
@@ -110,7 +130,27 @@ def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, 
 
     monkeypatch.setattr(launcher, "check_openrlhf", not_reached)
     assert launcher.main(argv) == 2
-    assert re.search(message, capsys.readouterr().err)
+    assert re.search(message, capsys.readouterr().err.strip())
+
+
+def test_every_example_in_a_needs_a_value_message_is_valid_and_usage_lists_every_preset():
+    """The example value each "needs a value" message gives is accepted, for every setting."""
+    for key in AVSPOConfig.__dataclass_fields__:
+        if key == "alert":
+            continue
+        with pytest.raises(launcher.UsageError, match="needs a value") as err:
+            launcher.split_avspo_arguments([f"--avspo.{key}"])
+        example = str(err.value).rpartition(f"--avspo.{key} ")[2].split()
+        _, settings = launcher.split_avspo_arguments([f"--avspo.{key}", *example])
+        resolve_config(settings)
+    assert all(preset in launcher.USAGE for preset in PRESETS)
+
+
+def test_paper_code_keeps_its_epsilon_and_other_presets_get_openrlhfs():
+    assert "epsilon" not in launcher._validated({"preset": "paper_code"})
+    assert resolve_config(launcher._validated({"preset": "paper_code"})).epsilon == 1e-4
+    assert launcher._validated({"preset": "paper"})["epsilon"] == launcher.OPENRLHF_EPSILON
+    assert launcher._validated({"preset": "paper_code", "epsilon": 1e-6})["epsilon"] == 1e-6
 
 
 def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkeypatch):

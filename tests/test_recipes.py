@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_avspo.verl_plugin.launcher import ConfigCheckError, compose_config, preflight
+from verl_avspo.verl_plugin.launcher import ConfigCheckError, compose_config, dry_run, preflight
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "recipes").glob("*/train.sh"))
@@ -186,13 +186,55 @@ def test_unknown_recipe_variable_fails_with_the_choices(variable, value):
     assert f"{variable}={value} is not a recipe" in result.stderr and "use" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", "yes"])
+def test_dry_run_accepts_the_usual_spellings_of_true(value):
+    result = _run(MAIN, DRY_RUN=value)
+    assert result.returncode == 0, result.stderr
+    assert "verl_avspo.main_ppo" in result.stdout  # the dry run prints the command; a training run does not
+
+
+@pytest.mark.parametrize("value", ["ture", "2", "dry"])
+def test_dry_run_refuses_a_value_it_does_not_understand(value):
+    result = _run(MAIN, DRY_RUN=value)
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"DRY_RUN={value} is not understood; use DRY_RUN=1 (or true, yes)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LR", "abc", "actor_rollout_ref.actor.optim.lr='abc' is invalid: expected a number > 0.0"),
+        ("N_GPUS", "0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
+        ("TRAIN_BATCH_SIZE", "eight", "data.train_batch_size='eight' is invalid: expected an integer >= 1"),
+    ],
+)
+def test_bad_recipe_values_are_refused_by_the_dry_run(variable, value, message, capsys):
+    _, overrides = _overrides(MAIN, **{variable: value})
+    assert dry_run(overrides) == 1
+    assert message in capsys.readouterr().err
+
+
 def test_dry_run_end_to_end(tmp_path):
-    """The real thing: bash, then ``python -m verl_avspo.main_ppo --dry-run`` in a fresh process."""
-    runs = tmp_path / "runs"
-    result = _run(MAIN, "trainer.test_freq=5", python=sys.executable, ESTIMATOR="dapo", RUNS_DIR=str(runs))
+    """The real thing: bash, then ``python -m verl_avspo.main_ppo --dry-run`` in a fresh process,
+    with the recipe's data files present and one logical GPU (the dry run checks both)."""
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    (data / "eval").mkdir(parents=True)
+    (data / "math" / "train_level3_qwen2.5-math-1.5b.parquet").parent.mkdir()
+    (data / "math" / "train_level3_qwen2.5-math-1.5b.parquet").write_bytes(b"")
+    for name in ("math500", "gsm8k", "minerva_math", "olympiadbench", "amc23", "aime2024"):
+        (data / "eval" / f"{name}.parquet").write_bytes(b"")
+    result = _run(
+        MAIN,
+        "trainer.test_freq=5",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        python=sys.executable,
+        ESTIMATOR="dapo",
+        RUNS_DIR=str(runs),
+        DATA_DIR=str(data),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     command = result.stdout.splitlines()[0]
     assert command.startswith(f"VERL_FILE_LOGGER_PATH={runs}/qwen2.5-math-1.5b_dapo/metrics.jsonl ")
-    assert "--dry-run" not in command and command.endswith("trainer.test_freq=5")
+    assert "--dry-run" not in command and command.endswith("+ray_kwargs.ray_init.num_gpus=1")
     assert "OK: the config composes and passes verl-avspo's and verl's checks" in result.stdout
     assert not runs.exists()  # a dry run creates nothing

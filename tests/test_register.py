@@ -94,12 +94,13 @@ def test_through_verl_compute_advantage_on_dataproto():
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}})
     out = compute_advantage(data, "avspo", config=config)
     adv = out.batch["advantages"]
-    # q0 collapsed (all correct): one virtual 0 -> +1/sqrt(n+1) for n = 4.
-    assert torch.allclose(adv[1:4, 0], torch.full((3,), 1 / 5**0.5), atol=1e-6)
+    # q0 collapsed (all correct): one virtual 0 -> (1 - 4/5)/(std + 1e-4), near +1/sqrt(n+1) for n = 4.
+    augmented = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    assert torch.allclose(adv[1:4, 0], (1 - augmented.mean()) / (augmented.std() + 1e-4), atol=1e-6)
     assert torch.all(adv[0, 3:] == 0)  # masked tokens stay zero
     # q1 is not collapsed: plain GRPO.
     q1 = scores[4:]
-    expected = (q1 - q1.mean()) / (q1.std() + 1e-6)
+    expected = (q1 - q1.mean()) / (q1.std() + 1e-4)
     assert torch.allclose(adv[4:, 0], expected, atol=1e-6)
     assert torch.equal(out.batch["returns"], adv)
     metrics = register.pop_last_metrics()

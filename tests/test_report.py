@@ -1,5 +1,10 @@
 """``verl-avspo report`` on logs written in the format of verl's loggers (file logger JSONL,
-TensorBoard event files through torch's SummaryWriter as verl uses it, wandb history CSV)."""
+TensorBoard event files through torch's SummaryWriter as verl uses it, wandb history and chart-panel
+CSV, OpenRLHF's train/ names), and the bad inputs a user hands it: truncated and corrupt logs, an
+empty file, a file as --out."""
+
+import json
+import warnings
 
 import pandas as pd
 import pytest
@@ -203,3 +208,65 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"--smooth must be >= 1 \(1 plots the raw values\); got 0"):
         cli.main(["report", str(log), "--smooth", "0", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_file_in_a_folder_does_not_hide_the_other_runs(tmp_path):
+    write_log(tmp_path / "runs" / "good" / "metrics.jsonl", [0.4] * 5)
+    cut = write_log(tmp_path / "runs" / "killed" / "metrics.jsonl", [0.3] * 4)
+    cut.write_text(cut.read_text()[:-20])  # the run was killed while writing its last line
+    (tmp_path / "runs" / "broken.jsonl").write_text("\x00\x01 not json\n")
+    with pytest.warns(UserWarning) as caught:
+        runs = collect_runs([tmp_path / "runs"])
+    assert sorted(runs) == ["good", "killed"] and runs["killed"].shape[0] == 3
+    messages = [str(w.message) for w in caught]
+    assert any("killed/metrics.jsonl:4" in m for m in messages)
+    assert any("skipped a log that cannot be read" in m and "broken.jsonl" in m for m in messages)
+
+
+def test_openrlhf_train_prefixed_metrics_are_read_as_acr(tmp_path):
+    path = tmp_path / "openrlhf.jsonl"
+    with path.open("w") as stream:
+        for step in range(1, 4):
+            write_record(
+                stream, step, {"train/acr/rate": 0.5, "train/acr/all_wrong": 0.5, "train/avspo/triggered": 0.1}
+            )
+    frame = read_run(path)
+    assert {"acr/rate", "acr/all_wrong", "avspo/triggered"} <= set(frame)
+    assert "no acr/* metrics" not in " ".join(summarise("openrlhf", frame).findings)
+
+
+def test_wandb_chart_panel_csv_gives_one_run_per_series(tmp_path):
+    path = tmp_path / "panel.csv"
+    pd.DataFrame(
+        {
+            "Step": [1, 2, 3],
+            "grpo-1 - acr/rate": [0.5, 0.4, 0.3],
+            "grpo-1 - acr/rate__MIN": [0.4, 0.3, 0.2],
+            "grpo-1 - acr/rate__MAX": [0.6, 0.5, 0.4],
+            "avspo-1 - train/acr/rate": [0.2, None, 0.1],
+        }
+    ).to_csv(path, index=False)
+    runs = collect_runs([path])
+    assert sorted(runs) == ["avspo-1", "grpo-1"]
+    assert runs["grpo-1"]["acr/rate"].tolist() == [0.5, 0.4, 0.3] and list(runs["grpo-1"]) == ["acr/rate"]
+    assert runs["avspo-1"]["acr/rate"].dropna().tolist() == [0.2, 0.1]
+    with pytest.raises(ValueError, match="panel export of 2 runs"):
+        read_run(path)
+
+
+def test_cli_clear_messages_for_an_empty_log_and_a_file_as_out(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit, match=r"empty.jsonl is empty"):
+        cli.main(["report", str(empty), "--out", str(tmp_path / "out")])
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    with pytest.raises(SystemExit, match=r"--out .*run.jsonl is an existing file"):
+        cli.main(["report", str(log), "--out", str(log)])
+    assert json.loads(log.read_text().splitlines()[0])["step"] == 1  # the log is untouched
+    empty_csv = tmp_path / "empty.csv"
+    empty_csv.write_text("")
+    with pytest.raises(SystemExit, match=r"empty.csv is not a readable CSV"):
+        cli.main(["report", str(empty_csv), "--out", str(tmp_path / "out")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a clean log reads without a warning
+        collect_runs([log])

@@ -96,6 +96,18 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--temperature", "0"])
 
 
+def test_cli_refuses_an_unwritable_out_before_the_warm_up(tmp_path, monkeypatch):
+    import verl_avspo.sandbox.loop as loop
+
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("the warm-up must not start"))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match=r"--out .*a_file/sandbox cannot be written .*for example --out runs/sandbox"):
+        main(["sandbox", "--out", str(blocker / "sandbox"), "--cache-dir", str(tmp_path / "cache")])
+    with pytest.raises(SystemExit, match=r"--cache-dir .*a_file/cache cannot be written"):
+        main(["sandbox", "--out", str(tmp_path / "out"), "--cache-dir", str(blocker / "cache")])
+
+
 def _stats(accuracies):
     return [{"acc_mean": a, "acr": 0.4, "acr_effective": 0.1} for a in accuracies]
 

@@ -102,6 +102,10 @@ def test_errors_name_the_problem(tmp_path, capsys):
     assert main(["table", str(tmp_path)]) == 1
     assert "no *.jsonl logs under" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"step": 1, "data": {}}\nnot json\n')
+    bad.write_text("not json\n")
     assert main(["table", str(bad)]) == 1
-    assert f"{bad}:2 is not a verl file-logger record" in capsys.readouterr().err
+    assert f"{bad} holds no verl file-logger record" in capsys.readouterr().err
+    export = tmp_path / "wandb.csv"
+    export.write_text("_step,acr/rate\n1,0.5\n")
+    assert main(["table", str(export)]) == 1
+    assert f"use `verl-avspo report {export}`" in capsys.readouterr().err

@@ -34,7 +34,14 @@ def load_source(hub_name: str, config: str | None, split: str, local_path: str |
         )
     if not path.is_file():
         raise FileNotFoundError(f"--local-path {path}: no such file")
-    return datasets.load_dataset(builder, data_files=str(path), split="train")
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train")
+    except datasets.exceptions.DatasetGenerationError as err:
+        cause = err.__cause__ or err
+        raise ValueError(
+            f"--local-path {path} cannot be read as {builder} ({type(cause).__name__}: "
+            f"{str(cause).splitlines()[0][:200]}); expected {builder} rows with the columns of {hub_name}"
+        ) from None
 
 
 def verl_row(data_source: str, question: str, answer: str, ability: str, index: int, **extra: Any) -> dict:

@@ -140,8 +140,10 @@ def compute_avspo_outcome_advantage(
         virtual_k = torch.zeros_like(stats.count)
         extra = {"avspo/prior_strength": prior.strength, "avspo/prior_mean": prior.mean}
     else:
+        # trigger_scope=batch: the released code's rule, only when the whole batch is at one end.
+        in_scope = config.trigger_scope == "group" or _batch_at_one_end(batch_low, batch_high, config)
         scalar, augmented, virtual_k = _virtual_sample_advantages(
-            scores, stats, collapse, decision, config, controller, norm_adv_by_std
+            scores, stats, collapse, decision, in_scope, config, controller, norm_adv_by_std
         )
         extra = {}
     advantages = token_advantages(scalar, response_mask)
@@ -160,16 +162,26 @@ def compute_avspo_outcome_advantage(
     return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
 
 
+def _batch_at_one_end(batch_low: float, batch_high: float, config: AVSPOConfig) -> bool:
+    """Whether every score of the batch is at ``reward_range``'s low end, or every one at its high
+    end (within ``tau``): the released code's condition, all 0 or all 1 with the default range."""
+    lo, hi = config.reward_range
+    same = batch_high - batch_low < config.tau
+    return same and (abs(batch_low - lo) < config.tau or abs(batch_high - hi) < config.tau)
+
+
 def _virtual_sample_advantages(
     scores: torch.Tensor,
     stats: GroupStats,
     collapse: Collapse,
     decision: Decision,
+    in_scope: bool,
     config: AVSPOConfig,
     controller: AdaptiveController,
     norm_adv_by_std: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The paper's construction: (bs,) advantages in the scores' dtype, (num_groups,) augmented and K."""
+    """The paper's construction: (bs,) advantages in the scores' dtype, (num_groups,) augmented and K.
+    ``in_scope`` False (``trigger_scope: batch`` on a batch not all at one end) augments nothing."""
     ids = stats.ids
     # verl's GRPO statistics: singletons get mean 0 and std 1.
     single = stats.count < 2
@@ -182,7 +194,7 @@ def _virtual_sample_advantages(
         "all_wrong": collapse.all_wrong,
         "none": torch.zeros_like(collapse.collapsed),
     }[config.apply_to]
-    augmented = eligible_kind & decision.triggered
+    augmented = eligible_kind & (decision.triggered and in_scope)
     virtual_k = torch.zeros_like(stats.count)
     groups = augmented.nonzero().squeeze(1)
     if groups.numel():

@@ -22,17 +22,24 @@ __all__ = [
     "STRATEGIES",
     "APPLY_TO",
     "ACR_SIGNALS",
+    "TRIGGER_SCOPES",
     "ALERT_ACTIONS",
     "ALERT_RULES",
     "PRIORS",
     "BASELINES",
     "resolve_config",
     "resolve_alert",
+    "unknown_key_problem",
+    "AVSPO_KEYS",
+    "ALERT_KEYS",
 ]
 
 STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
 APPLY_TO = ("both", "all_correct", "all_wrong", "none")
 ACR_SIGNALS = ("batch", "ema")
+# group: each collapsed group (the paper); batch: only when every reward of the step is at the same
+# end of reward_range, as the authors' released code (docs/method.md §5).
+TRIGGER_SCOPES = ("group", "batch")
 ALERT_ACTIONS = ("warn", "stop")
 ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
 PRIORS = ("jeffreys", "laplace", "fitted")
@@ -40,7 +47,7 @@ BASELINES = ("loo", "group")
 # Keys read only by `strategy: beta`, and the virtual-sample keys that it does not read: giving
 # one where it has no effect is an error, so that a setting never silently does nothing.
 BETA_KEYS = ("prior", "baseline", "prior_strength_max", "correct_weight")
-VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha")
+VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha", "trigger_scope")
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class AVSPOConfig:
     k: int | str = "adaptive"
     alpha: float = 0.5
     acr_signal: str = "batch"
+    trigger_scope: str = "group"
     ema_beta: float = 0.9
     adaptive_threshold: bool = True
     threshold_init: float = 0.5
@@ -88,8 +96,16 @@ class AVSPOConfig:
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
-    # What the authors' released code does: one opposite-label virtual sample, always on.
-    "paper_code": {"strategy": "opposite", "k": 1, "adaptive_threshold": False, "threshold_init": 0.0},
+    # The authors' released code: one opposite-label virtual sample whenever a group collapses, and
+    # std + 1e-4. It fires only on a batch that is all 0 or all 1; with one prompt per step (their
+    # layout) that is the same as per group, which is the default here (docs/method.md §5).
+    "paper_code": {
+        "strategy": "opposite",
+        "k": 1,
+        "adaptive_threshold": False,
+        "threshold_init": 0.0,
+        "epsilon": 1e-4,
+    },
     # Never triggers: the estimator reduces exactly to verl's grpo (ACR is still measured).
     "grpo": {"apply_to": "none", "adaptive_threshold": False},
     # Beta-prior pseudo-counts with a leave-one-out posterior-mean baseline: every group, always on.
@@ -98,8 +114,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
-_KEYS = tuple(f.name for f in fields(AVSPOConfig))
-_ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+_KEYS = AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
+_ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 
 
 class SettingsError(ValueError):
@@ -136,7 +152,7 @@ def _fail(key: str, value: Any, allowed: str) -> None:
 
 def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
+        close = difflib.get_close_matches(str(value).lower(), allowed, n=1)  # PAPER -> paper
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         _fail(key, value, "allowed values are " + ", ".join(allowed) + hint)
     return value
@@ -174,19 +190,28 @@ def _pair(key: str, value: Any) -> tuple[float, float]:
     return low, high
 
 
-def _given(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The keys actually set (not None), with unknown keys rejected."""
+def unknown_key_problem(key: str, allowed: Sequence[str]) -> str:
+    """The message for an unknown setting ``key`` (dotted; its last part is compared with ``allowed``),
+    with the closest allowed name when one is close."""
+    section, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" Did you mean {section}.{close[0]}?" if close else ""
+    return f"{key} is not a setting.{hint} Allowed keys of {section}: {', '.join(allowed)}."
+
+
+def _given(mapping: Mapping[str, Any] | None, problems: Problems) -> dict[str, Any]:
+    """The known keys actually set (not None); each unknown key is recorded in ``problems``, so that
+    the known keys are still checked."""
     if mapping is None:
         return {}
     if not isinstance(mapping, Mapping):
-        raise ValueError(f"algorithm.avspo must be a mapping of settings, got {type(mapping).__name__}: {mapping!r}")
-    unknown = sorted(set(mapping) - set(_KEYS))
-    if unknown:
         raise ValueError(
-            f"unknown algorithm.avspo key(s) {unknown}; allowed keys are: {', '.join(_KEYS)}. "
-            "Check the spelling (for example `algorithm.avspo.strategy`, not `strategies`)."
+            f"algorithm.avspo={mapping!r} is invalid: it is a group of settings; set its keys, for example "
+            f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}."
         )
-    return {k: v for k, v in mapping.items() if v is not None}
+    for key in sorted(set(mapping) - set(_KEYS), key=str):
+        problems.messages.append(unknown_key_problem(f"algorithm.avspo.{key}", _KEYS))
+    return {k: v for k, v in mapping.items() if v is not None and k in _KEYS}
 
 
 def _check_strategy_keys(
@@ -242,14 +267,19 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     Raises:
         SettingsError: listing every bad key.
     """
-    given = {} if mapping is None else dict(mapping)
-    unknown = sorted(set(given) - set(_ALERT_KEYS))
-    if unknown:
+    if mapping is not None and not isinstance(mapping, Mapping):
         raise SettingsError(
-            [f"unknown algorithm.avspo.alert key(s) {unknown}; allowed keys are: {', '.join(_ALERT_KEYS)}."]
+            [
+                f"algorithm.avspo.alert={mapping!r} is invalid: it is a group of settings; set its keys, for example "
+                "algorithm.avspo.alert.window=50 (allowed: " + ", ".join(_ALERT_KEYS) + ")."
+            ]
         )
-    alert = replace(AlertConfig(), **{k: v for k, v in given.items() if v is not None})
+    given = {} if mapping is None else dict(mapping)
     problems = Problems()
+    for key in sorted(set(given) - set(_ALERT_KEYS), key=str):
+        problems.messages.append(unknown_key_problem(f"algorithm.avspo.alert.{key}", _ALERT_KEYS))
+    known = {k: v for k, v in given.items() if v is not None and k in _ALERT_KEYS}
+    alert = replace(AlertConfig(), **known)
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
     problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
@@ -281,8 +311,8 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         SettingsError (a ValueError): one message per bad key, each naming the key, the value and
         what is allowed.
     """
-    given = _given(mapping)
     problems = Problems()
+    given = _given(mapping, problems)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
@@ -296,6 +326,7 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     values["k"] = check(_k, "k", values["k"])
     values["alpha"] = check(_number, "alpha", values["alpha"], 0.0, math.inf, low_open=True)
     values["acr_signal"] = check(_choice, "acr_signal", values["acr_signal"], ACR_SIGNALS)
+    values["trigger_scope"] = check(_choice, "trigger_scope", values["trigger_scope"], TRIGGER_SCOPES)
     values["ema_beta"] = check(_number, "ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
     values["adaptive_threshold"] = check(_boolean, "adaptive_threshold", values["adaptive_threshold"])
     values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import resolve_config
+from verl_avspo.core.config import PRESETS, AVSPOConfig, resolve_config
 from verl_avspo.openrlhf.patch import (
     ACR_KEYS,
     ACR_SETTINGS_ENV,
@@ -47,7 +47,8 @@ OPENRLHF_EPSILON = 1e-9
 USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arguments> [--avspo.KEY VALUE ...]
 
   {_ESTIMATOR_FLAG} avspo     AVSPO replaces group_norm (preset paper unless --avspo.preset says otherwise)
-  --avspo.preset paper|paper_code|grpo, --avspo.strategy stratified, --avspo.reward_range 0 1, ...
+  --avspo.preset {"|".join(PRESETS)},
+  --avspo.strategy stratified, --avspo.reward_range 0 1, ...
                                    any algorithm.avspo key of docs/configuration.md; with group_norm or
                                    dr_grpo they switch AVSPO on for that estimator
   without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong
@@ -71,9 +72,20 @@ def _number(token: str) -> int | float | None:
     return None
 
 
+def _example(key: str) -> str:
+    """A valid value of ``key`` as typed after ``--avspo.KEY`` (its default), for messages."""
+    value = getattr(AVSPOConfig(), key, None)
+    if isinstance(value, (tuple, list)):
+        return " ".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _value(tokens: Sequence[str], flag: str) -> Any:
     if not tokens:
-        raise UsageError(f"{flag} needs a value, for example {flag} paper")
+        key = flag[len(_PREFIX) :]
+        if key not in AVSPOConfig.__dataclass_fields__:
+            raise UsageError(f"{flag} needs a value, and {key!r} is not an AVSPO setting (docs/configuration.md)")
+        raise UsageError(f"{flag} needs a value, for example {flag} {_example(key)}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
     return values[0] if len(values) == 1 else values
 
@@ -146,7 +158,9 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
 
 
 def _validated(settings: dict[str, Any]) -> dict[str, Any]:
-    settings = {"epsilon": OPENRLHF_EPSILON, **settings}
+    # OpenRLHF's epsilon, unless the preset sets its own (paper_code: the released code's 1e-4).
+    if "epsilon" not in PRESETS.get(settings.get("preset", "paper"), {}):
+        settings = {"epsilon": OPENRLHF_EPSILON, **settings}
     try:
         resolve_config(settings)
     except ValueError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -136,6 +137,19 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
     )
 
 
+def _check_writable(folder: Path, flag: str, example: str) -> None:
+    """Refuse a folder that cannot be written now, not after the warm-up and the runs."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise SystemExit(
+            f"verl-avspo sandbox: {flag} {folder} cannot be written ({err.strerror or err}); give a folder you can "
+            f"write to, for example {flag} {example}"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     # Validate everything before the (slow) verl import and any model is built.
     from verl_avspo.sandbox.config import SandboxConfig
@@ -163,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
+    _check_writable(args.out, "--out", "runs/sandbox")
+    if not args.no_cache:
+        _check_writable(args.cache_dir, "--cache-dir", "runs/sandbox_cache")
 
     import torch
 

@@ -1,8 +1,10 @@
 """``verl-avspo report``: plots and a diagnosis of advantage collapse from existing training logs.
 
 Reads verl's ``file`` logger (JSONL, ``{"step": N, "data": {...}}``), TensorBoard event files
-(verl's ``tensorboard`` logger) and CSV exports of wandb run histories. Several runs are drawn side
-by side. Writes one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis:
+(verl's and OpenRLHF's ``tensorboard`` loggers; OpenRLHF's ``train/acr/*`` read as ``acr/*``) and
+wandb CSV exports (a run's history, or a chart panel's CSV of one or more runs). Several runs are
+drawn side by side. A truncated or corrupt log keeps every readable step, with a warning naming the
+file and the lines dropped. Writes one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis:
 
 - stalled windows, with the same monitor as the live alert (``core.alert``): ``--rule``'s signal
   above ``--threshold`` for ``--window`` consecutive logged steps;
@@ -14,6 +16,8 @@ by side. Writes one PNG per figure and ``summary.md`` to ``--out``, and prints t
 from __future__ import annotations
 
 import argparse
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,14 +75,51 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return _as_metrics_frame(pd.DataFrame(columns), path)
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    """A wandb history export (``run.history().to_csv(...)`` or the UI's CSV): one row per step."""
-    frame = pd.read_csv(path)
+# A wandb chart panel's CSV export: "Step", then "<run> - <metric>" with its "__MIN"/"__MAX" bands.
+_PANEL_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
+
+
+def _read_csv(path: Path) -> dict[str | None, pd.DataFrame]:
+    """A wandb export: a run history (``run.history().to_csv(...)``, the UI's "Export CSV" of a
+    run's table), one row per step, keyed None; or a chart panel's CSV ("Download CSV" on a panel),
+    whose ``<run> - <metric>`` columns give one frame per run, keyed by run name (bands dropped)."""
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable CSV: {str(err).splitlines()[0]}") from None
     step = next((name for name in ("step", "_step", "Step", "global_step") if name in frame), None)
     if step is None:
         raise ValueError(f"{path} has no step column (step, _step, Step or global_step); columns: {list(frame)[:8]}")
     numeric = frame.set_index(step).apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
-    return _as_metrics_frame(numeric.groupby(level=0).last(), path)
+    numeric = numeric[numeric.index.notna()]
+    panel = {column: _PANEL_COLUMN.match(column) for column in numeric}
+    if not any(match is not None for match in panel.values()):
+        return {None: _as_metrics_frame(numeric.groupby(level=0).last(), path)}
+    runs: dict[str | None, pd.DataFrame] = {}
+    for run_name in dict.fromkeys(match["run"] for match in panel.values() if match is not None):
+        columns = {
+            column: match["metric"]
+            for column, match in panel.items()
+            if match is not None and match["run"] == run_name and not match["band"]
+        }
+        runs[run_name] = _as_metrics_frame(numeric[list(columns)].rename(columns=columns).groupby(level=0).last(), path)
+    return runs
+
+
+# OpenRLHF's wandb and TensorBoard loggers put its training metrics, ours included, under "train/".
+_FRAMEWORK_PREFIXES = ("train/",)
+_OUR_PREFIXES = ("acr/", "avspo/")
+
+
+def _standard_names(frame: pd.DataFrame) -> pd.DataFrame:
+    """``train/acr/rate`` -> ``acr/rate`` (and ``avspo/*``), unless the plain name is also logged."""
+    renames = {}
+    for column in frame.columns:
+        for prefix in _FRAMEWORK_PREFIXES:
+            plain = column.removeprefix(prefix)
+            if column.startswith(prefix) and plain.startswith(_OUR_PREFIXES) and plain not in frame:
+                renames[column] = plain
+    return frame.rename(columns=renames)
 
 
 def _as_metrics_frame(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -90,24 +131,39 @@ def _as_metrics_frame(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     return frame
 
 
+def _read_runs(path: Path) -> dict[str | None, pd.DataFrame]:
+    """The runs of one log: None -> its metrics, or, for a wandb panel CSV, run name -> metrics."""
+    if path.name.startswith("events.out.tfevents"):
+        runs = {None: _read_tensorboard(path)}
+    elif path.suffix == ".csv":
+        runs = _read_csv(path)
+    else:
+        runs = {None: read_metrics(path)}
+    return {name: _standard_names(frame) for name, frame in runs.items()}
+
+
 def read_run(path: str | Path) -> pd.DataFrame:
     """Metrics of one log, by its kind: ``*.jsonl`` (verl file logger), ``events.out.tfevents.*``
-    (TensorBoard) or ``*.csv`` (wandb export)."""
+    (TensorBoard) or ``*.csv`` (wandb export: a run history, or a chart panel holding one run).
+    OpenRLHF's ``train/acr/*`` and ``train/avspo/*`` are read as ``acr/*`` and ``avspo/*``."""
     path = Path(path)
-    if path.name.startswith("events.out.tfevents"):
-        return _read_tensorboard(path)
-    if path.suffix == ".csv":
-        return _read_csv(path)
-    return read_metrics(path)
+    runs = _read_runs(path)
+    if len(runs) > 1:
+        raise ValueError(
+            f"{path} is a wandb panel export of {len(runs)} runs ({', '.join(map(str, runs))}); "
+            "read it with collect_runs"
+        )
+    return next(iter(runs.values()))
 
 
 def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
     """Run name -> metrics, for files and directories (searched for all three kinds of log).
 
     A run is named after its file (verl's file logger writes ``<experiment_name>.jsonl``), or after
-    its folder for TensorBoard files and the recipes' ``runs/<run>/metrics.jsonl``; clashing names
-    get their parent folder as a prefix. In directories, the recipes' ``eval.jsonl`` (a final
-    evaluation, no training steps) is skipped.
+    its folder for TensorBoard files and the recipes' ``runs/<run>/metrics.jsonl``, or by its own
+    name in a wandb panel CSV; clashing names get their parent folder as a prefix. In directories,
+    the recipes' ``eval.jsonl`` (a final evaluation, no training steps) is skipped. A log that
+    cannot be read is skipped with a warning when other logs can be; if none can, this raises.
     """
     files: list[Path] = []
     for path in map(Path, paths):
@@ -127,7 +183,21 @@ def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None
         f"{file.parent.name}/{label}" if label in clashing and not names else label
         for file, label in zip(files, labels, strict=True)
     ]
-    return {label: read_run(file) for label, file in zip(labels, files, strict=True)}
+    runs: dict[str, pd.DataFrame] = {}
+    unreadable: list[str] = []
+    for label, file in zip(labels, files, strict=True):
+        try:
+            found = _read_runs(file)
+        except ValueError as err:
+            unreadable.append(str(err))
+            continue
+        for run_name, frame in found.items():
+            runs[label if run_name is None else run_name] = frame
+    if unreadable and not runs:
+        raise ValueError("no log could be read: " + " | ".join(unreadable))
+    for problem in unreadable:
+        warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
+    return runs
 
 
 @dataclass
@@ -217,7 +287,7 @@ def summarise(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) 
             summary.findings.append(
                 f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
                 f"(mean θ {_mean(frame, 'avspo/threshold') or 0.0:.3f}). Lower algorithm.avspo.threshold_init, "
-                "or use preset=paper_code (always on)."
+                "or use preset=paper_code (threshold 0: every collapsed group, every step)."
             )
         elif effective is not None:
             summary.findings.append(
@@ -363,12 +433,17 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--window must be >= 1 and --threshold in [0, 1]; got {args.window} and {args.threshold}")
     if args.smooth < 1:  # checked before --out is created
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise SystemExit(
+            f"verl-avspo report: --out {args.out} is an existing file; --out names a folder for the figures and "
+            "summary.md. Give a new or existing folder, for example --out avspo-report"
+        )
     try:
         runs = collect_runs(args.logs, args.name)
         alert = AlertConfig(window=args.window, threshold=args.threshold, rule=args.rule)
         summaries, files = write_report(runs, args.out, alert, args.smooth)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"verl-avspo report: {err}") from err
+    except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
+        raise SystemExit(f"verl-avspo report: {err}") from None
     for summary in summaries:
         print(f"== {summary.name} ({summary.steps} steps)")
         for finding in summary.findings:

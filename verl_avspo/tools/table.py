@@ -65,6 +65,12 @@ def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
     """Run name -> its log files (training first, evaluation last)."""
     runs: dict[str, list[Path]] = {}
     for log in find_logs(paths):
+        if log.suffix == ".csv" or log.name.startswith("events.out.tfevents"):
+            raise ValueError(
+                f"{log} is not a verl file-logger JSONL log: `verl-avspo table` reads those only (it needs the "
+                "validation metrics verl writes there). For a wandb CSV or a TensorBoard file, use "
+                f"`verl-avspo report {log}`."
+            )
         name = log.parent.name if log.stem in _RUN_FILES else log.stem
         runs.setdefault(name, []).append(log)
     order = {stem: i for i, stem in enumerate(_RUN_FILES)}
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"verl-avspo table: no *.jsonl logs under {' '.join(map(str, args.paths))}", file=sys.stderr)
             return 1
         summaries = [summarise(name, logs, args.final_window, args.early_steps) for name, logs in runs.items()]
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:
         print(f"verl-avspo table: {err}", file=sys.stderr)
         return 1
     print(markdown_table(summaries, args.early_steps))

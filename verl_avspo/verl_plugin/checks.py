@@ -7,8 +7,12 @@ message naming the key, the value and the fix. They come in two stages:
   engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and ``algorithm.intrinsic`` value, and
   how they combine with the trainer, the data and the policy loss. The launcher runs it first, so
   a typo is refused in seconds rather than after verl's imports.
-- :func:`registry_problems` imports verl: the estimator and the policy loss against verl's
-  registries, and verl's own ``validate_config``.
+- :func:`registry_problems` imports verl: the estimator, the policy loss and the V1 trainer mode
+  against verl's registries, and verl's own ``validate_config``.
+
+:func:`resource_problems` checks what the run will find on the machine: local data files, a local
+model path, and whether the Ray cluster can supply the GPUs the config asks for (verl otherwise
+waits for them); it also says what it could not check.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import math
+import os
+import re
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +49,7 @@ __all__ = [
     "check_config",
     "check_prompt_indices",
     "verl_has_self_certainty",
+    "resource_problems",
     "preflight",
 ]
 
@@ -57,8 +65,8 @@ HOOK_OVERRIDES = (
 
 # Said when only the first stage ran, so that a user knows more may follow.
 NOT_YET_CHECKED = (
-    "Not yet checked, because verl is not imported until these are fixed: the estimator and policy-loss names "
-    "against verl's registries, and verl's own validate_config."
+    "Not yet checked, because verl is not imported until these are fixed: the estimator, policy-loss and trainer-mode "
+    "names against verl's registries, verl's own validate_config, and the data files, model path and GPUs."
 )
 
 
@@ -125,6 +133,39 @@ def _rollout_problems(config: DictConfig) -> Iterator[str]:
     for key in required:
         if OmegaConf.select(config, key) is None:  # None also for verl's mandatory `???`
             yield f"{key} is required: set the rollout engine, for example {key}=vllm (or sglang)."
+
+
+# verl settings that recipes set from the environment (LR=, N_GPUS=, ...) and that verl reads only
+# once the models load: (key, integer?, lowest, lowest excluded?, highest).
+_NUMBERS = (
+    ("actor_rollout_ref.actor.optim.lr", False, 0.0, True, math.inf),
+    ("actor_rollout_ref.rollout.temperature", False, 0.0, False, math.inf),
+    ("actor_rollout_ref.rollout.gpu_memory_utilization", False, 0.0, True, 1.0),
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size", True, 1, False, math.inf),
+    ("data.train_batch_size", True, 1, False, math.inf),
+    ("data.max_prompt_length", True, 1, False, math.inf),
+    ("data.max_response_length", True, 1, False, math.inf),
+    ("trainer.n_gpus_per_node", True, 1, False, math.inf),
+    ("trainer.nnodes", True, 1, False, math.inf),
+    ("trainer.total_epochs", True, 1, False, math.inf),
+)
+
+
+def _number_problems(config: DictConfig) -> Iterator[str]:
+    """Text or out-of-range values where verl expects a number (a recipe's ``LR=abc``, ``N_GPUS=0``)."""
+    for key, integer, low, low_open, high in _NUMBERS:
+        value = OmegaConf.select(config, key, default=None)
+        if value is None:
+            continue
+        kind = "an integer" if integer else "a number"
+        is_number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+        if not is_number or (value <= low if low_open else value < low) or value > high or value != value:
+            bounds = f"> {low}" if low_open else f">= {low}"
+            bounds += f" and <= {high}" if high != math.inf else ""
+            yield (
+                f"{key}={value!r} is invalid: expected {kind} {bounds}. Fix the value (in a recipe, its "
+                "environment variable)."
+            )
 
 
 def _alert_problems(config: DictConfig, settings: AVSPOConfig) -> Iterator[str]:
@@ -330,6 +371,7 @@ def settings_problems(
     algorithm = config.algorithm
     problems = Problems()
     problems.messages.extend(_rollout_problems(config))
+    problems.messages.extend(_number_problems(config))
     # The resolvers take verl's DictConfig sections as they are (they are mappings).
     settings = problems.check(resolve_config, algorithm.get("avspo", None))
     dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
@@ -356,11 +398,28 @@ def _estimator_problems(name: str) -> Iterator[str]:
             return
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name.lower(), known, n=1)  # AVSPO -> avspo
         hint = f" Did you mean {close[0]!r}?" if close else ""
         yield (
             f"algorithm.adv_estimator={name!r} is not a registered advantage estimator.{hint} "
             f"Registered: {', '.join(known)}."
+        )
+
+
+def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
+    """``trainer.v1.trainer_mode`` must be registered (verl looks it up only inside the TaskRunner)."""
+    if not config.trainer.use_v1:
+        return
+    import verl.trainer.ppo.v1  # noqa: F401  (registers sync, colocate_async, separate_async)
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    mode = config.trainer.v1.trainer_mode
+    if mode not in TRAINER_REGISTRY:
+        close = difflib.get_close_matches(str(mode).lower(), list(TRAINER_REGISTRY), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        yield (
+            f"trainer.v1.trainer_mode={mode!r} is not a registered V1 trainer.{hint} Registered: "
+            f"{', '.join(sorted(TRAINER_REGISTRY))}."
         )
 
 
@@ -375,8 +434,11 @@ def registry_problems(config: DictConfig) -> list[str]:
         problems.append(
             f"actor_rollout_ref.rollout.n={n} with algorithm.adv_estimator={estimator}: a group estimator "
             "compares the responses sampled for one prompt, so it needs at least 2 per prompt (with 1, every "
-            "advantage is 0). Set actor_rollout_ref.rollout.n=8 (the paper's group size) or more."
+            "group is a singleton: verl gives it mean 0 and std 1, so its advantage is its raw score, with no "
+            "baseline, and no group can collapse). Set actor_rollout_ref.rollout.n=8 (the paper's group size) or "
+            "more."
         )
+    problems.extend(_trainer_mode_problems(config))
     loss_mode = str(OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla"))
     if loss_mode not in core_algos.POLICY_LOSS_REGISTRY:
         close = difflib.get_close_matches(loss_mode, list(core_algos.POLICY_LOSS_REGISTRY), n=1)
@@ -421,6 +483,127 @@ def _warn_about_combinations(config: DictConfig) -> None:
             "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "
             "AVSPO sees (almost) none and rarely triggers; the logged acr/* rates are measured before filtering."
         )
+
+
+_REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+# A Hugging Face hub id: "name" or "org/name", neither absolute nor relative-looking.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _listed(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(item) for item in value]
+
+
+def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
+    for key in ("data.train_files", "data.val_files"):
+        for name in _listed(OmegaConf.select(config, key, default=None)):
+            if _REMOTE.match(name):
+                not_checked.append(f"{key} entry {name} (remote)")
+            elif not Path(name).expanduser().exists():
+                yield (
+                    f"{key}: {name} does not exist. Fix the path, or write the data first (recipes/README.md, "
+                    "recipes/data/prepare_math.py)."
+                )
+    for key in ("actor_rollout_ref.model.path", "reward.custom_reward_function.path"):
+        name = OmegaConf.select(config, key, default=None)
+        if name is None or Path(str(name)).expanduser().exists():
+            continue
+        name = str(name)
+        if _REMOTE.match(name):  # pkg:// (a module), hdfs://, ...
+            if not name.startswith("pkg://"):
+                not_checked.append(f"{key}={name} (remote)")
+        elif key.endswith("model.path") and _HUB_ID.match(name):
+            not_checked.append(
+                f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
+            )
+        else:
+            yield (
+                f"{key}={name} does not exist on this machine. Fix the path (a hub id such as Qwen/Qwen2.5-0.5B "
+                "is also accepted)."
+            )
+
+
+def _requested_gpus(config: DictConfig) -> int:
+    """GPUs verl's resource pools ask for: the trainer's, plus a standalone reward model's."""
+    total = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    reward = config.reward.reward_model
+    if reward.get("enable", False) and reward.get("enable_resource_pool", False):
+        total += int(reward.n_gpus_per_node) * int(reward.nnodes)
+    return total
+
+
+def _ray_address(config: DictConfig) -> str | None:
+    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+
+
+def cluster_gpus(config: DictConfig, *, connect: bool) -> tuple[float | None, str]:
+    """The GPUs the run's Ray cluster offers, and where that number comes from; None if unknown.
+
+    Without a Ray address, verl starts a local cluster with ``ray_kwargs.ray_init.num_gpus`` GPUs, or
+    the ones Ray detects (``torch.cuda.device_count()``, which honours CUDA_VISIBLE_DEVICES). With an
+    address, the cluster is asked only if ``connect`` (then disconnected, so that verl's own
+    ``ray.init`` still applies its runtime_env).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return ray.cluster_resources().get("GPU", 0.0), "the running Ray cluster"
+    address = _ray_address(config)
+    if address:
+        if not connect:
+            return None, f"the Ray cluster at {address}"
+        ray.init(address=address, logging_level=logging.WARNING)
+        try:
+            return ray.cluster_resources().get("GPU", 0.0), f"the Ray cluster at {address}"
+        finally:
+            ray.shutdown()
+    num_gpus = OmegaConf.select(config, "ray_kwargs.ray_init.num_gpus", default=None)
+    if num_gpus is not None:
+        return float(num_gpus), f"ray_kwargs.ray_init.num_gpus={num_gpus}"
+    import torch
+
+    return float(torch.cuda.device_count()), "this machine (torch.cuda.device_count())"
+
+
+def _gpu_problems(config: DictConfig, not_checked: list[str], *, connect: bool) -> Iterator[str]:
+    device = str(OmegaConf.select(config, "trainer.device", default="cuda"))
+    if device != "cuda":
+        not_checked.append(f"the {device} devices the run needs (trainer.device={device})")
+        return
+    try:
+        wanted = _requested_gpus(config)
+    except (TypeError, ValueError):  # text for a number: reported by the settings stage
+        return
+    available, source = cluster_gpus(config, connect=connect)
+    if available is None:
+        not_checked.append(f"that {source} has the {wanted} GPU(s) the config asks for")
+        return
+    if available < wanted:
+        nodes = int(config.trainer.nnodes)
+        yield (
+            f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node} x trainer.nnodes={nodes} asks for {wanted} "
+            f"GPU(s), but {source} has {available:g}; Ray would wait for them and the run would hang. Set "
+            "trainer.n_gpus_per_node (recipes: N_GPUS) to the GPUs you have"
+            + (", or start a Ray cluster of those nodes and set ray_kwargs.ray_init.address" if nodes > 1 else "")
+            + "."
+        )
+
+
+def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[list[str], list[str]]:
+    """What the run will find: local data files and model path, and the GPUs of its Ray cluster.
+
+    Returns:
+        (problems, not checked): each problem names the key and the fix; "not checked" lists what
+        could not be checked here (remote files, hub ids, an existing cluster when not ``connect``).
+    """
+    not_checked: list[str] = []
+    problems = list(_path_problems(config, not_checked))
+    problems += _gpu_problems(config, not_checked, connect=connect)
+    return problems, not_checked
 
 
 def check_config(config: DictConfig, *, verl_validate: bool = False) -> AVSPOConfig:

@@ -58,11 +58,33 @@ def _entry_point() -> str:
     return f"{points[0].value} loads ({module.__file__})"
 
 
+def _plugin_policy_problem() -> str | None:
+    """Why verl would not load the entry point at all, from this environment's variables: verl's
+    ``VERL_USE_EXTERNAL_PLUGINS`` (``auto``, ``none`` or a list of entry-point names), unless
+    ``VERL_USE_EXTERNAL_MODULES`` imports the plugin anyway."""
+    policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
+    if policy == "auto" or "verl_avspo" in modules:
+        return None
+    names = {name.strip() for name in policy.split(",") if name.strip()}
+    if policy != "none" and "avspo" in names:
+        return None
+    given = os.environ["VERL_USE_EXTERNAL_PLUGINS"]
+    return (
+        f"VERL_USE_EXTERNAL_PLUGINS={given} tells verl not to load the `avspo` entry point "
+        f"({'no plugin at all' if policy == 'none' else 'only ' + ', '.join(sorted(names))}). Unset it (or set it to "
+        "auto, or add avspo to its list), or set VERL_USE_EXTERNAL_MODULES=verl_avspo.verl_plugin.register"
+    )
+
+
 def _fresh_process() -> str:
     # The environment as it is: VERL_USE_EXTERNAL_PLUGINS / _MODULES decide what verl loads there too.
     result = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
     answer = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if result.returncode != 0 or not answer.startswith("registered"):
+        cause = _plugin_policy_problem()
+        if cause:
+            raise RuntimeError(f"{answer}: {cause}")
         raise RuntimeError(f"{answer or 'the probe failed'}\n{result.stderr.strip()[-2000:]}")
     return answer
 
@@ -89,6 +111,9 @@ def _ray_actor() -> str:
         if started:
             ray.shutdown()
     if not answer.startswith("registered"):
+        cause = _plugin_policy_problem()
+        if cause and not os.environ.get("RAY_ADDRESS"):  # a local Ray inherits this environment
+            raise RuntimeError(f"{answer} in a Ray actor: {cause}")
         raise RuntimeError(
             f"{answer} in a Ray actor: the cluster's Python lacks the plugin. Install verl-avspo there, or set "
             "VERL_USE_EXTERNAL_MODULES=verl_avspo.verl_plugin.register via ray_kwargs.ray_init.runtime_env.env_vars"

@@ -26,12 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
-from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, AVSPOConfig, unknown_key_problem
 from verl_avspo.verl_plugin import checks
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     ConfigCheckError,
     preflight,
+    resource_problems,
     settings_problems,
     verl_package_dir,
 )
@@ -91,10 +92,32 @@ def _fail(err: ConfigCheckError) -> None:
     raise SystemExit(1)
 
 
-def train(config: DictConfig) -> None:
-    """Check ``config``, log the AVSPO settings once, then run verl's PPO with our TaskRunner."""
+# Said after a dry run passes, so that nobody reads "OK" as "it will train".
+DRY_RUN_LIMITS = (
+    "Not checked by a dry run: that the model and tokenizer load and fit in GPU memory, the data's columns and "
+    "prompt lengths, the reward function's output, the rollout engine (vllm/sglang) being installed, and "
+    "network access."
+)
+
+
+def _checked(config: DictConfig, *, connect: bool) -> tuple[AVSPOConfig, list[str]]:
+    """The preflight checks and the resource checks, with every problem of both in one error.
+    Returns the AVSPO settings and what could not be checked."""
+    problems, not_checked = resource_problems(config, connect=connect)
     try:
         settings = preflight(config)
+    except ConfigCheckError as err:
+        raise ConfigCheckError(err.problems + problems) from None
+    if problems:
+        raise ConfigCheckError(problems)
+    return settings, not_checked
+
+
+def train(config: DictConfig) -> None:
+    """Check ``config`` and the resources it asks for, log the AVSPO settings once, then run verl's
+    PPO with our TaskRunner."""
+    try:
+        settings, _ = _checked(config, connect=True)
     except ConfigCheckError as err:
         _fail(err)
     from verl.trainer.main_ppo import run_ppo
@@ -115,11 +138,28 @@ def task_runner_class(config: DictConfig):
     return AVSPOLegacyTaskRunner
 
 
+def _unknown_avspo_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The overrides without those that set an ``algorithm.avspo`` key the config does not declare,
+    and a did-you-mean message for each of those (instead of Hydra's advice to add ``+``)."""
+    kept, problems = [], []
+    for override in overrides:
+        key, has_value, _ = override.partition("=")
+        name = key.removeprefix("algorithm.avspo.")
+        if has_value and name != key:
+            allowed = ALERT_KEYS if name.startswith("alert.") else AVSPO_KEYS
+            if name.removeprefix("alert.") not in allowed:
+                problems.append(unknown_key_problem(key, allowed))
+                continue
+        kept.append(override)
+    return kept, problems
+
+
 def _settings_checked_config(overrides: Sequence[str]) -> DictConfig | None:
     """The config, composed without importing verl and through the first stage of the checks; None
     (after printing why: a bad override, or every problem of the settings) if it stops there."""
     from hydra.errors import HydraException
 
+    overrides, unknown = _unknown_avspo_overrides(overrides)
     try:
         config = compose_config(overrides, import_verl=False)
     except (HydraException, OmegaConfBaseException) as err:
@@ -130,7 +170,7 @@ def _settings_checked_config(overrides: Sequence[str]) -> DictConfig | None:
     checks_logger = logging.getLogger(checks.__name__)
     checks_logger.disabled = True
     try:
-        problems = settings_problems(config)[0]
+        problems = unknown + settings_problems(config)[0]
     finally:
         checks_logger.disabled = False
     if problems:
@@ -145,12 +185,16 @@ def dry_run(overrides: Sequence[str]) -> int:
     if config is None:
         return 1
     try:
-        settings = preflight(config)
+        settings, not_checked = _checked(config, connect=False)
     except ConfigCheckError as err:
         print(f"verl-avspo: {err}", file=sys.stderr)
         return 1
     print(_describe(config, settings))
-    print("OK: the config composes and passes verl-avspo's and verl's checks (dry run: nothing was started)")
+    print(
+        "OK: the config composes and passes verl-avspo's and verl's checks; the local data files and model path "
+        "exist, the trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"
+    )
+    print(DRY_RUN_LIMITS + "".join(f"\nNot checked: {item}." for item in not_checked))
     return 0
 
 
