@@ -63,7 +63,15 @@ def test_numbers_in_scientific_notation_and_single_dash_options():
 
 
 def test_alert_settings_nest_as_in_verls_config():
-    argv = ["--avspo.alert.rule", "all_wrong", "--avspo.alert.window=3", "--avspo.k", "2", "--avspo.alert.action", "stop"]
+    argv = [
+        "--avspo.alert.rule",
+        "all_wrong",
+        "--avspo.alert.window=3",
+        "--avspo.k",
+        "2",
+        "--avspo.alert.action",
+        "stop",
+    ]
     rest, settings = launcher.split_avspo_arguments(argv)
     assert rest == [] and settings == {"alert": {"rule": "all_wrong", "window": 3, "action": "stop"}, "k": 2}
 

@@ -94,7 +94,10 @@ def write_prompts(path: Path, count: int) -> Path:
     """``count`` ``a+b=`` prompts (verl_cpu.assets) as OpenRLHF's JSON-lines prompt data."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = assets.arithmetic_rows(count)
-    lines = [json.dumps({"prompt": row["prompt"][0]["content"], "label": row["reward_model"]["ground_truth"]}) for row in rows]
+    lines = [
+        json.dumps({"prompt": row["prompt"][0]["content"], "label": row["reward_model"]["ground_truth"]})
+        for row in rows
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
