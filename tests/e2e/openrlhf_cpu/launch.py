@@ -26,9 +26,9 @@ OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
 AVSPO_ENTRY = "verl_avspo.openrlhf"
 RUN_NAME = "tiny"  # OpenRLHF's TensorBoard folder is <tensorboard_dir>/<wandb.run_name>
 GROUP_SIZE = 4
-PROMPTS_PER_STEP = 2
+PROMPTS_PER_STEP = 4
 # Every launch ends within this many seconds: a misconfigured Ray job waits for resources silently.
-TIMEOUT_S = 240
+TIMEOUT_S = 300
 
 
 def harness_arguments(workdir: Path, model: Path, prompts: Path) -> list[str]:
