@@ -69,27 +69,22 @@ def _resume_from(source: TinyRun, step: int, target: TinyRun) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Outcome]:
-    def launch(name: str, entry: str, arguments: list[str], num_prompts: int, prepare=None) -> Outcome:
-        run = TinyRun.prepare(tmp_path_factory.mktemp(name), num_prompts=num_prompts)
-        if prepare is not None:
-            prepare(run)
-        return Outcome(run, run.launch(entry, arguments).returncode)
+    # Built here, one after the other: transformers' lazy imports are not thread-safe.
+    # 48 prompts for the filtered run: enough for about 5 filtered steps, so a stop after step 2 is the alert's.
+    sizes = {"avspo": 16, "resumed": 16, "stock": 8, "filtered": 48, "async": 8}
+    prepared = {name: TinyRun.prepare(tmp_path_factory.mktemp(name), num_prompts=size) for name, size in sizes.items()}
+
+    def launch(name: str, entry: str, arguments: list[str]) -> Outcome:
+        return Outcome(prepared[name], prepared[name].launch(entry, arguments).returncode)
 
     def avspo_then_resumed() -> dict[str, Outcome]:
-        avspo = launch("avspo", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.max_num", "10"], 16)
-        resumed = launch(
-            "resumed",
-            AVSPO_ENTRY,
-            [*AVSPO, *ALERT, "--ckpt.load_enable"],
-            16,
-            prepare=lambda run: _resume_from(avspo.run, 2, run),
-        )
-        return {"avspo": avspo, "resumed": resumed}
+        avspo = launch("avspo", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.max_num", "10"])
+        _resume_from(avspo.run, 2, prepared["resumed"])
+        return {"avspo": avspo, "resumed": launch("resumed", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.load_enable"])}
 
     def the_others() -> dict[str, Outcome]:
         return {
-            "stock": launch("stock", OPENRLHF_ENTRY, ["--algo.advantage.estimator", "group_norm"], 8),
-            # 48 prompts: enough for about 5 filtered steps, so a stop after step 2 is the alert's.
+            "stock": launch("stock", OPENRLHF_ENTRY, ["--algo.advantage.estimator", "group_norm"]),
             "filtered": launch(
                 "filtered",
                 AVSPO_ENTRY,
@@ -103,9 +98,8 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     "--ckpt.save_steps",
                     "100",  # the stop's checkpoint is the only one
                 ],
-                48,
             ),  # fmt: skip
-            "async": launch("async", AVSPO_ENTRY, [*AVSPO, "--train.async_enable"], 8),
+            "async": launch("async", AVSPO_ENTRY, [*AVSPO, "--train.async_enable"]),
         }
 
     # Two at a time: a run is mostly single-threaded process start-ups, and the machine has two cores.
