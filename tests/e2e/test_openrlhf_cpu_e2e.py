@@ -5,15 +5,15 @@ the adapter's ACR metrics, AVSPO and the stall alert in OpenRLHF's TensorBoard l
 Every run is a real ``python -m openrlhf.cli.train_ppo_ray`` or ``python -m verl_avspo.openrlhf`` of
 a tiny random Qwen2 (the harness in ``openrlhf_cpu``: vLLM is stood in for by Hugging Face
 ``generate``, and the GPU-only calls get CPU answers; nothing of OpenRLHF's is edited or mocked). A
-run costs ~30 s, mostly process start-ups, so the five runs are launched once per module, two at a
+run costs ~30 s, mostly process start-ups, so the four runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``stock``: OpenRLHF's unmodified entry point, ``group_norm``, 2 steps;
 - ``filtered``: our launcher, OpenRLHF's ``group_norm`` (ACR metrics only) with dynamic filtering
-  and an alert (``acr`` above 0 for 2 steps, ``stop``) that ends the run after step 2;
+  and an alert (ACR above 0, ``stop``) that ends the run on the first step with a collapsed group;
 - ``avspo``: our launcher, ``avspo``, 4 steps, a checkpoint every step, an alert that warns;
-- ``resumed``: ``avspo`` again, resumed (``--ckpt.load_enable``) from ``avspo``'s step-2 checkpoint;
-- ``async``: our launcher, ``avspo`` with ``--train.async_enable``, 2 steps.
+- ``resumed``: ``avspo`` again, resumed (``--ckpt.load_enable``) from ``avspo``'s step-2 checkpoint
+  by OpenRLHF's asynchronous trainer (``--train.async_enable``).
 
 Rollouts are random (OpenRLHF seeds neither its prompt shuffle nor the order rollouts return in), so
 a test asserts what holds for any rollout: the metrics' closed forms and the controller's recursion.
@@ -39,6 +39,10 @@ AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtu
 AVSPO = ["--algo.advantage.estimator", "avspo", "--avspo.eta", "0.5", "--avspo.threshold_init", "0.3"]
 # An alert that fires on the second step in a row with any collapsed group.
 ALERT = ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.alert.window", "2"]
+# OpenRLHF's group_norm (ACR metrics only) with dynamic filtering, and an alert that stops the run on
+# the first step with any collapsed group; --ckpt.save_steps 100: the stop's checkpoint is the only one.
+FILTERED = ["--algo.advantage.estimator", "group_norm", "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "100"]
+FILTERED += ["--avspo.alert.threshold", "0", "--avspo.alert.window", "1", "--avspo.alert.action", "stop"]
 CLIENT_STATES = "mp_rank_00_model_states.pt"  # DeepSpeed's file that holds OpenRLHF's client states
 
 
@@ -70,8 +74,8 @@ def _resume_from(source: TinyRun, step: int, target: TinyRun) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Outcome]:
     # Built here, one after the other: transformers' lazy imports are not thread-safe.
-    # 48 prompts for the filtered run: enough for about 5 filtered steps, so a stop after step 2 is the alert's.
-    sizes = {"avspo": 16, "resumed": 16, "stock": 8, "filtered": 48, "async": 8}
+    # The filtered run gets every prompt of the task: it ends when the alert stops it, well before.
+    sizes = {"avspo": 16, "resumed": 16, "stock": 8, "filtered": 72}
     prepared = {name: TinyRun.prepare(tmp_path_factory.mktemp(name), num_prompts=size) for name, size in sizes.items()}
 
     def launch(name: str, entry: str, arguments: list[str]) -> Outcome:
@@ -80,26 +84,13 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
     def avspo_then_resumed() -> dict[str, Outcome]:
         avspo = launch("avspo", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.max_num", "10"])
         _resume_from(avspo.run, 2, prepared["resumed"])
-        return {"avspo": avspo, "resumed": launch("resumed", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.load_enable"])}
+        resumed = launch("resumed", AVSPO_ENTRY, [*AVSPO, *ALERT, "--ckpt.load_enable", "--train.async_enable"])
+        return {"avspo": avspo, "resumed": resumed}
 
     def the_others() -> dict[str, Outcome]:
         return {
             "stock": launch("stock", OPENRLHF_ENTRY, ["--algo.advantage.estimator", "group_norm"]),
-            "filtered": launch(
-                "filtered",
-                AVSPO_ENTRY,
-                [
-                    "--algo.advantage.estimator",
-                    "group_norm",
-                    "--algo.dynamic_filtering_enable",
-                    *ALERT,
-                    "--avspo.alert.action",
-                    "stop",
-                    "--ckpt.save_steps",
-                    "100",  # the stop's checkpoint is the only one
-                ],
-            ),  # fmt: skip
-            "async": launch("async", AVSPO_ENTRY, [*AVSPO, "--train.async_enable"]),
+            "filtered": launch("filtered", AVSPO_ENTRY, FILTERED),
         }
 
     # Two at a time: a run is mostly single-threaded process start-ups, and the machine has two cores.
@@ -138,7 +129,7 @@ def test_unmodified_openrlhf_trains_and_syncs_its_weights_to_the_generator(runs)
     assert set(trained) <= set(generator)
     for name, weight in trained.items():  # the generator holds exactly what the trainer saved
         assert torch.equal(generator[name].to(weight.dtype), weight), name
-    assert any(not torch.equal(trained[name], initial[name].to(trained[name].dtype)) for name in trained)
+    assert any(not torch.equal(trained[name], initial[name].to(trained[name].dtype)) for name in initial)
 
 
 def test_avspo_run_logs_acr_and_avspo_every_step_and_the_threshold_follows_its_update(runs):
@@ -176,7 +167,7 @@ def test_alert_warns_and_its_state_is_checkpointed(runs):
     )
 
 
-def test_resumed_run_continues_the_threshold_and_the_alert(runs):
+def test_resumed_async_run_continues_the_threshold_and_the_alert(runs):
     uninterrupted = runs["avspo"].scalars()
     resumed = runs["resumed"].scalars()
     _check_every_step(resumed, ACR_KEYS + AVSPO_KEYS, [3, 4])
@@ -205,26 +196,26 @@ def test_resumed_run_continues_the_threshold_and_the_alert(runs):
 def test_acr_is_measured_before_dynamic_filtering_and_the_alert_stops_the_run(runs):
     outcome = runs["filtered"]
     scalars = outcome.scalars()
-    _check_every_step(scalars, ACR_KEYS, [1, 2])  # then stopped, with prompts left for more steps
+    rates = scalars["acr/rate"]
+    collapsed = [step for step, rate in sorted(rates.items()) if rate > 0]
+    assert collapsed, f"no step of {len(rates)} had a collapsed group: the alert was not tried"
+    last = collapsed[0]  # the alert stops the run on the first step with any collapsed group
+    _check_every_step(scalars, ACR_KEYS, list(range(1, last + 1)))
     assert not any(key.startswith("avspo/") for key in scalars)
-    for step in (1, 2):
+    for step in range(1, last + 1):
         trained_groups = scalars["rollout/num_samples"][step] / GROUP_SIZE
         generated_groups = scalars["acr/groups"][step]
         # Filtering drops exactly the collapsed groups (binary rewards all 0 or all 1), so ACR before
         # it is the dropped share, and none of the trained groups is collapsed.
         assert generated_groups >= trained_groups
-        assert scalars["acr/rate"][step] == pytest.approx((generated_groups - trained_groups) / generated_groups)
+        assert rates[step] == pytest.approx((generated_groups - trained_groups) / generated_groups)
         assert scalars["acr/effective"][step] == 0.0
-        assert scalars["acr/stalled"][step] == float(step == 2)
-        assert "dynamic_filtering_pass_rate" in scalars
+        assert scalars["acr/stalled"][step] == float(step == last)
+    assert "dynamic_filtering_pass_rate" in scalars
     log = outcome.run.log()
-    assert "stopping the run after step 2 (--avspo.alert.action stop)" in log
-    assert sorted(p.name for p in (outcome.run.workdir / "ckpt" / "_actor").glob("global_step*")) == ["global_step2"]
-    assert outcome.client_states(2)["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    assert f"stopping the run after step {last} (--avspo.alert.action stop)" in log
+    assert "Prompt dataloader is exhausted" not in log  # prompts were left: the stop ended the run
+    checkpoints = sorted(p.name for p in (outcome.run.workdir / "ckpt" / "_actor").glob("global_step*"))
+    assert checkpoints == [f"global_step{last}"]
+    assert outcome.client_states(last)["verl_avspo_stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
     assert (outcome.run.workdir / "final" / "model.safetensors").exists()  # OpenRLHF's end-of-run save ran
-
-
-def test_async_trainer_runs_with_the_adapter(runs):
-    scalars = runs["async"].scalars()
-    _check_every_step(scalars, ACR_KEYS + AVSPO_KEYS, [1, 2])
-    assert scalars["avspo/threshold"][1] == pytest.approx(0.3)
