@@ -42,7 +42,8 @@ ALERT = ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.a
 # OpenRLHF's group_norm (ACR metrics only) with dynamic filtering, and an alert that stops the run on
 # the first step with any collapsed group; --ckpt.save_steps 100: the stop's checkpoint is the only one.
 FILTERED = ["--algo.advantage.estimator", "group_norm", "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "100"]
-FILTERED += ["--avspo.alert.threshold", "0", "--avspo.alert.window", "1", "--avspo.alert.action", "stop"]
+FILTERED += ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.alert.window", "1"]
+FILTERED += ["--avspo.alert.action", "stop"]
 CLIENT_STATES = "mp_rank_00_model_states.pt"  # DeepSpeed's file that holds OpenRLHF's client states
 
 
