@@ -14,7 +14,7 @@ What is stood in for, and why:
 - vLLM engines and DeepSpeed model actors need GPUs: generation is served by an object whose
   `.remote()` calls return `ray.put` results, the model forward of make_experience is skipped
   (experiences carry zero KL), and the actor group that saves checkpoints records its client states.
-Untested here: a full `python -m verl_avspo.openrlhf` training run (needs GPUs, vLLM, DeepSpeed).
+The whole training run, OpenRLHF's and our launcher's, is tests/e2e/test_openrlhf_cpu_e2e.py.
 """
 
 import copy
