@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -125,17 +126,25 @@ class TinyRun:
     def launch(
         self, entry: str, arguments: Sequence[str] = (), *, log: str = "run", timeout: float = TIMEOUT_S
     ) -> subprocess.CompletedProcess:
-        """Run one job to its end (killed after ``timeout`` s); its console output goes to ``<log>.log``."""
+        """Run one job to its end; its console output goes to ``<log>.log``. After ``timeout`` s the
+        job's whole process group (Ray's processes included) is killed and ``TimeoutExpired`` raised."""
+        command = self.command(entry, arguments)
         with (self.workdir / f"{log}.log").open("w") as out:
-            return subprocess.run(
-                self.command(entry, arguments),
+            process = subprocess.Popen(
+                command,
                 env=harness_environment(self.workdir),
                 cwd=self.workdir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
+                start_new_session=True,
             )
+            try:
+                returncode = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise
+        return subprocess.CompletedProcess(command, returncode)
 
     def log(self, name: str = "run") -> str:
         return (self.workdir / f"{name}.log").read_text()
