@@ -185,8 +185,11 @@ def test_resumed_async_run_continues_the_threshold_and_the_alert(runs):
         saved["verl_avspo"]["previous_mean_score"],
     )
     assert resumed["avspo/threshold"][4] == pytest.approx(expected, abs=1e-6)
-    # Later rollouts differ (OpenRLHF's are unseeded), so the rest of the sequence agrees within eta.
-    assert resumed["avspo/threshold"][4] == pytest.approx(uninterrupted["avspo/threshold"][4], abs=0.5)
+    # Step 3's rollouts differ between the runs (OpenRLHF's are unseeded), so step 4's thresholds agree
+    # within what one update from the same θ_3 can move them apart.
+    theta = resumed["avspo/threshold"][3]
+    spread = 0.5 * (abs(resumed["avspo/signal"][3] - theta) + abs(uninterrupted["avspo/signal"][3] - theta))
+    assert resumed["avspo/threshold"][4] == pytest.approx(uninterrupted["avspo/threshold"][4], abs=spread + 1e-6)
     final = runs["resumed"].client_states(4)
     assert final["global_step"] == 4 and final["verl_avspo"]["step"] == 4  # 2 restored + 2
     streak = saved["verl_avspo_stagnation"]["streak"] + 1 if resumed["acr/rate"][3] > 0 else 0
