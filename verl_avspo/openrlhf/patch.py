@@ -413,7 +413,11 @@ def _stop_after(trainer: Any, global_step: int, save: Callable[[], Any]) -> None
         save()
     finally:
         ckpt.save_steps = save_steps
-    setattr(trainer.samples_generator, _STOPPED, True)
+    generator = getattr(trainer, "samples_generator", None)
+    if generator is None:  # the asynchronous trainer generates in another actor (the launcher refuses this)
+        logger.error("--avspo.alert.action stop: step %d is checkpointed; this trainer cannot be stopped", global_step)
+        return
+    setattr(generator, _STOPPED, True)
     logger.error(
         "stopping the run after step %d (--avspo.alert.action stop); checkpoint: %s. Change the setup as advised "
         "above, then resume with --ckpt.load_enable.",
@@ -426,13 +430,13 @@ def _save_logs_and_checkpoints(original: Callable) -> Callable:
     @functools.wraps(original)
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None, *rest, **kwargs):
         step = _advantage_step(self.experience_maker)
-        stop = step.alert.observe(logs_dict, global_step) and step.alert.stops if logs_dict is not None else False
+        newly_stalled = logs_dict is not None and step.alert.observe(logs_dict, global_step)
         # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
         client_states = {} if client_states is None else client_states
         client_states[ALERT_STATE_KEY] = step.alert.state_dict()
         if step.avspo is not None:
             client_states[_STATE_KEY] = step.avspo.state_dict()
-        if stop:
+        if newly_stalled and step.alert.stops:
             return _stop_after(
                 self, global_step, lambda: original(self, global_step, logs_dict, client_states, *rest, **kwargs)
             )
