@@ -10,7 +10,7 @@ time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``stock``: OpenRLHF's unmodified entry point, ``group_norm``, 2 steps;
 - ``filtered``: our launcher, OpenRLHF's ``group_norm`` (ACR metrics only) with dynamic filtering
-  and an alert (ACR above 0, ``stop``) that ends the run on the first step with a collapsed group;
+  and an alert (ACR above 0 on 2 steps in a row, ``stop``) that ends the run;
 - ``avspo``: our launcher, ``avspo``, 4 steps, a checkpoint every step, an alert that warns;
 - ``resumed``: ``avspo`` again, resumed (``--ckpt.load_enable``) from ``avspo``'s step-2 checkpoint
   by OpenRLHF's asynchronous trainer (``--train.async_enable``).
@@ -39,11 +39,10 @@ AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtu
 AVSPO = ["--algo.advantage.estimator", "avspo", "--avspo.eta", "0.5", "--avspo.threshold_init", "0.3"]
 # An alert that fires on the second step in a row with any collapsed group.
 ALERT = ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.alert.window", "2"]
-# OpenRLHF's group_norm (ACR metrics only) with dynamic filtering, and an alert that stops the run on
-# the first step with any collapsed group; --ckpt.save_steps 100: the stop's checkpoint is the only one.
+# OpenRLHF's group_norm (ACR metrics only) with dynamic filtering, and ALERT stopping the run;
+# --ckpt.save_steps 100: the stop's checkpoint is the only one.
 FILTERED = ["--algo.advantage.estimator", "group_norm", "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "100"]
-FILTERED += ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.alert.window", "1"]
-FILTERED += ["--avspo.alert.action", "stop"]
+FILTERED += [*ALERT, "--avspo.alert.action", "stop"]
 CLIENT_STATES = "mp_rank_00_model_states.pt"  # DeepSpeed's file that holds OpenRLHF's client states
 
 
@@ -201,9 +200,9 @@ def test_acr_is_measured_before_dynamic_filtering_and_the_alert_stops_the_run(ru
     outcome = runs["filtered"]
     scalars = outcome.scalars()
     rates = scalars["acr/rate"]
-    collapsed = [step for step, rate in sorted(rates.items()) if rate > 0]
-    assert collapsed, f"no step of {len(rates)} had a collapsed group: the alert was not tried"
-    last = collapsed[0]  # the alert stops the run on the first step with any collapsed group
+    stalled = [step for step in sorted(rates) if step > 1 and rates[step - 1] > 0 and rates[step] > 0]
+    assert stalled, f"no 2 steps in a row of {len(rates)} had a collapsed group: the alert was not tried"
+    last = stalled[0]  # the alert stops the run on the second step in a row with a collapsed group
     _check_every_step(scalars, ACR_KEYS, list(range(1, last + 1)))
     assert not any(key.startswith("avspo/") for key in scalars)
     for step in range(1, last + 1):
@@ -221,5 +220,5 @@ def test_acr_is_measured_before_dynamic_filtering_and_the_alert_stops_the_run(ru
     assert "Prompt dataloader is exhausted" not in log  # prompts were left: the stop ended the run
     checkpoints = sorted(p.name for p in (outcome.run.workdir / "ckpt" / "_actor").glob("global_step*"))
     assert checkpoints == [f"global_step{last}"]
-    assert outcome.client_states(last)["verl_avspo_stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
+    assert outcome.client_states(last)["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
     assert (outcome.run.workdir / "final" / "model.safetensors").exists()  # OpenRLHF's end-of-run save ran
