@@ -55,7 +55,6 @@ def harness_arguments(workdir: Path, model: Path, prompts: Path) -> list[str]:
         # One generator (the vllm stand-in in site/), one DeepSpeed actor rank, each a fake Ray GPU.
         "--vllm.num_engines", "1",
         "--actor.num_gpus_per_node", "1",
-        "--ref.num_gpus_per_node", "1",
         # The reward is a Python function (reward.py), so no reward model actor; no KL, so no reference
         # model actor: two processes fewer to start.
         "--reward.remote_url", str(HERE / "reward.py"),
