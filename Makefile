@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	# is found locally, pass TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
-	# OpenRLHF, for tests/test_openrlhf_trainer.py: its wheel pins CUDA-only packages (flash-attn,
+	# OpenRLHF, for tests/test_openrlhf_trainer.py and tests/e2e: its wheel pins CUDA-only packages (flash-attn,
 	# vllm), so it goes in without dependencies; deepspeed, which its trainer imports, is an sdist
 	# built against the torch above (no ops are compiled).
 	$(BIN)/python -m pip install --quiet setuptools wheel
@@ -31,7 +31,8 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# verl's own PPO trainer end to end on CPU, a tiny random Qwen2 per run (tests/e2e; part of `make test` too).
+# verl's and OpenRLHF's own PPO trainers end to end on CPU, a tiny random Qwen2 per run (tests/e2e; part of
+# `make test` too).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
 

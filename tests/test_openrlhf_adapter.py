@@ -63,6 +63,20 @@ def test_numbers_in_scientific_notation_and_single_dash_options():
     assert settings == {"reward_range": [-1, 1]} and rest == ["-x", "2"]
 
 
+def test_alert_settings_nest_as_in_verls_config():
+    argv = [
+        "--avspo.alert.rule",
+        "all_wrong",
+        "--avspo.alert.window=3",
+        "--avspo.k",
+        "2",
+        "--avspo.alert.action",
+        "stop",
+    ]
+    rest, settings = launcher.split_avspo_arguments(argv)
+    assert rest == [] and settings == {"alert": {"rule": "all_wrong", "window": 3, "action": "stop"}, "k": 2}
+
+
 @pytest.mark.parametrize(
     ("argv", "settings", "openrlhf_argv", "avspo"),
     [
@@ -84,6 +98,13 @@ def test_numbers_in_scientific_notation_and_single_dash_options():
         (
             ["--algo.advantage.estimator", "group_norm"],
             {"tau": 0.1},
+            ["--algo.advantage.estimator", "group_norm"],
+            None,
+        ),
+        # So does the stall alert: it watches OpenRLHF's own estimator too.
+        (
+            ["--algo.advantage.estimator", "group_norm"],
+            {"alert": {"action": "stop"}, "tau": 0.1},
             ["--algo.advantage.estimator", "group_norm"],
             None,
         ),
@@ -119,7 +140,13 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
             ["--algo.advantage.estimator", "avspo", "--avspo.trigger_scope", "batches"],
             r"--avspo\.trigger_scope='batches' is invalid",
         ),
-        (["--algo.advantage.estimator", "avspo", "--avspo.alert.window", "5"], r"alert is part of the verl launcher"),
+        (["--algo.advantage.estimator", "avspo", "--avspo.alert.action", "halt"], r"--avspo\.alert\.action='halt'"),
+        (["--algo.advantage.estimator", "rloo", "--avspo.alert.window", "0"], r"--avspo\.alert\.window=0"),
+        (["--avspo.alert.rule", "acr", "--avspo.alert.rule", "all_wrong"], r"--avspo\.alert\.rule is given twice"),
+        (
+            ["--train.async_enable", "--avspo.alert.action", "stop"],
+            r"--avspo\.alert\.action stop needs OpenRLHF's synchronous trainer.*use --avspo\.alert\.action warn",
+        ),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
     ],

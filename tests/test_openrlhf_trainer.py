@@ -3,7 +3,8 @@
 
 What runs for real: OpenRLHF's RemoteExperienceMaker (split, group step, per-token returns),
 SamplesGenerator with dynamic filtering, BasePPOTrainer's rollout stats, TensorBoard logging and
-checkpoint client states, and the Ray worker_process_setup_hook in a real Ray worker.
+checkpoint client states, the stall alert's stop (checkpoint, then no more samples), and the Ray
+worker_process_setup_hook in a real Ray worker.
 
 What is stood in for, and why:
 - `vllm` and `flash_attn` cannot be installed on a CPU machine (CUDA builds; vllm would replace
@@ -14,7 +15,7 @@ What is stood in for, and why:
 - vLLM engines and DeepSpeed model actors need GPUs: generation is served by an object whose
   `.remote()` calls return `ray.put` results, the model forward of make_experience is skipped
   (experiences carry zero KL), and the actor group that saves checkpoints records its client states.
-Untested here: a full `python -m verl_avspo.openrlhf` training run (needs GPUs, vLLM, DeepSpeed).
+The whole training run, OpenRLHF's and our launcher's, is tests/e2e/test_openrlhf_cpu_e2e.py.
 """
 
 import copy
@@ -479,3 +480,38 @@ def test_metrics_reach_tensorboard_and_avspo_state_survives_resume(openrlhf, ray
     assert resumed_stats["avspo/threshold"] == continued_stats["avspo/threshold"] == pytest.approx(0.4)
     for position, (tokens, _) in continued.items():
         assert torch.equal(tokens, after_resume[position][0])
+
+
+def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, ray_session, monkeypatch, tmp_path):
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    alert = '{"alert": {"rule": "acr", "threshold": 0.3, "window": 2, "action": "stop"}}'
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", alert)
+    args = make_args("group_norm", tmp_path)
+    args.ckpt.save_steps = 100  # the stop saves its step whatever this says
+    group = RecordingActorGroup(ray_session)
+    trainer = openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
+    prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
+    trainer.samples_generator = openrlhf.sg.SamplesGenerator(
+        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
+    )
+
+    def step(number):
+        experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))  # ACR 0.5 > 0.3
+        trainer.experience_maker.compute_advantages_and_returns(experiences)
+        stats = trainer._compute_rollout_stats(experiences)
+        trainer.save_logs_and_checkpoints(number, stats, {"global_step": number})
+        return stats
+
+    assert step(1)["acr/stalled"] == 0.0 and group.saved is None  # not stalled yet; no checkpoint due
+    assert step(2)["acr/stalled"] == 1.0
+    assert group.saved["global_step"] == 2 and args.ckpt.save_steps == 100
+    assert group.saved["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    rollout, _, consumed, exhausted = trainer.samples_generator.generate_samples(n_samples_per_prompt=GROUP_SIZE)
+    assert list(rollout) == [] and consumed == 0 and exhausted  # OpenRLHF's fit loop ends here
+
+    resumed = openrlhf.pt.BasePPOTrainer(
+        SimpleNamespace(args=args), RecordingActorGroup(ray_session, group.saved), None, None, None, None, Tokenizer()
+    )
+    os.makedirs(os.path.join(args.ckpt.path, "_actor"), exist_ok=True)
+    resumed.init_checkpoint_states()
+    assert resumed.experience_maker._verl_avspo_step.alert.monitor.streak == 2

@@ -1,5 +1,5 @@
-"""Makes the CPU harness (``verl_cpu``, beside this file) importable in the test process; the runs
-it launches find it through ``PYTHONPATH`` (see ``verl_cpu.launch``)."""
+"""Makes the CPU harnesses (``verl_cpu`` and ``openrlhf_cpu``, beside this file) importable in the
+test process; the runs they launch find them through ``PYTHONPATH`` (see each ``launch.py``)."""
 
 import sys
 from pathlib import Path

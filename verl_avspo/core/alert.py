@@ -90,10 +90,13 @@ class StagnationMonitor:
         rewards = list(self.rewards)
         return sum(rewards[window:]) <= sum(rewards[:window])
 
-    def message(self, step: int) -> str:
+    def message(self, step: int, rule_setting: str | None = None, advice: str = ADVICE) -> str:
+        """The warning for a run stalled at ``step``; ``rule_setting`` and ``advice`` spell the settings
+        the way the framework's user gives them (default: verl's)."""
+        rule_setting = rule_setting or f"algorithm.avspo.alert.rule={self.config.rule}"
         return (
-            f"advantage collapse: {describe_rule(self.config)} (now step {step}, algorithm.avspo.alert.rule="
-            f"{self.config.rule}); most groups give no gradient. Try to {ADVICE}."
+            f"advantage collapse: {describe_rule(self.config)} (now step {step}, {rule_setting}); most groups give "
+            f"no gradient. Try to {advice}."
         )
 
     def state_dict(self) -> dict[str, Any]:

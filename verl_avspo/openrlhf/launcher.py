@@ -41,6 +41,7 @@ _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
 _ESTIMATOR_PREFIX = "--algo.advantage.e"
 _PREFIX = "--avspo."
+_ASYNC_FLAG = "--train.async_enable"
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
 
@@ -53,8 +54,11 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
                                    dr_grpo they switch AVSPO on for that estimator
   without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong
                                    (and acr/effective for rloo, group_norm, dr_grpo) in its logged metrics;
-                                   --avspo.tau and --avspo.reward_range alone set only the metrics' own
-                                   settings and leave OpenRLHF's estimator in place
+                                   --avspo.tau, --avspo.reward_range and --avspo.alert.* alone set only the
+                                   metrics' and the alert's settings and leave OpenRLHF's estimator in place
+  --avspo.alert.rule acr|all_wrong|acr_no_gain, --avspo.alert.window 50, --avspo.alert.threshold 0.35,
+  --avspo.alert.action warn|stop   the stall alert (acr/stalled), with or without AVSPO; stop checkpoints
+                                   the stalled step and ends the run (synchronous trainer only)
 OpenRLHF's own options follow."""
 
 
@@ -115,14 +119,15 @@ def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any
             while end < len(argv) and not (argv[end].startswith("-") and _number(argv[end]) is None):
                 end += 1
             values, i = list(argv[i + 1 : end]), end
-        if not key or key.startswith("alert"):
-            raise UsageError(
-                f"{flag} is not an AVSPO setting the OpenRLHF adapter takes"
-                + ("; the stagnation alert is part of the verl launcher only (watch acr/rate)" if key else "")
-            )
-        if key in settings:
+        if not key:
+            raise UsageError(f"{flag} is not an AVSPO setting: give a key, for example --avspo.preset paper")
+        section, dot, alert_key = key.partition(".")
+        # --avspo.alert.KEY: the stall alert's settings, nested as in algorithm.avspo.alert.KEY.
+        target = settings.setdefault("alert", {}) if section == "alert" and dot else settings
+        name = alert_key if target is not settings else key
+        if not isinstance(target, dict) or name in target:
             raise UsageError(f"{flag} is given twice; give it once")
-        settings[key] = _value(values, flag)
+        target[name] = _value(values, flag)
     return rest, settings
 
 
@@ -155,6 +160,17 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
             f"estimator: use {_ESTIMATOR_FLAG} avspo (or group_norm, or dr_grpo for no std division)"
         )
     return argv, settings
+
+
+def _check_alert_stop(argv: Sequence[str], alert: Any) -> None:
+    """``--avspo.alert.action stop`` ends the synchronous trainer's loop; the asynchronous one
+    generates in another actor, which the alert cannot stop."""
+    stops = isinstance(alert, dict) and alert.get("action") == "stop"
+    if stops and any(token.partition("=")[0] == _ASYNC_FLAG for token in argv):
+        raise UsageError(
+            f"--avspo.alert.action stop needs OpenRLHF's synchronous trainer; with {_ASYNC_FLAG} the alert can only "
+            f"warn. Drop {_ASYNC_FLAG} or use --avspo.alert.action warn."
+        )
 
 
 def _validated(settings: dict[str, Any]) -> dict[str, Any]:
@@ -211,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         acr = {key: given[key] for key in ACR_KEYS if key in given}
         if settings is None:
             _validated(acr)
+        _check_alert_stop(rest, given.get("alert"))
         version = check_openrlhf()
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)

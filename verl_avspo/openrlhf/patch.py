@@ -16,8 +16,11 @@ the process it runs in:
   turns them into ``group_norm``'s returns;
 - ``BasePPOTrainer._compute_rollout_stats``: adds the step's ``acr/*`` and ``avspo/*`` metrics to
   the status OpenRLHF logs (wandb, TensorBoard, the console);
-- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: AVSPO's state in the
-  checkpoint's client states, restored on resume.
+- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the stall alert
+  (:mod:`verl_avspo.openrlhf.alert`) reads each step's metrics and adds ``acr/stalled``; AVSPO's state
+  and the alert's are kept in the checkpoint's client states and restored on resume. With
+  ``alert.action: stop``, the stalled step is checkpointed and ``generate_samples`` then reports the
+  prompts exhausted, so OpenRLHF's loop ends and the run saves its model and exits normally.
 
 :func:`worker_setup` is the Ray ``worker_process_setup_hook`` that ``python -m verl_avspo.openrlhf``
 sets: every worker of the job installs the wrappers as soon as it imports
@@ -46,6 +49,8 @@ import torch
 
 from verl_avspo.core.collapse import measure_collapse
 from verl_avspo.core.config import AVSPOConfig, resolve_config
+from verl_avspo.openrlhf.alert import STATE_KEY as ALERT_STATE_KEY
+from verl_avspo.openrlhf.alert import StallAlert
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
 __all__ = [
@@ -66,9 +71,9 @@ logger = logging.getLogger(__name__)
 
 # JSON of the AVSPO settings (SPEC §4 keys); empty or unset: ACR metrics only, OpenRLHF's estimator.
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
-# JSON of the ACR metrics' own settings (tau, reward_range) for a run without AVSPO.
+# JSON of the ACR metrics' own settings (tau, reward_range) and the stall alert's, for a run without AVSPO.
 ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
-ACR_KEYS = ("tau", "reward_range")
+ACR_KEYS = ("tau", "reward_range", "alert")
 SUPPORTED_VERSIONS = ">=0.10.4,<0.12"
 # 0.11.2 is installed and tested; 0.10.4 and 0.11.0 were compared with it source file by source file.
 CHECKED_VERSIONS = ("0.10.4", "0.11.0", "0.11.2")
@@ -86,6 +91,7 @@ _STEP = "_verl_avspo_step"
 _PREFILTER = "_verl_avspo_prefilter"
 _RECORDED = "_verl_avspo_rewards"
 _INSTALLED = "_verl_avspo_installed"
+_STOPPED = "_verl_avspo_stopped"
 METRICS_ATTR = "verl_avspo_metrics"
 
 # The advantage step of the compute_advantages_and_returns call now running (this thread).
@@ -247,6 +253,7 @@ class _AdvantageStep:
                 )
             self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
         self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
+        self.alert = StallAlert(self.config.alert)
         self.outputs: list[torch.Tensor] = []
         self.reward_stds: list[torch.Tensor] | None = None
 
@@ -359,6 +366,8 @@ def _make_experience_batch(original: Callable) -> Callable:
 def _generate_samples(original: Callable) -> Callable:
     @functools.wraps(original)
     def generate_samples(self, *rest, **generate_kwargs):
+        if getattr(self, _STOPPED, False):  # the stall alert stopped the run: no samples, prompts exhausted
+            return GeneratedRollout([], None), None, 0, True
         group_size = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
         setattr(self, _RECORDED, [])
         try:
@@ -396,14 +405,42 @@ def _rollout_stats(original: Callable) -> Callable:
     return compute_rollout_stats
 
 
+def _stop_after(trainer: Any, global_step: int, save: Callable[[], Any]) -> None:
+    """Checkpoint ``global_step`` now (whatever ``--ckpt.save_steps`` says) and end the run: the
+    next ``generate_samples`` reports the prompts exhausted, so OpenRLHF's loop ends normally."""
+    ckpt = trainer.args.ckpt
+    save_steps, ckpt.save_steps = ckpt.save_steps, 1  # OpenRLHF saves when global_step % save_steps == 0
+    try:
+        save()
+    finally:
+        ckpt.save_steps = save_steps
+    generator = getattr(trainer, "samples_generator", None)
+    if generator is None:  # the asynchronous trainer generates in another actor (the launcher refuses this)
+        logger.error("--avspo.alert.action stop: step %d is checkpointed; this trainer cannot be stopped", global_step)
+        return
+    setattr(generator, _STOPPED, True)
+    logger.error(
+        "stopping the run after step %d (--avspo.alert.action stop); checkpoint: %s. Change the setup as advised "
+        "above, then resume with --ckpt.load_enable.",
+        global_step,
+        os.path.join(ckpt.path, "_actor", f"global_step{global_step}"),
+    )
+
+
 def _save_logs_and_checkpoints(original: Callable) -> Callable:
     @functools.wraps(original)
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None, *rest, **kwargs):
-        avspo = _advantage_step(self.experience_maker).avspo
-        if avspo is not None:
-            # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
-            client_states = {} if client_states is None else client_states
-            client_states[_STATE_KEY] = avspo.state_dict()
+        step = _advantage_step(self.experience_maker)
+        newly_stalled = logs_dict is not None and step.alert.observe(logs_dict, global_step)
+        # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
+        client_states = {} if client_states is None else client_states
+        client_states[ALERT_STATE_KEY] = step.alert.state_dict()
+        if step.avspo is not None:
+            client_states[_STATE_KEY] = step.avspo.state_dict()
+        if newly_stalled and step.alert.stops:
+            return _stop_after(
+                self, global_step, lambda: original(self, global_step, logs_dict, client_states, *rest, **kwargs)
+            )
         return original(self, global_step, logs_dict, client_states, *rest, **kwargs)
 
     return save_logs_and_checkpoints
@@ -413,7 +450,10 @@ def _init_checkpoint_states(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_checkpoint_states(self, *rest, **kwargs):
         states = original(self, *rest, **kwargs)
-        avspo = _advantage_step(self.experience_maker).avspo
+        step = _advantage_step(self.experience_maker)
+        if states.get(ALERT_STATE_KEY) is not None:
+            step.alert.load_state_dict(states[ALERT_STATE_KEY])
+        avspo = step.avspo
         saved = states.get(_STATE_KEY)
         if avspo is not None and saved is not None:
             avspo.load_state_dict(saved)

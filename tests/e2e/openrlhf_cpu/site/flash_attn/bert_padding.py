@@ -1,0 +1,1 @@
+index_first_axis = pad_input = rearrange = unpad_input = None
