@@ -499,10 +499,12 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
                 f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
             )
         else:
-            yield (
-                f"{key}={name} does not exist on this machine. Fix the path (a hub id such as Qwen/Qwen2.5-0.5B "
-                "is also accepted)."
+            accepted = (
+                "a hub id such as Qwen/Qwen2.5-0.5B is also accepted"
+                if key.endswith("model.path")
+                else "or name a module as pkg://package.module"
             )
+            yield f"{key}={name} does not exist on this machine. Fix the path ({accepted})."
 
 
 def _requested_gpus(config: DictConfig) -> int:
