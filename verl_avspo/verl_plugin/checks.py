@@ -517,7 +517,8 @@ def _requested_gpus(config: DictConfig) -> int:
 
 
 def _ray_address(config: DictConfig) -> str | None:
-    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+    return None if address == "local" else address  # "local" starts a new local cluster, as no address does
 
 
 def cluster_gpus(config: DictConfig, *, connect: bool) -> tuple[float | None, str]:
