@@ -474,6 +474,11 @@ def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys
     assert "val.parquet does not exist" not in err
     assert f"actor_rollout_ref.model.path={tmp_path / 'no_model'} does not exist on this machine" in err
     assert "asks for 8 GPU(s), but ray_kwargs.ray_init.num_gpus=2 has 2; Ray would wait for them" in err
+    assert dry_run([*RUNNABLE, *on_this_machine, "reward.custom_reward_function.path=my_reward.py"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "reward.custom_reward_function.path=my_reward.py does not exist on this machine. Fix the path (or name" in err
+    )
     # A hub id and a remote file pass, and the dry run says it did not check them.
     hub = [*RUNNABLE, *on_this_machine, "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B"]
     assert dry_run([*hub, "data.val_files=[hdfs://cluster/val.parquet]"]) == 0

@@ -521,10 +521,12 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
                 f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
             )
         else:
-            yield (
-                f"{key}={name} does not exist on this machine. Fix the path (a hub id such as Qwen/Qwen2.5-0.5B "
-                "is also accepted)."
+            accepted = (
+                "a hub id such as Qwen/Qwen2.5-0.5B is also accepted"
+                if key.endswith("model.path")
+                else "or name a module as pkg://package.module"
             )
+            yield f"{key}={name} does not exist on this machine. Fix the path ({accepted})."
 
 
 def _requested_gpus(config: DictConfig) -> int:
@@ -537,7 +539,8 @@ def _requested_gpus(config: DictConfig) -> int:
 
 
 def _ray_address(config: DictConfig) -> str | None:
-    return OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+    return None if address == "local" else address  # "local" starts a new local cluster, as no address does
 
 
 def cluster_gpus(config: DictConfig, *, connect: bool) -> tuple[float | None, str]:
