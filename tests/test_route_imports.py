@@ -15,7 +15,28 @@ import subprocess
 import sys
 import textwrap
 
-RUNNABLE = '["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]'
+import pytest
+
+
+@pytest.fixture(scope="module")
+def runnable(tmp_path_factory) -> str:
+    """The overrides of a config that passes a dry run here (local data files and model folder, one
+    logical GPU for Ray's local cluster), as the text of a Python list for the subprocess."""
+    folder = tmp_path_factory.mktemp("resources")
+    for name in ("train.parquet", "val.parquet"):
+        (folder / name).write_bytes(b"")
+    (folder / "model").mkdir()
+    return repr(
+        [
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+            f"data.train_files={folder / 'train.parquet'}",
+            f"data.val_files={folder / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={folder / 'model'}",
+            "trainer.n_gpus_per_node=1",
+            "+ray_kwargs.ray_init.num_gpus=1",
+        ]
+    )
 
 
 def run_without(module: str, code: str) -> subprocess.CompletedProcess:
@@ -23,7 +44,7 @@ def run_without(module: str, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
 
 
-def test_legacy_route_and_the_estimator_work_without_transfer_queue():
+def test_legacy_route_and_the_estimator_work_without_transfer_queue(runnable):
     result = run_without(
         "transfer_queue",
         f"""
@@ -37,8 +58,8 @@ def test_legacy_route_and_the_estimator_work_without_transfer_queue():
         )
         assert advantages[0, 0] > 0 > advantages[1, 0], advantages
         from verl_avspo.verl_plugin import launcher
-        assert launcher.main(["--dry-run", *{RUNNABLE}, "trainer.use_v1=False"]) == 0
-        config = launcher.compose_config([*{RUNNABLE}, "trainer.use_v1=False"])
+        assert launcher.main(["--dry-run", *{runnable}, "trainer.use_v1=False"]) == 0
+        config = launcher.compose_config([*{runnable}, "trainer.use_v1=False"])
         runner = launcher.task_runner_class(config)
         assert runner.__ray_actor_class__.__name__ == "AVSPOLegacyTaskRunner"
         assert sys.modules["transfer_queue"] is None
@@ -54,15 +75,15 @@ def test_legacy_route_and_the_estimator_work_without_transfer_queue():
     assert "V1 needs transfer_queue, as expected" in result.stdout  # the block was real
 
 
-def test_v1_routes_and_the_hook_work_without_the_legacy_trainer():
+def test_v1_routes_and_the_hook_work_without_the_legacy_trainer(runnable):
     result = run_without(
         "verl.trainer.main_ppo_v0",
         f"""
         from verl_avspo.verl_plugin import launcher, sampler, trainer_v1
-        config = launcher.compose_config({RUNNABLE})
+        config = launcher.compose_config({runnable})
         assert launcher.task_runner_class(config) is trainer_v1.AVSPOTaskRunner
         assert set(trainer_v1.V1_TRAINERS) == {{"sync", "colocate_async", "separate_async"}}
-        assert launcher.main(["--dry-run", *{RUNNABLE}, "trainer.v1.trainer_mode=separate_async"]) == 0
+        assert launcher.main(["--dry-run", *{runnable}, "trainer.v1.trainer_mode=separate_async"]) == 0
         try:
             import verl.trainer.main_ppo_v0
         except ImportError:
