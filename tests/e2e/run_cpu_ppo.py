@@ -2,6 +2,8 @@
 
     python tests/e2e/run_cpu_ppo.py                       # python -m verl_avspo.main_ppo, avspo, 3 steps
     python tests/e2e/run_cpu_ppo.py --stock               # python -m verl.trainer.main_ppo (entry point only)
+    python tests/e2e/run_cpu_ppo.py --stock --hook        # the same with the ACR hook (custom_sampler)
+    python tests/e2e/run_cpu_ppo.py --mode colocate_async # any V1 trainer mode (separate_async: see launch.py)
     python tests/e2e/run_cpu_ppo.py -- algorithm.adv_estimator=grpo trainer.save_freq=1
 
 Everything after ``--`` is passed on as Hydra overrides. The work folder (``--out``) keeps the model,
@@ -18,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, TinyRun  # noqa: E402
+from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, TinyRun, separate_async_overrides  # noqa: E402
+
+from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES  # noqa: E402
 
 COLUMNS = ("acr/rate", "acr/effective", "avspo/threshold", "avspo/triggered", "critic/score/mean", "actor/pg_loss")
 
@@ -28,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="work folder (default: a new temporary one)")
     parser.add_argument("--steps", type=int, default=3, help="training steps (default: 3)")
     parser.add_argument("--stock", action="store_true", help="run verl's own main_ppo instead of our launcher")
+    parser.add_argument("--hook", action="store_true", help="with --stock: add the ACR hook's overrides")
+    parser.add_argument("--mode", default="sync", help="trainer.v1.trainer_mode (default: sync)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, after --")
     args = parser.parse_args(argv)
 
@@ -37,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = ["algorithm.adv_estimator=avspo", f"trainer.total_training_steps={args.steps}"]
     if args.stock:
         overrides.append("+algorithm.avspo.preset=paper")
+    if args.hook:
+        overrides += HOOK_OVERRIDES
+    overrides += (
+        separate_async_overrides() if args.mode == "separate_async" else [f"trainer.v1.trainer_mode={args.mode}"]
+    )
     overrides += args.overrides
     print(f"python -m {entry} {' '.join(overrides)}  (+ the harness overrides in verl_cpu/launch.py)")
     print(f"work folder: {workdir}; console log: {workdir / 'metrics.log'}")
