@@ -161,6 +161,19 @@ def test_same_seed_same_metrics(comparison, tmp_path):
     assert paper["avspo/threshold"].between(0.1, 0.9).all()
 
 
+def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):
+    """--seed-start 0 reproduces the default seeds; --seed-start 1 runs seed 1, a different run."""
+    cache = comparison / "cache"
+    for start in (0, 1):
+        argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path / str(start)), "--cache-dir", str(cache)]
+        assert main([*argv, *TINY, "--seed-start", str(start)]) == 0
+    seed0 = (tmp_path / "0" / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert seed0 == (comparison / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert sorted(p.name for p in (tmp_path / "1" / "runs" / "grpo").iterdir()) == ["seed1.jsonl"]
+    assert (tmp_path / "1" / "runs" / "grpo" / "seed1.jsonl").read_text() != seed0
+    assert "seeds 1..1" in (tmp_path / "1" / "summary.md").read_text()
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.

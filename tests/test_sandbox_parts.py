@@ -92,6 +92,8 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--prompts-per-step", "3"])
     with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
         main(["sandbox", "--seeds", "0"])
+    with pytest.raises(SystemExit, match=r"--seed-start=-1 is invalid"):
+        main(["sandbox", "--seed-start", "-1"])
     with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
         main(["sandbox", "--temperature", "0"])
 
