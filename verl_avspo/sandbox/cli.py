@@ -27,7 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--estimators",
         default="grpo,avspo,avspo:paper_code",
         help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset; dapo is "
-        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dcpo, intuitor "
+        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dapo_resample is "
+        "DAPO's dynamic sampling (more prompt groups each step until the batch is full of non-collapsed ones, capped "
+        "by --max-gen-batches); dcpo, intuitor "
         "and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole table: "
         "grpo,avspo,dcpo,intuitor,rent)",
     )
@@ -87,6 +89,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "beta_loo update unbiased, docs/method.md §6.3)",
     )
     parser.add_argument(
+        "--max-gen-batches",
+        type=int,
+        default=defaults.max_gen_batches,
+        help=f"dapo_resample: at most this many batches of --prompts-per-step prompts per step, as verl's "
+        f"algorithm.filter_groups.max_num_gen_batches (default {defaults.max_gen_batches})",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=defaults.policy.sft_steps,
@@ -120,6 +129,18 @@ def _baselines_text(estimators) -> str:
     return "".join(f" {text}" for name, text in sentences.items() if name in labels)
 
 
+def _resample_text(config, estimators) -> str:
+    """What dapo_resample does ("" if it is not in this comparison)."""
+    if not any(spec.resample for spec in estimators):
+        return ""
+    return (
+        f" `dapo_resample` re-samples: it draws batches of {config.prompts_per_step} prompt groups until "
+        f"{config.prompts_per_step} are not collapsed, at most {config.max_gen_batches} batches per step (verl's "
+        "`max_num_gen_batches`), and trains on those, so it generates more rollouts per step than the others "
+        "(`train/rollouts_generated`)."
+    )
+
+
 def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
     from verl_avspo.sandbox.summary import first_steps_column
 
@@ -135,8 +156,9 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         f"rollouts per step for every estimator, temperature {config.temperature:g}, verl's `compute_advantage` "
         f"and `vanilla` PPO-clip loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, "
         f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
-        f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
-        f"collapsed groups from the loss (no re-sampling).{_baselines_text(estimators)}\n"
+        f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
+        f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
+        f"{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
@@ -170,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,
+            max_gen_batches=args.max_gen_batches,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
     except ValueError as err:
