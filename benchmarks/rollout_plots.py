@@ -20,6 +20,7 @@ Usage: python benchmarks/rollout_plots.py runs/rollout_study/compare --out docs/
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -54,8 +55,22 @@ def _cell(values: np.ndarray) -> str:
 
 
 def _delta(values: np.ndarray, baseline: np.ndarray) -> str:
-    gain = values - baseline
+    """Paired by seed: both are in seed order from the same first seed, so the first n pair up."""
+    n = min(len(values), len(baseline))
+    gain = values[:n] - baseline[:n]
     return f"{gain.mean():+.1f} ± {gain.std(ddof=1) / np.sqrt(len(gain)):.1f} ({(gain > 0).sum()} of {len(gain)})"
+
+
+def finished(runs: dict[str, list]) -> dict[str, list]:
+    """The runs that reached the mix's last step; a run still in progress is left out, with a warning."""
+    last = max(frame.index.max() for frames in runs.values() for frame in frames)
+    kept = {label: [f for f in frames if f.index.max() == last] for label, frames in runs.items()}
+    for label, frames in runs.items():
+        if len(kept[label]) < len(frames):
+            logging.warning(
+                "%s: %d of %d runs are unfinished and left out", label, len(frames) - len(kept[label]), len(frames)
+            )
+    return {label: frames for label, frames in kept.items() if frames}
 
 
 def table(runs: dict[str, list]) -> tuple[str, float]:
@@ -97,8 +112,7 @@ def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
         (line,) = ax.plot(grid, mean, label=label)
         ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.15)
     ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("symlog", linthresh=budget)
-    ax.set_xlabel("cumulative rollouts generated (linear up to the dotted budget, then log)")
+    ax.set_xlabel("cumulative rollouts generated (dotted: the equal-rollout budget)")
     ax.set_ylabel("held-out greedy accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
@@ -114,12 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for mix in sorted(p for p in args.compare.iterdir() if (p / "runs").is_dir()):
-        runs = load(mix)
+        runs = finished(load(mix))
         text, budget = table(runs)
-        seeds = len(runs["grpo"])
+        seeds = ", ".join(f"{label} {len(frames)}" for label, frames in runs.items())
         path = args.out / f"{mix.name}_accuracy_per_rollout.png"
-        plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over {seeds} seeds)", path)
-        print(f"## {mix.name} ({seeds} seeds; budget = {budget:.0f} rollouts)\n\n{text}\n")
+        plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over seeds)", path)
+        print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n")
     print(f"wrote the *_accuracy_per_rollout.png plots under {args.out}")
     return 0
 
