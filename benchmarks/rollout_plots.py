@@ -8,7 +8,9 @@ Reads ``<compare>/<mix>/runs/<estimator>/seed<k>.jsonl`` (every evaluation recor
 - accuracy at equal rollouts: each run's accuracy curve against its cumulative rollouts, linearly
   interpolated at the *budget*, the smallest final cumulative rollout count of any run of the mix
   (the equal-rollout estimators' 60 x 128 = 7680; a run that re-samples reaches it earlier);
-- the rollouts generated per step and the fraction of steps that hit the re-sampling cap.
+- the rollouts generated per step and the fraction of steps that hit the re-sampling cap;
+- then each equal-rollout estimator against ``dapo_resample``, paired by seed, at equal steps and
+  at equal rollouts.
 
 It writes ``<mix>_accuracy_per_rollout.png`` under ``--out``: held-out accuracy against cumulative
 rollouts generated, mean over seeds with a ± std band, on the range every seed of an estimator
@@ -102,6 +104,27 @@ def table(runs: dict[str, list]) -> tuple[str, float]:
     return "\n".join(lines), budget
 
 
+def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample") -> str:
+    """Markdown lines: each equal-rollout estimator against the re-sampling one, paired by seed, at
+    equal steps and at equal rollouts ("" without a re-sampling run)."""
+    if resampler not in runs:
+        return ""
+    theirs = runs[resampler]
+    steps = np.array([curve(f)[1][-1] for f in theirs])
+    equal = np.array([at_rollouts(f, budget) for f in theirs])
+    lines = []
+    for label, frames in runs.items():
+        if label in ("grpo", resampler):
+            continue
+        ours_steps = np.array([curve(f)[1][-1] for f in frames])
+        ours_equal = np.array([at_rollouts(f, budget) for f in frames])
+        lines.append(
+            f"- `{label}` − `{resampler}` (paired, ± s.e.): {_delta(ours_steps, steps)} at equal steps, "
+            f"{_delta(ours_equal, equal)} at {budget:.0f} rollouts"
+        )
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, frames in runs.items():
@@ -133,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = ", ".join(f"{label} {len(frames)}" for label, frames in runs.items())
         path = args.out / f"{mix.name}_accuracy_per_rollout.png"
         plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over seeds)", path)
-        print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n")
+        print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n\n{versus(runs, budget)}\n")
     print(f"wrote the *_accuracy_per_rollout.png plots under {args.out}")
     return 0
 
