@@ -13,12 +13,19 @@ PYTHON=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-runs/rollout_study}
 PLOTS=${PLOTS:-docs/results}
 STAGES=${STAGES:-confirm compare report}
-COMMON=(--steps 60 --threads 1)
+# SANDBOX_ARGS adds options to every run, e.g. a smoke test of this script:
+#   OUT=runs/smoke PLOTS=runs/smoke/plots CONFIRM_SEEDS=2 COMPARE_SEEDS=2 STEPS=4 \
+#   SANDBOX_ARGS="--sft-steps 20 --eval-size 8 --eval-every 2" bash benchmarks/rollout_study.sh
+STEPS=${STEPS:-60}
+CONFIRM_SEEDS=${CONFIRM_SEEDS:-20}
+COMPARE_SEEDS=${COMPARE_SEEDS:-10}
+read -r -a EXTRA <<< "${SANDBOX_ARGS:-}"
+COMMON=(--steps "$STEPS" --threads 1 "${EXTRA[@]}")
 EASY=1+1,2+1,1*1
 HARD=2+2,2*1,3+2,1+1
 started=$SECONDS
 if [[ " $STAGES " == *" confirm "* ]]; then
-    "$VERL_AVSPO" sandbox --estimators grpo,avspo --levels "$EASY" --seeds 20 --seed-start 100 "${COMMON[@]}" \
+    "$VERL_AVSPO" sandbox --estimators grpo,avspo --levels "$EASY" --seeds "$CONFIRM_SEEDS" --seed-start 100 "${COMMON[@]}" \
         --out "$OUT/confirm"
     echo "confirm: $((SECONDS - started)) s"
 fi
@@ -27,7 +34,7 @@ if [[ " $STAGES " == *" compare "* ]]; then
     mkdir -p "$OUT"
     for mix in "easy $EASY" "hard $HARD"; do
         set -- $mix
-        "$VERL_AVSPO" sandbox --estimators grpo,avspo,avspo:beta_loo,dapo_resample --levels "$2" --seeds 10 \
+        "$VERL_AVSPO" sandbox --estimators grpo,avspo,avspo:beta_loo,dapo_resample --levels "$2" --seeds "$COMPARE_SEEDS" \
             --seed-start 200 "${COMMON[@]}" --out "$OUT/compare/$1" > "$OUT/compare-$1.log" 2>&1 &
     done
     wait
