@@ -205,6 +205,23 @@ def test_dapo_resample_trains_on_full_batches_and_counts_every_rollout(torch_set
     assert resample.loc[[0, 2, 4], ["eval/acc_mean", "train/rollouts_cumulative"]].notna().all().all()
 
 
+def test_dapo_resample_at_its_cap_with_nothing_kept_makes_no_update(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # No warm-up and 3-digit sums: every answer is wrong, every group collapses, one batch allowed.
+    config = SandboxConfig(
+        levels="3+2", steps=2, eval_every=2, eval_size=8, max_gen_batches=1, policy=PolicyConfig(sft_steps=0)
+    )
+    (spec,) = parse_estimators("dapo_resample")
+    train(config, spec, 0, tmp_path / "capped.jsonl")
+    steps = read_metrics(tmp_path / "capped.jsonl").loc[1:]
+    assert (steps["acr/rate"] == 1).all() and (steps["train/kept_groups"] == 0).all()
+    assert (steps["train/resample_capped"] == 1).all() and (steps["train/rollouts_generated"] == 128).all()
+    assert (steps["acr/effective"] == 0).all() and (steps["actor/pg_loss"] == 0).all()  # no mini-batch ran
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.

@@ -254,7 +254,8 @@ def train(
             num_groups = len(batch.prompts)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids)
+                # (verl's logprobs_from_logits refuses an empty batch: dapo_resample at its cap with none kept)
+                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids) if num_groups else None
                 entropy = token_entropy(batch.logits)
                 response_mask = rollout.response_mask.float()
                 if estimator.reward == "self_certainty":
