@@ -1,6 +1,7 @@
 """The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
 loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
-(20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds."""
+(20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
+sampling (dapo_resample) and the rollout counts every run logs are checked on their own run."""
 
 import json
 import math
@@ -159,6 +160,66 @@ def test_same_seed_same_metrics(comparison, tmp_path):
     paper = read_metrics(logs[0]).loc[1:]
     assert (paper["acr/effective"] <= paper["acr/rate"]).all()
     assert paper["avspo/threshold"].between(0.1, 0.9).all()
+
+
+def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):
+    """--seed-start 0 reproduces the default seeds; --seed-start 1 runs seed 1, a different run."""
+    cache = comparison / "cache"
+    for start in (0, 1):
+        argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path / str(start)), "--cache-dir", str(cache)]
+        assert main([*argv, *TINY, "--seed-start", str(start)]) == 0
+    seed0 = (tmp_path / "0" / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert seed0 == (comparison / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert sorted(p.name for p in (tmp_path / "1" / "runs" / "grpo").iterdir()) == ["seed1.jsonl"]
+    assert (tmp_path / "1" / "runs" / "grpo" / "seed1.jsonl").read_text() != seed0
+    assert "seeds 1..1" in (tmp_path / "1" / "summary.md").read_text()
+
+
+def test_dapo_resample_trains_on_full_batches_and_counts_every_rollout(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # 200 warm-up steps: about half the groups collapse, so re-sampling has work to do.
+    config = SandboxConfig(
+        levels="1+1,2+1,1*1", steps=4, eval_every=2, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=200)
+    )
+    frames = {}
+    for spec in parse_estimators("grpo,dapo_resample"):
+        train(config, spec, 0, tmp_path / f"{spec.label}.jsonl", tmp_path / "cache")
+        frames[spec.label] = read_metrics(tmp_path / f"{spec.label}.jsonl")
+    grpo, resample = frames["grpo"], frames["dapo_resample"]
+    assert (grpo.loc[1:, "train/rollouts_generated"] == 128).all()  # 16 prompts x G=8, every step
+    assert grpo["train/rollouts_cumulative"].tolist() == [0, 128, 256, 384, 512]  # step 0 (the warm-up's eval) too
+    steps = resample.loc[1:]
+    assert steps["train/gen_batches"].between(1, 4).all() and (steps["train/gen_batches"] > 1).any()
+    # It pays for every response of every batch it drew, and its raw ACR is over all of those groups.
+    assert (steps["train/rollouts_generated"] == 128 * steps["train/gen_batches"]).all()
+    assert (steps["train/rollouts_cumulative"] == steps["train/rollouts_generated"].cumsum()).all()
+    assert (steps["acr/groups"] == 16 * steps["train/gen_batches"]).all()
+    # Below the cap it trains on exactly prompts_per_step groups, none of them collapsed.
+    full = steps["train/resample_capped"] == 0
+    assert full.any() and (steps.loc[full, "train/kept_groups"] == 1).all()
+    assert (steps.loc[~full, "train/gen_batches"] == 4).all() and (steps.loc[~full, "train/kept_groups"] < 1).all()
+    assert (steps["acr/effective"] == 0).all()
+    assert resample.loc[[0, 2, 4], ["eval/acc_mean", "train/rollouts_cumulative"]].notna().all().all()
+
+
+def test_dapo_resample_at_its_cap_with_nothing_kept_makes_no_update(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # No warm-up and 3-digit sums: every answer is wrong, every group collapses, one batch allowed.
+    config = SandboxConfig(
+        levels="3+2", steps=2, eval_every=2, eval_size=8, max_gen_batches=1, policy=PolicyConfig(sft_steps=0)
+    )
+    (spec,) = parse_estimators("dapo_resample")
+    train(config, spec, 0, tmp_path / "capped.jsonl")
+    steps = read_metrics(tmp_path / "capped.jsonl").loc[1:]
+    assert (steps["acr/rate"] == 1).all() and (steps["train/kept_groups"] == 0).all()
+    assert (steps["train/resample_capped"] == 1).all() and (steps["train/rollouts_generated"] == 128).all()
+    assert (steps["acr/effective"] == 0).all() and (steps["actor/pg_loss"] == 0).all()  # no mini-batch ran
 
 
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):

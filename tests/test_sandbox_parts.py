@@ -1,14 +1,19 @@
 """The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
-validation messages, the summary verdict and the plots. No model training here."""
+validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches),
+padding rollouts together, the summary verdict and the plots. No model training here."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import torch
 
 from verl_avspo.cli import main
+from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
+from verl_avspo.sandbox.loop import dynamic_sampling
+from verl_avspo.sandbox.policy import Rollout
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.plots import plot_metrics
@@ -92,6 +97,10 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--prompts-per-step", "3"])
     with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
         main(["sandbox", "--seeds", "0"])
+    with pytest.raises(SystemExit, match=r"--seed-start=-1 is invalid"):
+        main(["sandbox", "--seed-start", "-1"])
+    with pytest.raises(SystemExit, match=r"max_gen_batches=0 is invalid: dapo_resample needs a cap .* use 10"):
+        main(["sandbox", "--estimators", "dapo_resample", "--max-gen-batches", "0"])
     with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
         main(["sandbox", "--temperature", "0"])
 
@@ -269,3 +278,60 @@ def test_the_warm_up_cache_is_keyed_by_the_code_too(tmp_path, monkeypatch):
     edited.write_text(Path(policy.__file__).read_text() + "\n# another warm-up\n")
     monkeypatch.setattr(policy, "__file__", str(edited))
     assert policy._cache_key(config, task, tokenizer) != key
+
+
+def _scripted(*batches: str, group_size: int = 2):
+    """A ``draw`` for dynamic_sampling over scripted batches: per group, ``c`` collapsed (all 1),
+    ``i`` informative (0 then 1). Records which batch indices were drawn."""
+    calls = []
+
+    def draw(index: int):
+        calls.append(index)
+        rows = [[1.0] * group_size if kind == "c" else [0.0] + [1.0] * (group_size - 1) for kind in batches[index]]
+        return SimpleNamespace(scores=torch.tensor(rows).reshape(-1))
+
+    return draw, calls
+
+
+def test_dynamic_sampling_keeps_exactly_the_wanted_non_collapsed_groups():
+    draw, calls = _scripted("ccic", "icii", "iiii")
+    drawn, picks = dynamic_sampling(draw, group_size=2, wanted=3, max_gen_batches=10)
+    assert calls == [0, 1]  # stops as soon as it has 3 groups: batch 2 is never generated
+    assert [p.tolist() for p in picks] == [
+        [2],
+        [0, 2],
+    ]  # the first 3 in generation order; group 3 of batch 1 is surplus
+    assert sum(len(b.scores) for b in drawn) == 16  # rollouts paid: every response of both batches, surplus included
+    drawn, picks = dynamic_sampling(draw, group_size=2, wanted=1, max_gen_batches=10)
+    assert len(drawn) == 1 and [p.tolist() for p in picks] == [[2]]
+    # A full first batch costs no extra rollouts.
+    drawn, picks = dynamic_sampling(_scripted("iiii")[0], group_size=2, wanted=4, max_gen_batches=10)
+    assert len(drawn) == 1 and picks[0].tolist() == [0, 1, 2, 3]
+
+
+def test_dynamic_sampling_stops_at_the_cap_with_what_it_has():
+    draw, calls = _scripted("cccc", "ciic", "cccc", "iiii", group_size=4)
+    drawn, picks = dynamic_sampling(draw, group_size=4, wanted=4, max_gen_batches=3)
+    assert calls == [0, 1, 2]  # verl's max_num_gen_batches: at most 3 batches, then train on what there is
+    assert [p.tolist() for p in picks] == [[], [1, 2], []]
+    drawn, picks = dynamic_sampling(_scripted("cc", "cc")[0], group_size=2, wanted=2, max_gen_batches=2)
+    assert len(drawn) == 2 and sum(p.numel() for p in picks) == 0  # all collapsed: nothing to train on
+
+
+def test_dynamic_sampling_refuses_bad_settings():
+    draw = _scripted("ii")[0]
+    with pytest.raises(ValueError, match=r"wanted=0, max_gen_batches=10: both must be at least 1"):
+        dynamic_sampling(draw, group_size=2, wanted=0, max_gen_batches=10)
+    with pytest.raises(ValueError, match=r"wanted=2, max_gen_batches=0"):
+        dynamic_sampling(draw, group_size=2, wanted=2, max_gen_batches=0)
+    with pytest.raises(ValueError, match=r"max_gen_batches=-1 is invalid"):
+        SandboxConfig(max_gen_batches=-1)
+    assert parse_estimators("dapo,dapo_resample")[1].resample  # filtering and re-sampling are two estimators
+
+
+def test_rollouts_concatenate_with_prompts_left_padded_and_responses_right_padded():
+    short = Rollout(torch.tensor([[5, 6]]), torch.tensor([[1, 1]]), torch.tensor([[7]]), torch.tensor([[1]]))
+    long = Rollout(torch.tensor([[4, 5, 6]]), torch.tensor([[1, 1, 1]]), torch.tensor([[8, 9]]), torch.tensor([[1, 1]]))
+    both = Rollout.concat([short, long], pad_id=0)
+    assert both.prompt_ids.tolist() == [[0, 5, 6], [4, 5, 6]] and both.prompt_mask.tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert both.response_ids.tolist() == [[7, 0], [8, 9]] and both.response_mask.tolist() == [[1, 0], [1, 1]]

@@ -53,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append("+algorithm.avspo.preset=paper")
     if args.hook:
         overrides += HOOK_OVERRIDES
-    overrides += (
-        separate_async_overrides(num_ranks) if args.mode == "separate_async" else [f"trainer.v1.trainer_mode={args.mode}"]
-    )
+    if args.mode == "separate_async":
+        overrides += separate_async_overrides(num_ranks)
+    else:
+        overrides.append(f"trainer.v1.trainer_mode={args.mode}")
     overrides += args.overrides
     print(f"python -m {entry} {' '.join(overrides)}  (+ the harness overrides in verl_cpu/launch.py)")
     print(f"work folder: {workdir}; console log: {workdir / 'metrics.log'}")

@@ -28,14 +28,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--estimators",
         default="grpo,avspo,avspo:paper_code",
         help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset; dapo is "
-        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dcpo, intuitor "
+        "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dapo_resample is "
+        "DAPO's dynamic sampling (more prompt groups each step until the batch is full of non-collapsed ones, capped "
+        "by --max-gen-batches); dcpo, intuitor "
         "and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole table: "
         "grpo,avspo,dcpo,intuitor,rent)",
     )
     parser.add_argument(
         "--steps", type=int, default=defaults.steps, help=f"RL steps per run (default {defaults.steps})"
     )
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per estimator, 0..S-1 (default 5)")
+    parser.add_argument(
+        "--seeds", type=int, default=5, help="seeds per estimator: --seed-start .. --seed-start+S-1 (default 5)"
+    )
+    parser.add_argument(
+        "--seed-start",
+        type=int,
+        default=0,
+        help="first seed (default 0); e.g. --seeds 20 --seed-start 100 runs seeds 100..119, fresh seeds for a "
+        "confirmation",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/sandbox"), help="output folder (default runs/sandbox)")
     parser.add_argument("--levels", default=defaults.levels, help=f"difficulty levels (default {defaults.levels})")
     parser.add_argument(
@@ -79,6 +90,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "beta_loo update unbiased, docs/method.md §6.3)",
     )
     parser.add_argument(
+        "--max-gen-batches",
+        type=int,
+        default=defaults.max_gen_batches,
+        help=f"dapo_resample: at most this many batches of --prompts-per-step prompts per step, as verl's "
+        f"algorithm.filter_groups.max_num_gen_batches (default {defaults.max_gen_batches})",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=defaults.policy.sft_steps,
@@ -112,7 +130,19 @@ def _baselines_text(estimators) -> str:
     return "".join(f" {text}" for name, text in sentences.items() if name in labels)
 
 
-def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
+def _resample_text(config, estimators) -> str:
+    """What dapo_resample does ("" if it is not in this comparison)."""
+    if not any(spec.resample for spec in estimators):
+        return ""
+    return (
+        f" `dapo_resample` re-samples: it draws batches of {config.prompts_per_step} prompt groups until "
+        f"{config.prompts_per_step} are not collapsed, at most {config.max_gen_batches} batches per step (verl's "
+        "`max_num_gen_batches`), and trains on those, so it generates more rollouts per step than the others "
+        "(`train/rollouts_generated`)."
+    )
+
+
+def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
     from verl_avspo.sandbox.summary import first_steps_column
 
     policy = config.policy
@@ -127,8 +157,9 @@ def _setup_text(config, estimators, seeds: int, first_steps: int) -> str:
         f"rollouts per step for every estimator, temperature {config.temperature:g}, verl's `compute_advantage` "
         f"and `vanilla` PPO-clip loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, "
         f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
-        f"0..{seeds - 1} (same seed: same prompts for every estimator). `dapo` samples the same rollouts and drops "
-        f"collapsed groups from the loss (no re-sampling).{_baselines_text(estimators)}\n"
+        f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
+        f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
+        f"{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
@@ -158,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise SystemExit(f"verl-avspo sandbox: --seeds={args.seeds} is invalid: expected at least 1 seed")
+    if args.seed_start < 0:
+        raise SystemExit(f"verl-avspo sandbox: --seed-start={args.seed_start} is invalid: expected a seed >= 0")
     if args.threads < 1:
         raise SystemExit(f"verl-avspo sandbox: --threads={args.threads} is invalid: expected at least 1")
     try:
@@ -173,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,
+            max_gen_batches=args.max_gen_batches,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
     except ValueError as err:
@@ -194,10 +228,11 @@ def run(args: argparse.Namespace) -> int:
     first_steps = max(1, config.steps // 5)
     cache_dir = None if args.no_cache else args.cache_dir
     started = time.monotonic()
+    seeds = range(args.seed_start, args.seed_start + args.seeds)
     frames = {}
     for spec in estimators:
         frames[spec.label] = []
-        for seed in range(args.seeds):
+        for seed in seeds:
             log_path = run_dir(args.out, spec.label) / f"seed{seed}.jsonl"
             train(config, spec, seed, log_path, cache_dir)
             frames[spec.label].append(read_metrics(log_path))
@@ -225,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         label: [run_statistics(f, len(level_names), config.pass_k, first_steps) for f in runs]
         for label, runs in frames.items()
     }
-    setup = _setup_text(config, estimators, args.seeds, first_steps)
+    setup = _setup_text(config, estimators, seeds, first_steps)
     intrinsic = [spec.label for spec in estimators if spec.intrinsic]
     summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic)
     (args.out / "summary.md").write_text(summary)

@@ -68,6 +68,9 @@ class SandboxConfig:
     eval_size: int = 64
     pass_k: int = 8
     loss_agg_mode: str = "token-mean"
+    # dapo_resample: at most this many batches of prompts_per_step prompt groups per step, as verl's
+    # algorithm.filter_groups.max_num_gen_batches (its DAPO recipes use 10).
+    max_gen_batches: int = 10
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self):
@@ -76,6 +79,12 @@ class SandboxConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
+        if self.max_gen_batches < 1:
+            raise ValueError(
+                f"max_gen_batches={self.max_gen_batches} is invalid: dapo_resample needs a cap of at least 1 batch "
+                "(verl reads 0 as no limit, which loops forever once the policy solves every prompt); verl's DAPO "
+                "recipes use 10"
+            )
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(
                 f"loss_agg_mode={self.loss_agg_mode!r} is invalid: expected one of {', '.join(LOSS_AGG_MODES)}"

@@ -1,4 +1,4 @@
-"""Estimator specs of the sandbox command line: ``grpo,avspo,avspo:paper_code,rloo,dapo``.
+"""Estimator specs of the sandbox command line: ``grpo,avspo,avspo:paper_code,rloo,dapo,dapo_resample``.
 
 Each spec names an advantage estimator that verl's ``compute_advantage`` dispatches (``avspo``
 comes from this package's registration), plus ``dapo``: GRPO with DAPO-style dropping of
@@ -7,6 +7,15 @@ the batch is full of groups with reward variance, which costs extra generation; 
 estimator samples the same ``prompts_per_step x group_size`` responses per step, and ``dapo``
 drops the collapsed groups from the policy loss instead of replacing them. The loss is then a
 token mean over the remaining groups only, so it is larger per kept token than GRPO's.
+
+``dapo_resample`` is DAPO's dynamic sampling as verl runs it (``algorithm.filter_groups`` with
+``max_num_gen_batches``): each step draws batches of ``prompts_per_step`` prompt groups, keeps the
+groups whose rewards differ, and stops when it has ``prompts_per_step`` of them or after
+``max_gen_batches`` batches; it trains on exactly ``prompts_per_step`` of them (the surplus of the
+last batch is discarded, as verl does) and pays for every rollout it drew
+(``train/rollouts_generated``). At the cap verl's DAPO trainer raises an error; the sandbox trains
+on the groups it has (fewer, or none: then the step makes no update) and logs
+``train/resample_capped``.
 
 The paper's other baselines:
 
@@ -39,6 +48,7 @@ SUPPORTED = (
     "rloo",
     "avspo",
     "dapo",
+    "dapo_resample",
     "dcpo",
     "intuitor",
     "rent",
@@ -60,6 +70,8 @@ class EstimatorSpec:
         adv_estimator: verl's ``algorithm.adv_estimator``.
         preset: the AVSPO preset (``avspo`` only).
         drop_collapsed: DAPO-style filtering of collapsed groups before the policy loss.
+        resample: DAPO's dynamic sampling: draw more prompt groups until the step's batch is full of
+            non-collapsed ones (implies ``drop_collapsed``).
         reward: ``verifier`` (exact match), or the intrinsic ``self_certainty`` / ``negative_entropy``.
     """
 
@@ -67,6 +79,7 @@ class EstimatorSpec:
     adv_estimator: str
     preset: str | None = None
     drop_collapsed: bool = False
+    resample: bool = False
     reward: str = "verifier"
 
     @property
@@ -107,6 +120,8 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 )
         if name == "dapo":
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
+        elif name == "dapo_resample":
+            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, resample=True))
         elif name in INTRINSIC_REWARDS:
             specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name]))
         else:
@@ -114,7 +129,7 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
     # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
     seen = {}
     for s in specs:
-        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.reward)
+        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.resample, s.reward)
         if key in seen:
             raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
         seen[key] = s.label

@@ -12,11 +12,21 @@ the token-mean entropy of the sampling policy over the step's responses.
 negative entropy); ``acr/*`` is then measured on that reward, and ``train/reward_mean`` stays
 the verifier's. ``dcpo`` is verl's ``dcpo`` estimator (prompt keys: the problem's text) and
 ``dcpo`` policy loss as this package registers them.
+
+``dapo_resample`` draws more batches of prompt groups each step (:func:`dynamic_sampling`, verl's
+``algorithm.filter_groups`` with ``max_num_gen_batches``) until its batch is full of groups whose
+rewards differ; its ``acr/rate`` is over every group it drew, its ``acr/effective`` over the groups
+it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``)
+and since the start (``train/rollouts_cumulative``, on the evaluation records too), so that runs
+can be compared at equal rollouts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -31,12 +41,22 @@ from verl_avspo.core.collapse import detect_collapse, group_ids, group_stats, me
 from verl_avspo.core.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
-from verl_avspo.sandbox.policy import CharTokenizer, response_log_probs, response_logits, sample, warm_policy
+from verl_avspo.sandbox.policy import (
+    CharTokenizer,
+    Rollout,
+    pad_cat,
+    response_log_probs,
+    response_logits,
+    sample,
+    warm_policy,
+)
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register
 
-__all__ = ["train", "evaluate"]
+__all__ = ["train", "evaluate", "dynamic_sampling", "SampledGroups"]
+
+Batch = TypeVar("Batch")
 
 
 def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -45,6 +65,93 @@ def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.T
     rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
     last = (response_mask.sum(dim=1) - 1).clamp(min=0)
     return rewards.index_put_((torch.arange(len(scores)), last), scores.float())
+
+
+def collapsed_groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(n,) scores of consecutive groups of ``group_size`` -> (n // group_size,) bool: all equal."""
+    ids = torch.arange(len(scores)) // group_size
+    return detect_collapse(group_stats(scores, ids, len(scores) // group_size)).collapsed
+
+
+def dynamic_sampling(
+    draw: Callable[[int], Batch], group_size: int, wanted: int, max_gen_batches: int
+) -> tuple[list[Batch], list[torch.Tensor]]:
+    """DAPO's dynamic sampling with verl's semantics (``algorithm.filter_groups``,
+    ``max_num_gen_batches``): draw batches (``draw(b)`` for b = 0, 1, ...; each has ``scores``
+    (n,) in consecutive groups of ``group_size``) and keep their non-collapsed groups, until
+    ``wanted`` groups are kept or ``max_gen_batches`` batches were drawn.
+
+    Returns every batch drawn and, per batch, the indices (k_b,) of the groups to train on: the
+    first ``wanted`` non-collapsed groups in generation order (verl's ``batch[:traj_bsz]``; the rest
+    of the last batch is generated and discarded). At the cap, fewer than ``wanted`` (verl's DAPO
+    trainer raises there; the sandbox trains on what it has).
+    """
+    if wanted < 1 or max_gen_batches < 1:
+        raise ValueError(
+            f"dynamic_sampling: wanted={wanted}, max_gen_batches={max_gen_batches}: both must be at least 1"
+        )
+    batches, picks, kept = [], [], 0
+    while kept < wanted and len(batches) < max_gen_batches:
+        batch = draw(len(batches))
+        informative = (~collapsed_groups(batch.scores, group_size)).nonzero().squeeze(1)
+        picks.append(informative[: wanted - kept])
+        batches.append(batch)
+        kept += picks[-1].numel()
+    return batches, picks
+
+
+@dataclass(frozen=True)
+class SampledGroups:
+    """Groups of answers, rows grouped by prompt: ``prompts`` (P,) one per group; ``rollout``,
+    ``scores`` (P*G,) exact-match rewards, ``uids`` (P*G,) and ``logits`` (P*G, R, V), the sampling
+    policy's temperature-scaled logits, without gradients."""
+
+    prompts: list[str]
+    rollout: Rollout
+    scores: torch.Tensor
+    uids: np.ndarray
+    logits: torch.Tensor
+
+    def select_groups(self, groups: torch.Tensor) -> SampledGroups:
+        size = len(self.scores) // len(self.prompts)
+        rows = (groups.unsqueeze(1) * size + torch.arange(size)).reshape(-1)
+        prompts = [self.prompts[g] for g in groups.tolist()]
+        return SampledGroups(
+            prompts, self.rollout.select(rows), self.scores[rows], self.uids[rows.numpy()], self.logits[rows]
+        )
+
+    @staticmethod
+    def concat(parts: list[SampledGroups], pad_id: int) -> SampledGroups:
+        return SampledGroups(
+            [prompt for part in parts for prompt in part.prompts],
+            Rollout.concat([part.rollout for part in parts], pad_id),
+            torch.cat([part.scores for part in parts]),
+            np.concatenate([part.uids for part in parts]),
+            pad_cat([part.logits for part in parts], 0.0),
+        )
+
+
+def _sample_groups(
+    model, tokenizer: CharTokenizer, task: ArithmeticTask, config: SandboxConfig, prompt_rng: torch.Generator, tag: str
+) -> SampledGroups:
+    """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
+    one prompt share the uid ``<tag>-<prompt index>``."""
+    problems = task.sample(config.prompts_per_step, prompt_rng)
+    prompts = [p for p in problems.prompts for _ in range(config.group_size)]
+    answers = [a for a in problems.answers for _ in range(config.group_size)]
+    uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
+    model.eval()
+    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, temperature=config.temperature)
+    scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
+    with torch.no_grad():
+        logits = response_logits(model, rollout, config.temperature)
+    return SampledGroups(problems.prompts, rollout, scores, uids, logits)
+
+
+def _token_mean_entropy(parts: list[SampledGroups]) -> float:
+    """Token-mean entropy of the sampling policy over every response of ``parts``."""
+    entropy = pad_cat([token_entropy(part.logits) for part in parts], 0.0)
+    return masked_mean(entropy, pad_cat([part.rollout.response_mask.float() for part in parts], 0.0)).item()
 
 
 def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor:
@@ -121,30 +228,38 @@ def train(
         loss_agg_mode=config.loss_agg_mode,
         use_torch_compile=False,
     )
-    max_new_tokens = task.max_answer_chars + 1
+    rollouts_cumulative = 0
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         model.eval()
-        write_record(log, 0, evaluate(model, tokenizer, task, config.pass_k, seed))
+        write_record(log, 0, {**evaluate(model, tokenizer, task, config.pass_k, seed), "train/rollouts_cumulative": 0})
         progress = tqdm(range(1, config.steps + 1), desc=f"{estimator.label} seed {seed}", unit="step")
         for step in progress:
             # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
-            problems = task.sample(config.prompts_per_step, prompt_rng)
-            prompts = [p for p in problems.prompts for _ in range(config.group_size)]
-            answers = [a for a in problems.answers for _ in range(config.group_size)]
-            uids = np.array([f"{step}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
-            model.eval()
-            rollout = sample(model, tokenizer, prompts, max_new_tokens, temperature=config.temperature)
-            scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
+            if estimator.resample:
+                drawn, picks = dynamic_sampling(
+                    lambda b, step=step: _sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}-{b}"),
+                    config.group_size,
+                    config.prompts_per_step,
+                    config.max_gen_batches,
+                )
+                batch = SampledGroups.concat(
+                    [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
+                )
+            else:
+                drawn = [_sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}")]
+                batch = drawn[0]
+            rollout, scores, uids = batch.rollout, batch.scores, batch.uids
+            num_groups = len(batch.prompts)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                logits = response_logits(model, rollout, config.temperature)
-                old_log_probs = logprobs_from_logits(logits, rollout.response_ids)
-                entropy = token_entropy(logits)
+                # (verl's logprobs_from_logits refuses an empty batch: dapo_resample at its cap with none kept)
+                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids) if num_groups else None
+                entropy = token_entropy(batch.logits)
                 response_mask = rollout.response_mask.float()
                 if estimator.reward == "self_certainty":
-                    rewards = self_certainty(logits, response_mask)
+                    rewards = self_certainty(batch.logits, response_mask)
                 elif estimator.reward == "negative_entropy":
                     rewards = negative_entropy(entropy, response_mask)
                 else:
@@ -155,26 +270,38 @@ def train(
             # 2. Advantages through verl's dispatch, then the step's collapse metrics on the
             # rewards the estimator saw. DCPO's prompt identity is the problem's text.
             if estimator.dcpo:
-                register.set_prompt_keys(dict(zip(uids[:: config.group_size], problems.prompts, strict=True)))
-            data = DataProto.from_dict(
-                tensors={
-                    "token_level_rewards": _token_rewards(rewards, rollout.response_mask),
-                    "response_mask": response_mask,
-                },
-                non_tensors={"uid": uids},
-            )
-            advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
+                register.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
+            if num_groups:  # dapo_resample may end a step at its cap with no group to train on
+                data = DataProto.from_dict(
+                    tensors={
+                        "token_level_rewards": _token_rewards(rewards, rollout.response_mask),
+                        "response_mask": response_mask,
+                    },
+                    non_tensors={"uid": uids},
+                )
+                advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             if estimator.adv_estimator == "avspo":
                 metrics = register.pop_last_metrics()
+            elif estimator.resample:
+                # Raw collapse over every group drawn; effective collapse over the groups trained on
+                # (none of them collapsed, by construction; 0 too when the cap left no group).
+                metrics = measure_collapse(
+                    torch.cat([d.scores for d in drawn]), np.concatenate([d.uids for d in drawn])
+                )
+                metrics["acr/effective"] = (
+                    measure_collapse(rewards, uids, advantages)["acr/effective"] if num_groups else 0.0
+                )
             else:
                 metrics = measure_collapse(rewards, uids, advantages)
-            keep = ~_collapsed_responses(scores, uids) if estimator.drop_collapsed else torch.ones_like(scores).bool()
+            drop = estimator.drop_collapsed and num_groups
+            keep = ~_collapsed_responses(scores, uids) if drop else torch.ones_like(scores).bool()
 
             # 3. PPO-clip update on the kept responses, in mini-batches of whole groups.
             model.train()
             # Shuffle all groups, then keep: every estimator draws the same from prompt_rng, so
-            # runs with the same seed see the same prompts (dapo too) and stay paired by seed.
-            groups = torch.randperm(config.prompts_per_step, generator=prompt_rng)
+            # runs with the same seed see the same prompts (dapo too) and stay paired by seed;
+            # dapo_resample draws more prompts, so it shares only its first batch.
+            groups = torch.randperm(num_groups, generator=prompt_rng)
             groups = groups[keep.view(-1, config.group_size).all(dim=1)[groups]]
             losses, clipfracs = [], []
             # No mini-batch when dapo dropped every group: the step makes no update.
@@ -196,10 +323,20 @@ def train(
                 losses.append(loss.item())
                 clipfracs.append(pg_metrics["actor/pg_clipfrac"])
 
+            generated = sum(len(d.scores) for d in drawn)
+            rollouts_cumulative += generated
             metrics.update(
                 {
-                    "train/reward_mean": scores.mean().item(),
-                    "actor/entropy": masked_mean(entropy, response_mask).item(),
+                    "train/reward_mean": torch.cat([d.scores for d in drawn]).mean().item(),
+                    "actor/entropy": _token_mean_entropy(drawn),
+                    "train/rollouts_generated": generated,
+                    "train/rollouts_cumulative": rollouts_cumulative,
+                    "train/gen_batches": len(drawn),
+                    **(
+                        {"train/resample_capped": float(num_groups < config.prompts_per_step)}
+                        if estimator.resample
+                        else {}
+                    ),
                     **({"train/intrinsic_reward_mean": rewards.mean().item()} if estimator.intrinsic else {}),
                     "train/kept_groups": groups.numel() / config.prompts_per_step,
                     "actor/pg_loss": float(np.mean(losses)) if losses else 0.0,

@@ -123,6 +123,27 @@ class Rollout:
     def select(self, rows: torch.Tensor) -> Rollout:
         return Rollout(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows], self.response_mask[rows])
 
+    @staticmethod
+    def concat(rollouts: list[Rollout], pad_id: int) -> Rollout:
+        """Rows of several rollouts in one, prompts left-padded and responses right-padded (with
+        ``pad_id`` and mask 0) to the widest, as ``CharTokenizer`` and ``generate`` pad them."""
+        return Rollout(
+            pad_cat([r.prompt_ids for r in rollouts], pad_id, left=True),
+            pad_cat([r.prompt_mask for r in rollouts], 0, left=True),
+            pad_cat([r.response_ids for r in rollouts], pad_id),
+            pad_cat([r.response_mask for r in rollouts], 0),
+        )
+
+
+def pad_cat(tensors: list[torch.Tensor], value: float, left: bool = False) -> torch.Tensor:
+    """Concatenate (n_i, W_i, ...) tensors along rows after padding dim 1 to the largest W_i with ``value``."""
+    width = max(t.shape[1] for t in tensors)
+    padded = []
+    for t in tensors:
+        pad = [0, 0] * (t.dim() - 2) + ([width - t.shape[1], 0] if left else [0, width - t.shape[1]])
+        padded.append(torch.nn.functional.pad(t, pad, value=value))
+    return torch.cat(padded)
+
 
 @torch.no_grad()
 def sample(

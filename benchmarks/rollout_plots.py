@@ -1,0 +1,165 @@
+"""Accuracy per step and per rollout, from the comparison runs of benchmarks/rollout_study.sh.
+
+Reads ``<compare>/<mix>/runs/<estimator>/seed<k>.jsonl`` (every evaluation record carries
+``train/rollouts_cumulative``) and prints, per mix, one table:
+
+- final held-out greedy accuracy at equal training steps (the last step), mean ± std over seeds,
+  and the paired difference to GRPO (mean ± standard error over seeds);
+- accuracy at equal rollouts: each run's accuracy curve against its cumulative rollouts, linearly
+  interpolated at the *budget*, the smallest final cumulative rollout count of any run of the mix
+  (the equal-rollout estimators' 60 x 128 = 7680; a run that re-samples reaches it earlier);
+- the rollouts generated per step and the fraction of steps that hit the re-sampling cap;
+- then each equal-rollout estimator against ``dapo_resample``, paired by seed, at equal steps and
+  at equal rollouts.
+
+It writes ``<mix>_accuracy_per_rollout.png`` under ``--out``: held-out accuracy against cumulative
+rollouts generated, mean over seeds with a ± std band, on the range every seed of an estimator
+reached.
+
+Usage: python benchmarks/rollout_plots.py runs/rollout_study/compare --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from study_plots import load  # noqa: E402
+
+ACC, ROLLOUTS = "eval/acc_mean", "train/rollouts_cumulative"
+
+
+def curve(frame) -> tuple[np.ndarray, np.ndarray]:
+    """One run's evaluations: (cumulative rollouts, accuracy in points), in step order."""
+    evals = frame[frame[ACC].notna()]
+    return evals[ROLLOUTS].to_numpy(float), 100 * evals[ACC].to_numpy(float)
+
+
+def at_rollouts(frame, budget: float) -> float:
+    """Accuracy (points) at ``budget`` cumulative rollouts, linearly interpolated between evaluations."""
+    rollouts, accuracy = curve(frame)
+    if budget > rollouts[-1]:
+        raise ValueError(f"budget {budget:g} is past this run's last evaluation at {rollouts[-1]:g} rollouts")
+    return float(np.interp(budget, rollouts, accuracy))
+
+
+def _cell(values: np.ndarray) -> str:
+    return f"{values.mean():.1f} ± {values.std(ddof=1):.1f}"
+
+
+def _delta(values: np.ndarray, baseline: np.ndarray) -> str:
+    """Paired by seed: both are in seed order from the same first seed, so the first n pair up."""
+    n = min(len(values), len(baseline))
+    gain = values[:n] - baseline[:n]
+    return f"{gain.mean():+.1f} ± {gain.std(ddof=1) / np.sqrt(len(gain)):.1f} ({(gain > 0).sum()} of {len(gain)})"
+
+
+def finished(runs: dict[str, list]) -> dict[str, list]:
+    """The runs that reached the mix's last step; a run still in progress is left out, with a warning."""
+    last = max(frame.index.max() for frames in runs.values() for frame in frames)
+    kept = {label: [f for f in frames if f.index.max() == last] for label, frames in runs.items()}
+    for label, frames in runs.items():
+        if len(kept[label]) < len(frames):
+            logging.warning(
+                "%s: %d of %d runs are unfinished and left out", label, len(frames) - len(kept[label]), len(frames)
+            )
+    return {label: frames for label, frames in kept.items() if frames}
+
+
+def table(runs: dict[str, list]) -> tuple[str, float]:
+    """The mix's markdown table and its rollout budget."""
+    budget = min(curve(frame)[0][-1] for frames in runs.values() for frame in frames)
+    base_steps = np.array([curve(f)[1][-1] for f in runs["grpo"]])
+    base_budget = np.array([at_rollouts(f, budget) for f in runs["grpo"]])
+    lines = [
+        "| estimator | accuracy at the last step (%) | Δ vs grpo at equal steps "
+        f"| accuracy at {budget:.0f} rollouts (%) | Δ vs grpo at equal rollouts "
+        "| rollouts per step | steps at the cap |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, frames in runs.items():
+        steps = np.array([curve(f)[1][-1] for f in frames])
+        equal = np.array([at_rollouts(f, budget) for f in frames])
+        per_step = np.array([f["train/rollouts_generated"].mean() for f in frames])
+        capped = (
+            f"{np.mean([f['train/resample_capped'].mean() for f in frames]):.3f}"
+            if "train/resample_capped" in frames[0]
+            else "—"
+        )
+        first = label == "grpo"
+        lines.append(
+            f"| `{label}` | {_cell(steps)} | {'—' if first else _delta(steps, base_steps)} | {_cell(equal)} "
+            f"| {'—' if first else _delta(equal, base_budget)} | {per_step.mean():.0f} ± {per_step.std(ddof=1):.0f} "
+            f"| {capped} |"
+        )
+    return "\n".join(lines), budget
+
+
+def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample") -> str:
+    """Markdown lines: each equal-rollout estimator against the re-sampling one, paired by seed, at
+    equal steps and at equal rollouts ("" without a re-sampling run)."""
+    if resampler not in runs:
+        return ""
+    theirs = runs[resampler]
+    steps = np.array([curve(f)[1][-1] for f in theirs])
+    equal = np.array([at_rollouts(f, budget) for f in theirs])
+    lines = []
+    for label, frames in runs.items():
+        if label in ("grpo", resampler):
+            continue
+        ours_steps = np.array([curve(f)[1][-1] for f in frames])
+        ours_equal = np.array([at_rollouts(f, budget) for f in frames])
+        lines.append(
+            f"- `{label}` − `{resampler}` (paired, ± s.e.): {_delta(ours_steps, steps)} at equal steps, "
+            f"{_delta(ours_equal, equal)} at {budget:.0f} rollouts"
+        )
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, frames in runs.items():
+        curves = [curve(f) for f in frames]
+        grid = np.linspace(0, min(r[-1] for r, _ in curves), 60)
+        values = np.array([np.interp(grid, r, a) for r, a in curves])
+        mean, std = values.mean(axis=0), values.std(axis=0, ddof=1)
+        (line,) = ax.plot(grid, mean, label=label)
+        ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+    ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("cumulative rollouts generated (dotted: the equal-rollout budget)")
+    ax.set_ylabel("held-out greedy accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("compare", type=Path, help="the compare/ folder of benchmarks/rollout_study.sh")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for mix in sorted(p for p in args.compare.iterdir() if (p / "runs").is_dir()):
+        runs = finished(load(mix))
+        text, budget = table(runs)
+        seeds = ", ".join(f"{label} {len(frames)}" for label, frames in runs.items())
+        path = args.out / f"{mix.name}_accuracy_per_rollout.png"
+        plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over seeds)", path)
+        print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n\n{versus(runs, budget)}\n")
+    print(f"wrote the *_accuracy_per_rollout.png plots under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
