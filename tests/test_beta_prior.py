@@ -231,7 +231,8 @@ def test_presets():
         (
             {"preset": "beta_loo", "k": 4},
             r"k=4 is invalid: strategy=beta adds prior pseudo-counts to every group and reads no virtual-sample "
-            r"setting \(gap, apply_to, k, alpha, trigger_scope\); remove it \(to weight the all-correct half, use correct_weight\)",
+            r"setting \(gap, apply_to, k, alpha, trigger_scope\); remove it "
+            r"\(to weight the all-correct half, use correct_weight\)",
         ),
         ({"strategy": "beta", "apply_to": "all_wrong"}, r"apply_to='all_wrong' is invalid: strategy=beta adds"),
     ],
