@@ -42,7 +42,10 @@ class WeightStore:
 
 
 def _store():
-    return ray.remote(WeightStore).options(name=_STORE, get_if_exists=True, num_cpus=0).remote()
+    # Detached: a named actor is otherwise destroyed as soon as the process that happened to create it
+    # drops its handle (a sender after its put, say), taking the weights with it while a receiver
+    # waits. The local cluster, and the actor with it, ends with the run.
+    return ray.remote(WeightStore).options(name=_STORE, get_if_exists=True, num_cpus=0, lifetime="detached").remote()
 
 
 @CheckpointEngineRegistry.register(NAME)
