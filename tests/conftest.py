@@ -1,8 +1,42 @@
-"""Suite-wide settings: the tests build every model, tokenizer and dataset they use locally, so the
-Hugging Face hubs are switched off; a test that reached for the network would fail loudly here
-instead of passing only where the network happens to be reachable."""
+"""Suite-wide settings and the fixtures several test files share.
+
+The tests build every model, tokenizer and dataset they use locally, so the Hugging Face hubs are
+switched off; a test that reached for the network would fail loudly here instead of passing only
+where the network happens to be reachable.
+"""
 
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def transfer_queue_cluster():
+    """A local Ray cluster with verl's TransferQueue for one test module (imported here, not at the
+    top, so that tests of the framework-free core need neither)."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    from verl_avspo.verl_plugin.launcher import compose_config
+
+    # num_cpus=16 before tq.init: on a 2-core machine TransferQueue's actors otherwise never schedule.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    config = compose_config(["actor_rollout_ref.rollout.name=vllm"]).transfer_queue
+    tq.init(OmegaConf.merge(config, {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture
+def fresh_estimator_state():
+    """The registered estimators keep per-process state (AVSPO's controller, DCPO's history)."""
+    from verl_avspo.verl_plugin import register
+
+    register.reset()
+    yield
+    register.reset()

@@ -20,12 +20,7 @@ from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
 
-
-@pytest.fixture(autouse=True)
-def fresh_estimator_state():
-    register.reset()
-    yield
-    register.reset()
+pytestmark = pytest.mark.usefixtures("fresh_estimator_state")
 
 
 class RecordingWorkerGroup:

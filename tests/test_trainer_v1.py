@@ -12,7 +12,6 @@ import os
 
 import numpy as np
 import pytest
-import ray
 import torch
 import transfer_queue as tq
 from omegaconf import OmegaConf
@@ -31,30 +30,14 @@ from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
 
+pytestmark = pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state")
+
 BASE = [
     "actor_rollout_ref.rollout.name=vllm",
     "actor_rollout_ref.rollout.n=4",
     "trainer.logger=[console]",
 ]
 REDUCING = ("max", "min", "sum", "total")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def transfer_queue_cluster():
-    # num_cpus=16 before tq.init: on a 2-core machine TransferQueue's actors otherwise never schedule.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
-    config = compose_config(BASE).transfer_queue
-    tq.init(OmegaConf.merge(config, {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield
-    tq.close()
-    ray.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def fresh_estimator_state():
-    register.reset()
-    yield
-    register.reset()
 
 
 def make_trainer(*overrides, trainer_cls=AVSPOTrainerSync):

@@ -76,16 +76,11 @@ def harness_environment(workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(HERE / "site"), str(HERE.parent), env.get("PYTHONPATH")]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    env.update(assets.QUIET_OFFLINE_ENV)
     env.update(
         DS_ACCELERATOR="cpu",  # DeepSpeed's CPU accelerator, over gloo (no oneccl here)
         TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"),  # should DeepSpeed build an op anyway
         VLLM_STUB_WEIGHTS_DUMP=str(workdir / "generator_weights.pt"),
-        OMP_NUM_THREADS="1",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        WANDB_MODE="disabled",
-        RAY_DEDUP_LOGS="0",
     )
     return env
 

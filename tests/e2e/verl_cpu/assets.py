@@ -21,6 +21,17 @@ from pathlib import Path
 
 import pandas as pd
 
+# What every launch of a tiny run sets, whichever trainer it starts: one thread per process (many
+# processes share two cores), no hub and no wandb (everything is local), every Ray worker's log line.
+QUIET_OFFLINE_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "RAY_DEDUP_LOGS": "0",
+}
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHARACTERS = [*"0123456789", "+", "=", "\n"]
 CHAT_TEMPLATE = (

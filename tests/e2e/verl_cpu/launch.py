@@ -111,16 +111,11 @@ def harness_overrides(
 def harness_environment(metrics_path: Path, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT), env.get("PYTHONPATH")]))
+    env.update(assets.QUIET_OFFLINE_ENV)
     env.update(
         VERL_USE_EXTERNAL_MODULES="verl_cpu.plugin",
         VERL_PLATFORM="nvidia" if device == "cuda" else "cpu",
         VERL_FILE_LOGGER_PATH=str(metrics_path),
-        OMP_NUM_THREADS="1",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        WANDB_MODE="disabled",
-        RAY_DEDUP_LOGS="0",
     )
     return env
 
