@@ -12,8 +12,9 @@ import pytest
 from verl_avspo import cli
 from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.config import AlertConfig
-from verl_avspo.tools.logs import write_record
-from verl_avspo.tools.report import collect_runs, read_run, summarise, write_report
+from verl_avspo.tools.diagnosis import diagnose
+from verl_avspo.tools.logs import collect_runs, read_run, write_record
+from verl_avspo.tools.report import write_report
 
 VAL = "val-core/HuggingFaceH4/MATH-500/acc/mean@1"
 
@@ -46,14 +47,14 @@ def write_log(path, acr, correct_share=0.8, avspo=False, every=1, val_every=25):
 def test_stalled_window_reports_the_steps_and_the_advice(tmp_path):
     acr = [0.2] * 10 + [0.5] * 60 + [0.1] * 30  # steps 11-70 above 0.35
     frame = read_run(write_log(tmp_path / "grpo.jsonl", acr))
-    findings = summarise("grpo", frame, AlertConfig(rule="acr")).findings
+    findings = diagnose("grpo", frame, AlertConfig(rule="acr")).findings
     assert findings[0] == (
         "grpo: STALLED (alert rule `acr`: ACR above 0.35 for 50 consecutive steps, over logged steps) at steps "
         f"11–70 (60 steps); most groups gave no gradient there. Try to {ADVICE}."
     )
     # The same log judged on its all-wrong part (20% of ACR here, 0.1): no stall.
     assert (
-        summarise("grpo", frame, AlertConfig(rule="all_wrong"))
+        diagnose("grpo", frame, AlertConfig(rule="all_wrong"))
         .findings[0]
         .startswith("grpo: no stalled window (alert rule `all_wrong`")
     )
@@ -63,36 +64,36 @@ def test_the_default_rule_reads_the_score_and_stalls_a_flat_run(tmp_path):
     # acr_no_gain on verl's critic/score/mean (logs without acr/reward_mean): flat scores stall.
     flat = read_run(write_log(tmp_path / "flat.jsonl", [0.9] * 120))
     flat["critic/score/mean"] = 0.3
-    assert summarise("flat", flat).findings[0].startswith("flat: STALLED (alert rule `acr_no_gain`")
+    assert diagnose("flat", flat).findings[0].startswith("flat: STALLED (alert rule `acr_no_gain`")
     rising = read_run(write_log(tmp_path / "rising.jsonl", [0.9] * 120))
-    assert summarise("rising", rising).findings[0].startswith("rising: no stalled window (alert rule `acr_no_gain`")
+    assert diagnose("rising", rising).findings[0].startswith("rising: no stalled window (alert rule `acr_no_gain`")
 
 
 def test_stall_rule_uses_logged_steps_and_the_given_window(tmp_path):
     # Logged every 2 steps: positions 5-14 are steps 11-29.
     frame = read_run(write_log(tmp_path / "sparse.jsonl", [0.1] * 5 + [0.4] * 10 + [0.1] * 5, every=2))
-    assert "at steps 11–29 (10 steps)" in summarise("sparse", frame, AlertConfig(window=10, rule="acr")).findings[0]
-    assert summarise("sparse", frame, AlertConfig(window=11, rule="acr")).findings[0] == (
+    assert "at steps 11–29 (10 steps)" in diagnose("sparse", frame, AlertConfig(window=10, rule="acr")).findings[0]
+    assert diagnose("sparse", frame, AlertConfig(window=11, rule="acr")).findings[0] == (
         "sparse: no stalled window (alert rule `acr`: ACR above 0.35 for 11 consecutive steps, over logged steps); "
         "longest streak above 0.35: 10 steps."
     )
     strictly_above = AlertConfig(window=10, threshold=0.4, rule="acr")
-    assert "no stalled window" in summarise("sparse", frame, strictly_above).findings[0]
+    assert "no stalled window" in diagnose("sparse", frame, strictly_above).findings[0]
 
 
 def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
     acr = [0.4] * 50 + [0.2] * 50 + [0.9] * 20  # the first 100 steps average 0.3
-    summary = summarise("run", read_run(write_log(tmp_path / "run.jsonl", acr)))
+    summary = diagnose("run", read_run(write_log(tmp_path / "run.jsonl", acr)))
     assert summary.row["ACR_100"] == "0.300"
     fit = next(f for f in summary.findings if "ACR_100" in f)
     assert f"would put it at {51.4 - 29.6 * 0.3:.1f}%" in fit
     assert "That fit is the paper's" in fit and "not a prediction for this run" in fit
 
-    short = summarise("short", read_run(write_log(tmp_path / "short.jsonl", [0.5] * 40)))
+    short = diagnose("short", read_run(write_log(tmp_path / "short.jsonl", [0.5] * 40)))
     assert "ACR over steps 1–40 (40 logged; ACR_100) = 0.500 (fewer than 100 logged steps)" in short.findings[1]
 
     # By step number, as `verl-avspo table` counts it: logged every 4 steps, steps 1..97 are 25 rows.
-    sparse = summarise("sparse", read_run(write_log(tmp_path / "sparse.jsonl", [0.2] * 25 + [0.8] * 75, every=4)))
+    sparse = diagnose("sparse", read_run(write_log(tmp_path / "sparse.jsonl", [0.2] * 25 + [0.8] * 75, every=4)))
     assert sparse.row["ACR_100"] == "0.200"
 
 
@@ -106,7 +107,7 @@ def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
 )
 def test_which_kind_of_group_dominates(tmp_path, share, expected):
     frame = read_run(write_log(tmp_path / "run.jsonl", [0.4] * 20, correct_share=share))
-    assert any(expected in finding for finding in summarise("run", frame).findings)
+    assert any(expected in finding for finding in diagnose("run", frame).findings)
 
 
 def test_grpo_log_without_our_metrics_says_what_is_missing(tmp_path):
@@ -114,21 +115,21 @@ def test_grpo_log_without_our_metrics_says_what_is_missing(tmp_path):
     with path.open("w") as stream:
         for step in range(1, 11):
             write_record(stream, step, {"critic/score/mean": 0.5, "critic/score/max": 1.0, "critic/score/min": 0.0})
-    summary = summarise("plain", read_run(path))
+    summary = diagnose("plain", read_run(path))
     assert len(summary.findings) == 1
     assert summary.findings[0].startswith("plain: no acr/* metrics. ACR cannot be recovered from critic/score/*")
     assert "python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo" in summary.findings[0]
 
     with path.open("w") as stream:
         write_record(stream, 1, {"loss": 1.0})
-    assert "neither acr/* nor critic/score/*" in summarise("other", read_run(path)).findings[0]
+    assert "neither acr/* nor critic/score/*" in diagnose("other", read_run(path)).findings[0]
 
 
 def test_avspo_run_reports_effective_collapse_and_an_idle_trigger(tmp_path):
     frame = read_run(write_log(tmp_path / "avspo.jsonl", [0.4] * 20, avspo=True))
-    assert any("from 0.400 (raw ACR) to 0.200 (effective)" in f for f in summarise("avspo", frame).findings)
+    assert any("from 0.400 (raw ACR) to 0.200 (effective)" in f for f in diagnose("avspo", frame).findings)
     frame["avspo/triggered"] = 0.0
-    assert any("AVSPO never augmented a group" in f for f in summarise("avspo", frame).findings)
+    assert any("AVSPO never augmented a group" in f for f in diagnose("avspo", frame).findings)
 
 
 def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
@@ -232,7 +233,7 @@ def test_openrlhf_train_prefixed_metrics_are_read_as_acr(tmp_path):
             )
     frame = read_run(path)
     assert {"acr/rate", "acr/all_wrong", "avspo/triggered"} <= set(frame)
-    assert "no acr/* metrics" not in " ".join(summarise("openrlhf", frame).findings)
+    assert "no acr/* metrics" not in " ".join(diagnose("openrlhf", frame).findings)
 
 
 def test_wandb_chart_panel_csv_gives_one_run_per_series(tmp_path):

@@ -7,7 +7,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_avspo.cli import main
 from verl_avspo.tools.logs import write_record
-from verl_avspo.tools.table import group_runs, summarise
+from verl_avspo.tools.table import group_runs, table_row
 
 
 def verl_validation_metrics(accuracy: dict[str, list[float]]) -> dict[str, float]:
@@ -76,7 +76,7 @@ def test_table_from_run_directories(tmp_path, capsys):
 def test_acr_windows_and_missing_benchmarks(tmp_path):
     write_run(tmp_path / "a" / "metrics.jsonl", [s / 1000 for s in range(1, 151)], {150: {"math500": [1.0]}})
     (summary,) = [
-        summarise(name, logs, final_window=10, early_steps=100) for name, logs in group_runs([tmp_path]).items()
+        table_row(name, logs, final_window=10, early_steps=100) for name, logs in group_runs([tmp_path]).items()
     ]
     assert summary.acr_final == pytest.approx(np.mean(np.arange(141, 151)) / 1000)
     assert summary.acr_early == pytest.approx(np.mean(np.arange(1, 101)) / 1000)

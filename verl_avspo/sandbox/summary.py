@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from verl_avspo.tools.markdown import render_table
+from verl_avspo.tools.stats import early_acr
+
 __all__ = ["first_steps_column", "intrinsic_note", "run_statistics", "summary_tables", "verdicts", "render_summary"]
 
 BASELINE = "grpo"
@@ -28,7 +31,8 @@ def first_steps_column(first_steps: int) -> str:
 
 def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_steps: int) -> dict[str, float]:
     """The numbers one run contributes to the summary: final greedy accuracy and pass@k per level
-    (fractions), and ACR rates averaged over all training steps and over the first steps."""
+    (fractions), and ACR rates averaged over all training steps and over the first ``first_steps``
+    (:func:`verl_avspo.tools.stats.early_acr`)."""
     final = frame.loc[frame.index.max()]
     training = frame[frame["acr/rate"].notna()]
     stats = {f"acc_level_{i}": final[f"eval/acc_level_{i}"] for i in range(1, num_levels + 1)}
@@ -39,7 +43,8 @@ def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_step
     stats["acr_effective"] = training["acr/effective"].mean()
     stats["all_correct"] = training["acr/all_correct"].mean()
     stats["all_wrong"] = training["acr/all_wrong"].mean()
-    stats["acr_first"] = training["acr/rate"].iloc[:first_steps].mean()
+    early = early_acr(training["acr/rate"], first_steps)
+    stats["acr_first"] = math.nan if early is None else early.mean
     # Logs written before the entropy was logged have no column: NaN, shown as "n/a".
     stats["entropy"] = training["actor/entropy"].mean() if "actor/entropy" in training else math.nan
     return {key: float(value) for key, value in stats.items()}
@@ -52,12 +57,6 @@ def _mean_std(values: Sequence[float], scale: float, digits: int) -> str:
     if len(values) < 2:
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {float(np.std(values, ddof=1)) * scale:.{digits}f}"
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def intrinsic_note(labels: Collection[str]) -> str:
@@ -88,14 +87,14 @@ def summary_tables(
     def row(label: str, keys: Sequence[str], scale: float, digits: int, mark: str = "") -> list[str]:
         return [f"`{label}`{mark}"] + [_mean_std([run[key] for run in stats[label]], scale, digits) for key in keys]
 
-    accuracy = _markdown(
+    accuracy = render_table(
         ["estimator", *level_names, "mean"],
         [row(label, [*(f"acc_level_{i}" for i in levels), "acc_mean"], 100, 1) for label in stats],
     )
-    pass_at_k = _markdown(
+    pass_at_k = render_table(
         ["estimator", *level_names], [row(label, [f"pass_level_{i}" for i in levels], 100, 1) for label in stats]
     )
-    collapse = _markdown(
+    collapse = render_table(
         [
             "estimator",
             "ACR (raw)",

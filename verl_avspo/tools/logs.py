@@ -1,21 +1,29 @@
-"""Reading and writing metric logs in the format of verl's ``file`` logger.
+"""Reading metric logs, the one reader of ``verl-avspo report``, ``verl-avspo table`` and the sandbox.
 
 verl's ``trainer.logger=[file]`` writes one JSON object per line, ``{"step": N, "data": {...}}``,
-to ``VERL_FILE_LOGGER_PATH``. The CPU sandbox writes the same format, so ``verl-avspo report`` and
-``verl-avspo table`` read both.
+to ``VERL_FILE_LOGGER_PATH``; the CPU sandbox writes the same format (:func:`write_record`). Also
+read: TensorBoard event files (verl's and OpenRLHF's ``tensorboard`` loggers; OpenRLHF's
+``train/acr/*`` read as ``acr/*``) and wandb CSV exports (a run's history, or a chart panel's CSV of
+one or more runs). Every reader returns one frame per run: one row per step, one column per metric.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
 
-__all__ = ["write_record", "read_metrics", "find_logs", "is_metrics_log"]
+__all__ = ["write_record", "read_metrics", "find_logs", "is_metrics_log", "run_name", "read_run", "collect_runs"]
+
+# Files named after what they hold rather than after their run, so named after their folder: the
+# recipes' runs/<run>/metrics.jsonl (training) and eval.jsonl (final evaluation), and TensorBoard's.
+_NAMED_BY_FOLDER = ("metrics.jsonl", "eval.jsonl", "events.out.tfevents")
 
 
 def write_record(stream: IO[str], step: int, data: dict[str, Any]) -> None:
@@ -102,3 +110,149 @@ def find_logs(paths: list[str | Path]) -> list[Path]:
         else:
             raise FileNotFoundError(f"no such log file or directory: {path}")
     return found
+
+
+def run_name(path: str | Path) -> str:
+    """The run a log belongs to: its folder for the recipes' ``metrics.jsonl`` and ``eval.jsonl`` and
+    for TensorBoard event files, else its file name without suffix (verl's file logger writes
+    ``<experiment_name>.jsonl``)."""
+    path = Path(path)
+    return path.parent.name if path.name.startswith(_NAMED_BY_FOLDER) else path.stem
+
+
+def _read_tensorboard(path: Path) -> pd.DataFrame:
+    """Scalars of one TensorBoard event file, as a frame like ``read_metrics`` returns."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError as err:
+        raise ValueError(f"{path} is a TensorBoard event file; reading it needs `pip install tensorboard`") from err
+    events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    events.Reload()
+    columns = {
+        tag: pd.Series({event.step: event.value for event in events.Scalars(tag)}, dtype=float)
+        for tag in events.Tags()["scalars"]
+    }
+    return _as_metrics_frame(pd.DataFrame(columns), path)
+
+
+# A wandb chart panel's CSV export: "Step", then "<run> - <metric>" with its "__MIN"/"__MAX" bands.
+_PANEL_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
+
+
+def _read_csv(path: Path) -> dict[str | None, pd.DataFrame]:
+    """A wandb export: a run history (``run.history().to_csv(...)``, the UI's "Export CSV" of a
+    run's table), one row per step, keyed None; or a chart panel's CSV ("Download CSV" on a panel),
+    whose ``<run> - <metric>`` columns give one frame per run, keyed by run name (bands dropped)."""
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable CSV: {str(err).splitlines()[0]}") from None
+    step = next((name for name in ("step", "_step", "Step", "global_step") if name in frame), None)
+    if step is None:
+        raise ValueError(f"{path} has no step column (step, _step, Step or global_step); columns: {list(frame)[:8]}")
+    numeric = frame.set_index(step).apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+    numeric = numeric[numeric.index.notna()]
+    panel = {column: _PANEL_COLUMN.match(column) for column in numeric}
+    if not any(match is not None for match in panel.values()):
+        return {None: _as_metrics_frame(numeric.groupby(level=0).last(), path)}
+    runs: dict[str | None, pd.DataFrame] = {}
+    for run_name in dict.fromkeys(match["run"] for match in panel.values() if match is not None):
+        columns = {
+            column: match["metric"]
+            for column, match in panel.items()
+            if match is not None and match["run"] == run_name and not match["band"]
+        }
+        runs[run_name] = _as_metrics_frame(numeric[list(columns)].rename(columns=columns).groupby(level=0).last(), path)
+    return runs
+
+
+# OpenRLHF's wandb and TensorBoard loggers put its training metrics, ours included, under "train/".
+_FRAMEWORK_PREFIXES = ("train/",)
+_OUR_PREFIXES = ("acr/", "avspo/")
+
+
+def _standard_names(frame: pd.DataFrame) -> pd.DataFrame:
+    """``train/acr/rate`` -> ``acr/rate`` (and ``avspo/*``), unless the plain name is also logged."""
+    renames = {}
+    for column in frame.columns:
+        for prefix in _FRAMEWORK_PREFIXES:
+            plain = column.removeprefix(prefix)
+            if column.startswith(prefix) and plain.startswith(_OUR_PREFIXES) and plain not in frame:
+                renames[column] = plain
+    return frame.rename(columns=renames)
+
+
+def _as_metrics_frame(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    if frame.empty:
+        raise ValueError(f"{path} holds no numeric metrics")
+    frame = frame.sort_index()
+    frame.index = frame.index.astype(int)
+    frame.index.name = "step"
+    return frame
+
+
+def _read_runs(path: Path) -> dict[str | None, pd.DataFrame]:
+    """The runs of one log: None -> its metrics, or, for a wandb panel CSV, run name -> metrics."""
+    if path.name.startswith("events.out.tfevents"):
+        runs = {None: _read_tensorboard(path)}
+    elif path.suffix == ".csv":
+        runs = _read_csv(path)
+    else:
+        runs = {None: read_metrics(path)}
+    return {name: _standard_names(frame) for name, frame in runs.items()}
+
+
+def read_run(path: str | Path) -> pd.DataFrame:
+    """Metrics of one log, by its kind: ``*.jsonl`` (verl file logger), ``events.out.tfevents.*``
+    (TensorBoard) or ``*.csv`` (wandb export: a run history, or a chart panel holding one run).
+    OpenRLHF's ``train/acr/*`` and ``train/avspo/*`` are read as ``acr/*`` and ``avspo/*``."""
+    path = Path(path)
+    runs = _read_runs(path)
+    if len(runs) > 1:
+        raise ValueError(
+            f"{path} is a wandb panel export of {len(runs)} runs ({', '.join(map(str, runs))}); "
+            "read it with collect_runs"
+        )
+    return next(iter(runs.values()))
+
+
+def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Run name -> metrics, for files and directories (searched for all three kinds of log).
+
+    A run is named by :func:`run_name`, or by its own name in a wandb panel CSV; clashing names get
+    their parent folder as a prefix. In directories,
+    the recipes' ``eval.jsonl`` (a final evaluation, no training steps) is skipped. A log that
+    cannot be read is skipped with a warning when other logs can be; if none can, this raises.
+    """
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files.extend(f for f in find_logs([path]) if f.name != "eval.jsonl")
+            files.extend(sorted(path.rglob("events.out.tfevents.*")) + sorted(path.rglob("*.csv")))
+        else:
+            files.extend(find_logs([path]))
+    if not files:
+        raise ValueError(f"no logs (*.jsonl, events.out.tfevents.*, *.csv) found in {[str(p) for p in paths]}")
+    if names is not None and len(names) != len(files):
+        raise ValueError(f"--name was given {len(names)} time(s) for {len(files)} log(s): {[str(f) for f in files]}")
+    labels = list(names) if names else [run_name(f) for f in files]
+    clashing = {label for label in labels if labels.count(label) > 1}
+    labels = [
+        f"{file.parent.name}/{label}" if label in clashing and not names else label
+        for file, label in zip(files, labels, strict=True)
+    ]
+    runs: dict[str, pd.DataFrame] = {}
+    unreadable: list[str] = []
+    for label, file in zip(labels, files, strict=True):
+        try:
+            found = _read_runs(file)
+        except ValueError as err:
+            unreadable.append(str(err))
+            continue
+        for panel_run, frame in found.items():
+            runs[label if panel_run is None else panel_run] = frame
+    if unreadable and not runs:
+        raise ValueError("no log could be read: " + " | ".join(unreadable))
+    for problem in unreadable:
+        warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
+    return runs

@@ -13,7 +13,9 @@ One row per run, in markdown:
   Any other ``<name>.jsonl`` is a run of its own, named by its stem.
 - **avg**: the mean over the in-domain (math) benchmarks; "–" when the run lacks one of them.
 - **ACR (final)**: ``acr/rate`` averaged over the last ``--final-window`` logged steps;
-  **ACR (first 100)**: averaged over steps 1..``--early-steps`` (the paper's ACR_100 predictor).
+  **ACR (first 100)**: averaged over steps 1..``--early-steps`` (the paper's ACR_100 predictor;
+  a log resumed after that step: its earliest ``--early-steps`` logged steps, see
+  :func:`verl_avspo.tools.stats.early_acr`).
 - **effective ACR (final)**: ``acr/effective`` likewise: the share of groups still at zero
   advantage after the estimator (equal to ACR for GRPO; lower for AVSPO).
 """
@@ -29,9 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.tools.logs import find_logs, read_metrics
+from verl_avspo.tools.logs import find_logs, read_metrics, run_name
+from verl_avspo.tools.markdown import render_table
+from verl_avspo.tools.stats import EARLY_STEPS, early_acr, latest_validation, window_mean
 
-__all__ = ["RunSummary", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "group_runs", "summarise", "markdown_table"]
+__all__ = ["TableRow", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "group_runs", "table_row", "markdown_table"]
 
 # data_source -> column title, in the paper's order; other data sources follow, sorted.
 BENCHMARK_NAMES = {
@@ -46,11 +50,11 @@ BENCHMARK_NAMES = {
 OUT_OF_DOMAIN = frozenset({"mmlu_pro"})
 # Files a recipe run directory holds; any other *.jsonl is a run of its own. Eval comes last: it wins.
 _RUN_FILES = ("metrics", "eval")
-_VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$")
+_PASS_AT_1 = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$")
 
 
 @dataclass
-class RunSummary:
+class TableRow:
     """What the table shows for one run; pass@1 values are fractions, None when not logged."""
 
     name: str
@@ -71,8 +75,7 @@ def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
                 "validation metrics verl writes there). For a wandb CSV or a TensorBoard file, use "
                 f"`verl-avspo report {log}`."
             )
-        name = log.parent.name if log.stem in _RUN_FILES else log.stem
-        runs.setdefault(name, []).append(log)
+        runs.setdefault(run_name(log), []).append(log)
     order = {stem: i for i, stem in enumerate(_RUN_FILES)}
     return {name: sorted(logs, key=lambda p: order.get(p.stem, -1)) for name, logs in runs.items()}
 
@@ -80,48 +83,37 @@ def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
 def _latest_pass_at_1(frame: pd.DataFrame) -> dict[str, float]:
     """data_source -> latest validation accuracy; ``acc`` preferred over ``reward``."""
     found: dict[str, tuple[str, float]] = {}
-    for column in frame.columns:
-        match = _VAL_CORE.match(column)
-        values = frame[column].dropna()
-        if match is None or values.empty:
+    for column, value in latest_validation(frame).items():
+        match = _PASS_AT_1.match(column)
+        if match is None:
             continue
         source, var = match["source"], match["var"]
         if source not in found or (var == "acc" and found[source][0] != "acc"):
-            found[source] = (var, float(values.iloc[-1]))
+            found[source] = (var, value)
     return {source: value for source, (_, value) in found.items()}
 
 
-def _window_mean(series: pd.Series | None, *, last: int | None = None, up_to: int | None = None) -> float | None:
-    if series is None:
-        return None
-    series = series.dropna()
-    if up_to is not None:
-        series = series[series.index <= up_to]
-    if last is not None:
-        series = series.iloc[-last:]
-    return float(series.mean()) if len(series) else None
-
-
-def summarise(name: str, logs: list[Path], final_window: int = 10, early_steps: int = 100) -> RunSummary:
+def table_row(name: str, logs: list[Path], final_window: int = 10, early_steps: int = EARLY_STEPS) -> TableRow:
     """One run's row, from its log files (later files override earlier validation results)."""
-    summary = RunSummary(name)
+    row = TableRow(name)
     training: list[pd.DataFrame] = []
     for log in logs:
         frame = read_metrics(log)
-        summary.pass_at_1.update(_latest_pass_at_1(frame))
+        row.pass_at_1.update(_latest_pass_at_1(frame))
         if "acr/rate" in frame.columns:
             training.append(frame)
     if training:
         frame = pd.concat(training).sort_index()
-        summary.acr_final = _window_mean(frame["acr/rate"], last=final_window)
-        summary.acr_early = _window_mean(frame["acr/rate"], up_to=early_steps)
-        summary.effective_final = _window_mean(frame.get("acr/effective"), last=final_window)
-        summary.steps = int(frame["acr/rate"].dropna().index.max())
-    return summary
+        row.acr_final = window_mean(frame["acr/rate"], last=final_window)
+        early = early_acr(frame["acr/rate"], early_steps)
+        row.acr_early = None if early is None else early.mean
+        row.effective_final = window_mean(frame.get("acr/effective"), last=final_window)
+        row.steps = int(frame["acr/rate"].dropna().index.max())
+    return row
 
 
-def _benchmarks(summaries: list[RunSummary]) -> list[str]:
-    seen = {source for s in summaries for source in s.pass_at_1}
+def _benchmarks(rows: list[TableRow]) -> list[str]:
+    seen = {source for row in rows for source in row.pass_at_1}
     return [b for b in BENCHMARK_NAMES if b in seen] + sorted(seen - set(BENCHMARK_NAMES))
 
 
@@ -129,22 +121,22 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "–" if value is None or math.isnan(value) else f"{value * scale:.{digits}f}"
 
 
-def markdown_table(summaries: list[RunSummary], early_steps: int = 100) -> str:
-    benchmarks = _benchmarks(summaries)
+def markdown_table(rows: list[TableRow], early_steps: int = EARLY_STEPS) -> str:
+    benchmarks = _benchmarks(rows)
     in_domain = [b for b in benchmarks if b not in OUT_OF_DOMAIN]
     out_of_domain = [b for b in benchmarks if b in OUT_OF_DOMAIN]
     header = ["run", *(BENCHMARK_NAMES.get(b, b) for b in in_domain), "avg"]
     header += [BENCHMARK_NAMES.get(b, b) for b in out_of_domain]
     header += ["ACR (final)", f"ACR (first {early_steps})", "effective ACR (final)", "steps"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for s in summaries:
+    cells_of_rows = []
+    for s in rows:
         scores = [s.pass_at_1.get(b) for b in in_domain]
         average = None if not scores or None in scores else sum(scores) / len(scores)
         cells = [s.name, *(_fmt(v, 100, 1) for v in scores), _fmt(average, 100, 1)]
         cells += [_fmt(s.pass_at_1.get(b), 100, 1) for b in out_of_domain]
         cells += [_fmt(s.acr_final), _fmt(s.acr_early), _fmt(s.effective_final), str(s.steps) if s.steps else "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        cells_of_rows.append(cells)
+    return render_table(header, cells_of_rows)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -162,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             print(f"verl-avspo table: no *.jsonl logs under {' '.join(map(str, args.paths))}", file=sys.stderr)
             return 1
-        summaries = [summarise(name, logs, args.final_window, args.early_steps) for name, logs in runs.items()]
+        rows = [table_row(name, logs, args.final_window, args.early_steps) for name, logs in runs.items()]
     except (OSError, ValueError) as err:
         print(f"verl-avspo table: {err}", file=sys.stderr)
         return 1
-    print(markdown_table(summaries, args.early_steps))
+    print(markdown_table(rows, args.early_steps))
     return 0

@@ -1,0 +1,76 @@
+"""The numbers read off a run's metric frame (one row per logged step, as :mod:`verl_avspo.tools.logs`
+returns): early ACR, window means, last values and the latest validation. ``verl-avspo report``,
+``verl-avspo table`` and the sandbox's ``summary.md`` all compute them here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pandas as pd
+
+__all__ = [
+    "EARLY_STEPS",
+    "VALIDATION_PREFIX",
+    "EarlyACR",
+    "early_acr",
+    "last_value",
+    "latest_validation",
+    "window_mean",
+]
+
+EARLY_STEPS = 100  # the paper's ACR_100: ACR over the first 100 training steps
+VALIDATION_PREFIX = "val-core/"  # verl's headline validation metrics, e.g. val-core/<data_source>/acc/mean@1
+
+
+class EarlyACR(NamedTuple):
+    """ACR over a run's first steps, and which logged steps it averages."""
+
+    mean: float
+    first_step: int
+    last_step: int
+    steps: int  # how many logged steps were averaged
+    resumed: bool  # the log starts after step ``early_steps``: its earliest logged steps were used
+
+
+def early_acr(acr: pd.Series, early_steps: int = EARLY_STEPS) -> EarlyACR | None:
+    """ACR over the first ``early_steps`` training steps (docs/method.md §2, the paper's ACR_100).
+
+    The one definition: the mean of ``acr`` (indexed by step, NaN where not logged) over the logged
+    steps numbered 1..``early_steps``. A log that starts later (a run resumed from a checkpoint) has
+    no such step; it gets the mean over its earliest ``early_steps`` logged steps instead, with
+    ``resumed`` set so that callers say so. A short or sparse log averages what it has (``steps``
+    says how many). None only when ``acr`` holds no value at all.
+    """
+    acr = acr.dropna()
+    if acr.empty:
+        return None
+    first = acr[acr.index <= early_steps]
+    resumed = first.empty
+    if resumed:
+        first = acr.iloc[:early_steps]
+    return EarlyACR(float(first.mean()), int(first.index[0]), int(first.index[-1]), len(first), resumed)
+
+
+def window_mean(series: pd.Series | None, last: int | None = None) -> float | None:
+    """Mean of the logged values of ``series``, over its last ``last`` of them (all when None);
+    None when it holds none."""
+    if series is None:
+        return None
+    values = series.dropna()
+    if last is not None:
+        values = values.iloc[-last:]
+    return float(values.mean()) if len(values) else None
+
+
+def last_value(series: pd.Series | None) -> float | None:
+    """The last logged value of ``series``; None when it holds none."""
+    values = pd.Series(dtype=float) if series is None else series.dropna()
+    return float(values.iloc[-1]) if len(values) else None
+
+
+def latest_validation(frame: pd.DataFrame) -> dict[str, float]:
+    """Each validation metric (``val-core/...`` column) -> its latest logged value, in the frame's
+    column order; metrics never logged are left out."""
+    found = {column: last_value(frame[column]) for column in frame if column.startswith(VALIDATION_PREFIX)}
+    return {column: value for column, value in found.items() if value is not None}
