@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from verl_avspo.core.alert import ALERT_SIGNALS, stalled_steps  # noqa: E402
 from verl_avspo.core.config import AlertConfig  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
+from verl_avspo.tools.stats import early_acr  # noqa: E402
 
 MIXES = {"easy": "1+1,2+1,1*1", "default": "1+1,2+1,2+2,2*1", "hard": "2+2,2*1,3+2,1+1"}
 PAPER_R2 = 0.617
@@ -75,13 +76,13 @@ def run_grid(args: argparse.Namespace) -> None:
 
 
 def run_statistics(frame: pd.DataFrame, steps: int) -> dict[str, float]:
-    early = frame.loc[1 : max(1, steps // 5)]
+    first = max(1, steps // 5)
     accuracy = frame["eval/acc_mean"].dropna()
     final = accuracy[accuracy.index > steps - steps // 5]  # evaluations in the last fifth
     return {
-        "acr_early": early["acr/rate"].mean(),
-        "all_wrong_early": early["acr/all_wrong"].mean(),
-        "all_correct_early": early["acr/all_correct"].mean(),
+        "acr_early": early_acr(frame["acr/rate"], first).mean,
+        "all_wrong_early": early_acr(frame["acr/all_wrong"], first).mean,
+        "all_correct_early": early_acr(frame["acr/all_correct"], first).mean,
         "acr_mean": frame.loc[1:, "acr/rate"].mean(),
         "acc_initial": 100 * accuracy.loc[0],
         "acc_final": 100 * final.mean(),

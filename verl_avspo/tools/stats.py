@@ -36,11 +36,12 @@ class EarlyACR(NamedTuple):
 def early_acr(acr: pd.Series, early_steps: int = EARLY_STEPS) -> EarlyACR | None:
     """ACR over the first ``early_steps`` training steps (docs/method.md §2, the paper's ACR_100).
 
-    The one definition: the mean of ``acr`` (indexed by step, NaN where not logged) over the logged
-    steps numbered 1..``early_steps``. A log that starts later (a run resumed from a checkpoint) has
-    no such step; it gets the mean over its earliest ``early_steps`` logged steps instead, with
-    ``resumed`` set so that callers say so. A short or sparse log averages what it has (``steps``
-    says how many). None only when ``acr`` holds no value at all.
+    The one definition: the mean of ``acr`` (``acr/rate`` or one of its parts, indexed by step, NaN
+    where not logged) over the logged steps numbered up to ``early_steps`` (training starts at step
+    1). A log that starts later (a run resumed from a checkpoint) has no such step; it gets the mean
+    over its earliest ``early_steps`` logged steps instead, with ``resumed`` set so that callers say
+    so. A short or sparse log averages what it has (``steps`` says how many). None only when
+    ``acr`` holds no value at all.
     """
     acr = acr.dropna()
     if acr.empty:
