@@ -48,7 +48,8 @@ BENCHMARK_NAMES = {
     "mmlu_pro": "MMLU-Pro",
 }
 OUT_OF_DOMAIN = frozenset({"mmlu_pro"})
-# Files a recipe run directory holds; any other *.jsonl is a run of its own. Eval comes last: it wins.
+# A recipe run directory's logs (one run, see logs.run_name) in reading order: the evaluation's
+# validation, read last, wins.
 _RUN_FILES = ("metrics", "eval")
 _PASS_AT_1 = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$")
 
