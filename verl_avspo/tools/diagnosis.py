@@ -53,18 +53,18 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     """The table row and the findings for one run; stalls are judged by ``alert`` (default: the
     alert's defaults, the rule the trainers use)."""
     alert = alert or AlertConfig()
-    summary = RunDiagnosis(name, int(frame.shape[0]))
+    diagnosis = RunDiagnosis(name, int(frame.shape[0]))
     score_at_end = last_value(frame.get(SCORE))
     validation = sorted(latest_validation(frame).items())
-    summary.row = {
+    diagnosis.row = {
         "run": name,
-        "steps": str(summary.steps),
+        "steps": str(diagnosis.steps),
         "final score": "—" if score_at_end is None else f"{score_at_end:.3f}",
         "final val": ", ".join(f"{c.removeprefix(VALIDATION_PREFIX)} {v:.3f}" for c, v in validation) or "—",
     }
     if "acr/rate" not in frame or frame["acr/rate"].dropna().empty:
-        summary.findings.append(_missing_acr(name, frame))
-        return summary
+        diagnosis.findings.append(_missing_acr(name, frame))
+        return diagnosis
 
     acr = frame["acr/rate"].dropna()
     first = early_acr(acr, EARLY_STEPS)
@@ -72,7 +72,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     correct = window_mean(frame.get("acr/all_correct")) or 0.0
     wrong = window_mean(frame.get("acr/all_wrong")) or 0.0
     effective = window_mean(frame.get("acr/effective"))
-    summary.row.update(
+    diagnosis.row.update(
         {
             "mean ACR": f"{acr.mean():.3f}",
             "ACR_100": f"{acr_100:.3f}",
@@ -82,10 +82,10 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         }
     )
 
-    summary.findings.append(_stall_finding(name, frame.loc[acr.index], alert))
+    diagnosis.findings.append(_stall_finding(name, frame.loc[acr.index], alert))
 
     intercept, slope = PAPER_FIT
-    summary.findings.append(
+    diagnosis.findings.append(
         f"{name}: ACR over steps {first.first_step}–{first.last_step} ({first.steps} logged; ACR_100) = {acr_100:.3f}"
         + ("" if first.steps == EARLY_STEPS else f" (fewer than {EARLY_STEPS} logged steps)")
         + (
@@ -98,28 +98,28 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         "models, data and settings; it is not a prediction for this run."
     )
     if "acr/all_correct" in frame and "acr/all_wrong" in frame:
-        summary.findings.append(_dominance(name, correct, wrong))
+        diagnosis.findings.append(_dominance(name, correct, wrong))
 
     if "avspo/triggered" in frame:
         triggered = window_mean(frame["avspo/triggered"]) or 0.0
         threshold = window_mean(frame.get("avspo/threshold")) or 0.0
         if triggered == 0.0:
-            summary.findings.append(
+            diagnosis.findings.append(
                 f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
                 f"(mean θ {threshold:.3f}). Lower algorithm.avspo.threshold_init, "
                 "or use preset=paper_code (threshold 0: every collapsed group, every step)."
             )
         elif effective is not None:
-            summary.findings.append(
+            diagnosis.findings.append(
                 f"{name}: AVSPO augmented {triggered:.1%} of the groups per step on average; groups left with zero "
                 f"advantage went from {acr.mean():.3f} (raw ACR) to {effective:.3f} (effective)."
             )
     else:
-        summary.findings.append(
+        diagnosis.findings.append(
             f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
             "To try AVSPO on the same setup: algorithm.adv_estimator=avspo."
         )
-    return summary
+    return diagnosis
 
 
 def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig) -> str:

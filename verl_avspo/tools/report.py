@@ -64,7 +64,7 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     alert = alert or AlertConfig()
-    summaries = [diagnose(name, frame, alert) for name, frame in runs.items()]
+    diagnoses = [diagnose(name, frame, alert) for name, frame in runs.items()]
     figures, skipped = [], []
     for filename, (columns, labels, title, ylabel) in FIGURES.items():
         present = _figure_columns(columns, runs)
@@ -73,19 +73,19 @@ def write_report(
             continue
         figures.append(plot_metrics(runs, present, out / filename, title, ylabel, smooth, labels))
 
-    keys = list(dict.fromkeys(key for summary in summaries for key in summary.row))
+    keys = list(dict.fromkeys(key for diagnosis in diagnoses for key in diagnosis.row))
     lines = [
         "# Advantage collapse report",
         "",
         f"Runs: {', '.join(runs)}. Stall rule `{alert.rule}`: {describe_rule(alert)} (logged steps).",
         "",
-        render_table(keys, [[summary.row.get(key, "—") for key in keys] for summary in summaries]),
+        render_table(keys, [[diagnosis.row.get(key, "—") for key in keys] for diagnosis in diagnoses]),
         "",
         "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero.",
         "",
         "## Diagnosis",
         "",
-        *(f"- {finding}" for summary in summaries for finding in summary.findings),
+        *(f"- {finding}" for diagnosis in diagnoses for finding in diagnosis.findings),
         "",
         "## Figures",
         "",
@@ -95,7 +95,7 @@ def write_report(
         lines += ["", "Not drawn: " + "; ".join(skipped) + "."]
     summary_path = out / "summary.md"
     summary_path.write_text("\n".join(lines) + "\n")
-    return summaries, [*figures, summary_path]
+    return diagnoses, [*figures, summary_path]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -134,12 +134,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         runs = collect_runs(args.logs, args.name)
         alert = AlertConfig(window=args.window, threshold=args.threshold, rule=args.rule)
-        summaries, files = write_report(runs, args.out, alert, args.smooth)
+        diagnoses, files = write_report(runs, args.out, alert, args.smooth)
     except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
         raise SystemExit(f"verl-avspo report: {err}") from None
-    for summary in summaries:
-        print(f"== {summary.name} ({summary.steps} steps)")
-        for finding in summary.findings:
-            print(f"  - {finding.removeprefix(summary.name + ': ')}")
+    for diagnosis in diagnoses:
+        print(f"== {diagnosis.name} ({diagnosis.steps} steps)")
+        for finding in diagnosis.findings:
+            print(f"  - {finding.removeprefix(diagnosis.name + ': ')}")
     print("\nwrote: " + ", ".join(str(path) for path in files))
     return 0
