@@ -56,6 +56,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.collapse import measure_collapse
 from verl_avspo.core.config import STRATEGIES
+from verl_avspo.tools.markdown import render_table
 from verl_avspo.verl_plugin import register
 
 COLUMNS = ("N", "L", "G", "method", "median ms", "IQR ms", "min ms")
@@ -282,11 +283,11 @@ def format_table(results: list[dict]) -> str:
     keys = ("N", "L", "G", "method", "median_ms", "iqr_ms", "min_ms")
     keys += ("x_grpo", "x_grpo_vectorized", "x_floor", "peak_mib")
     formats = {"median_ms": "{:.2f}", "iqr_ms": "{:.2f}", "min_ms": "{:.2f}", "peak_mib": "{:.1f}"}
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
-    for row in results:
-        cells = [formats.get(key, "{:.3f}" if key.startswith("x_") else "{}").format(row[key]) for key in keys]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    def cell(row: dict, key: str) -> str:
+        return formats.get(key, "{:.3f}" if key.startswith("x_") else "{}").format(row[key])
+
+    return render_table(COLUMNS, [[cell(row, key) for key in keys] for row in results])
 
 
 def check_targets(results: list[dict]) -> list[str]:
