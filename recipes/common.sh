@@ -1,4 +1,4 @@
-# Shared settings of every recipe (SPEC §5), sourced by recipes/<model>/train.sh.
+# Shared settings of every recipe (the paper's setup, docs/method.md §7), sourced by recipes/<model>/train.sh.
 #
 # A model script sets what differs per model (MODEL_PATH, MODEL_TAG, N_GPUS, ROLLOUT_TP, ...),
 # then sources this file, which builds the verl command and runs it. Every variable below can be

@@ -2,7 +2,7 @@
 
 verl reads parquet with the columns ``data_source``, ``prompt`` (chat messages), ``ability``,
 ``reward_model`` ({style: rule, ground_truth}) and ``extra_info``. The prompt carries the paper's
-system prompt (SPEC §5), so training, validation and the pass-rate sampling all see the same text.
+system prompt (docs/method.md §7), so training, validation and the pass-rate sampling all see the same text.
 """
 
 from __future__ import annotations
