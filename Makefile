@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 
-.PHONY: setup test lint e2e demo bench clean
+.PHONY: setup test test-core lint e2e demo bench clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	# is found locally, pass TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
-	# OpenRLHF, for tests/test_openrlhf_trainer.py and tests/e2e: its wheel pins CUDA-only packages (flash-attn,
+	# OpenRLHF, for tests/openrlhf/test_trainer.py and tests/e2e: its wheel pins CUDA-only packages (flash-attn,
 	# vllm), so it goes in without dependencies; deepspeed, which its trainer imports, is an sdist
 	# built against the torch above (no ops are compiled).
 	$(BIN)/python -m pip install --quiet setuptools wheel
@@ -30,6 +30,13 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The framework-free core's tests (tests/core) in well under a minute: torch and numpy only. Those that
+# compare with verl's own code are marked `verl` and left to `make test`; AVSPO_CORE_ONLY=1 makes an
+# import of verl, Ray, OpenRLHF, DeepSpeed, Hydra or OmegaConf fail (tests/core/conftest.py), and
+# Hydra's pytest plugin, which imports both, is off.
+test-core: $(STAMP)
+	AVSPO_CORE_ONLY=1 $(BIN)/python -m pytest -q -p no:hydra_pytest -m "not verl" tests/core
 
 # verl's and OpenRLHF's own PPO trainers end to end on CPU, a tiny random Qwen2 per run (tests/e2e; part of
 # `make test` too).

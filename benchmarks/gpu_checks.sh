@@ -26,7 +26,7 @@ stage install 120 bash -c 'python3 -m pip install -q --no-index --no-deps --no-c
     && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site . \
     && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
     && python3 -c "import torch, verl, verl_avspo; print(torch.__version__, torch.version.cuda, verl.__version__, torch.cuda.get_device_name())"'
-stage pytest_cuda 90 python3 -m pytest -q -p no:cacheprovider tests/test_bench_advantage.py tests/test_core_advantage.py
+stage pytest_cuda 90 python3 -m pytest -q -p no:cacheprovider tests/benchmarks/test_bench_advantage.py tests/core/test_advantage.py
 stage bench_target 90 python3 benchmarks/bench_advantage.py --device cuda --sizes 8k --lengths 4k --groups 8 --repeats 15
 stage bench_grid 150 python3 benchmarks/bench_advantage.py --device cuda
 stage e2e_cuda 240 python3 tests/e2e/run_cpu_ppo.py --device cuda --steps 2 --out /tmp/e2e_cuda

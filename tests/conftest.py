@@ -1,4 +1,5 @@
-"""Suite-wide settings and the fixtures several test files share.
+"""Suite-wide settings, the fixtures several test files share, and the ``ray`` marker on every test
+that uses a Ray fixture (the ``verl``, ``ray`` and ``openrlhf`` markers are listed in pyproject.toml).
 
 The tests build every model, tokenizer and dataset they use locally, so the Hugging Face hubs are
 switched off; a test that reached for the network would fail loudly here instead of passing only
@@ -40,3 +41,12 @@ def fresh_estimator_state():
     register.reset()
     yield
     register.reset()
+
+
+RAY_FIXTURES = {"transfer_queue_cluster", "ray_session"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if RAY_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.ray)

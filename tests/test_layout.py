@@ -94,6 +94,7 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, f"import cycles: {cycles}"
 
 
+@pytest.mark.verl
 def test_old_register_path_is_the_same_module():
     from verl_avspo import register
     from verl_avspo.verl_plugin import register as new
@@ -101,6 +102,7 @@ def test_old_register_path_is_the_same_module():
     assert register is new  # one set of estimators and of their state, not a copy
 
 
+@pytest.mark.verl
 def test_entry_point_names_the_new_module_and_old_external_modules_still_load(tmp_path):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert project["project"]["entry-points"]["verl.plugins"] == {"avspo": "verl_avspo.verl_plugin.register"}

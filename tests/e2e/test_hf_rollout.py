@@ -11,6 +11,8 @@ from omegaconf import OmegaConf
 from verl_cpu import assets
 from verl_cpu.hf_rollout import CHUNK_TOKENS, HFGenerateServer
 
+pytestmark = pytest.mark.verl
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

@@ -30,7 +30,7 @@ import pytest
 import torch
 from openrlhf_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, OPENRLHF_ENTRY, TinyRun
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.openrlhf, pytest.mark.ray]
 
 ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
 AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")

@@ -32,7 +32,7 @@ from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_fr
 
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.ray]
 
 THREE_STEPS = ["trainer.total_training_steps=3"]
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]

@@ -1,0 +1,112 @@
+"""benchmarks/paired_test.py and benchmarks/rollout_plots.py, the statistics of docs/results.md:
+the pre-registered tests against closed forms and brute force, the paired report on written runs,
+and the interpolation at a rollout budget."""
+
+import importlib.util
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name):
+    sys.path.insert(0, str(BENCHMARKS))  # rollout_plots imports study_plots from beside it
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+@pytest.fixture(scope="module")
+def paired():
+    return _load("paired_test")
+
+
+@pytest.fixture(scope="module")
+def rollouts():
+    return _load("rollout_plots")
+
+
+def test_t_distribution_matches_known_quantiles(paired):
+    assert paired.student_t_sf(2.093024, 19) == pytest.approx(0.025, abs=1e-6)  # t_{0.975, 19}
+    assert paired.student_t_sf(1.0, 1) == pytest.approx(0.25)  # Cauchy: 1/2 - atan(1)/pi
+    assert paired.student_t_sf(0.0, 7) == pytest.approx(0.5)
+    assert paired.student_t_sf(-1.5, 4) == pytest.approx(1 - paired.student_t_sf(1.5, 4))
+
+
+def test_paired_t_closed_form(paired):
+    result = paired.paired_t(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert result["mean"] == 3.0 and result["se"] == pytest.approx(math.sqrt(2.5 / 5))
+    assert result["t"] == pytest.approx(3.0 / math.sqrt(0.5))
+    half = 2.776445 * math.sqrt(0.5)  # t_{0.975, 4}
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((3 - half, 3 + half), abs=1e-5)
+    assert paired.paired_t(np.array([-1.0, -2.0, -3.0]))["p"] > 0.9  # one-sided: a loss is no evidence
+
+
+def _brute_force_wilcoxon(diffs):
+    d = diffs[diffs != 0]
+    magnitudes = np.abs(d)
+    ranks = np.array([(magnitudes < m).sum() + ((magnitudes == m).sum() + 1) / 2 for m in magnitudes])
+    observed = ranks[d > 0].sum()
+    totals = [
+        sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in itertools.product((0, 1), repeat=len(d))
+    ]
+    return observed, np.mean([t >= observed - 1e-9 for t in totals])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_wilcoxon_matches_brute_force_with_ties_and_zeros(paired, seed):
+    diffs = np.random.default_rng(seed).integers(-4, 5, size=9).astype(float)  # ties and zeros
+    w_plus, p = _brute_force_wilcoxon(diffs)
+    result = paired.wilcoxon_signed_rank(diffs)
+    assert result["w_plus"] == pytest.approx(w_plus) and result["p"] == pytest.approx(p)
+
+
+def test_sign_test_is_binomial(paired):
+    assert paired.sign_test(np.array([1.0, -2.0, 3.0, 4.0, 0.0])) == {"wins": 3, "n": 4, "p": 5 / 16}
+    assert paired.sign_test(np.zeros(3))["p"] == 1.0
+
+
+def _write_run(path, accuracies, per_step=128):
+    """A sandbox-format JSONL: step 0 and every 2 steps evaluated, ``per_step`` rollouts a step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as log:
+        for step, acc in enumerate(accuracies):
+            record = {"step": step, "data": {"train/rollouts_cumulative": step * per_step, "eval/acc_mean": acc}}
+            if step:
+                record["data"].update({"acr/rate": 0.5, "train/rollouts_generated": per_step})
+            log.write(json.dumps(record) + "\n")
+
+
+def test_report_pairs_by_seed_and_decides_at_alpha(paired, tmp_path):
+    for seed, (base, ours) in enumerate([(0.5, 0.6), (0.4, 0.45), (0.7, 0.72)]):
+        _write_run(tmp_path / "runs" / "grpo" / f"seed{seed + 100}.jsonl", [0.1, base])
+        _write_run(tmp_path / "runs" / "avspo" / f"seed{seed + 100}.jsonl", [0.1, ours])
+    text = paired.report(tmp_path, "avspo", "grpo", alpha=0.05)
+    assert "seeds 100..102 (3)" in text and "+10.0, +5.0, +2.0" in text
+    assert "higher in 3 of 3 non-tied seeds, p = 0.1250" in text
+    expected = paired.paired_t(np.array([10.0, 5.0, 2.0]))
+    assert f"p = {expected['p']:.4f}" in text
+    assert ("**confirmed**" in text) == (expected["p"] < 0.05)
+    with pytest.raises(SystemExit, match="no seed.*jsonl under"):
+        paired.report(tmp_path, "dapo", "grpo", alpha=0.05)
+
+
+def test_accuracy_at_a_rollout_budget_interpolates_between_evaluations(rollouts, tmp_path):
+    from verl_avspo.tools.logs import read_metrics
+
+    _write_run(tmp_path / "a.jsonl", [0.2, 0.3, 0.5], per_step=400)  # evaluations at 0, 400, 800 rollouts
+    frame = read_metrics(tmp_path / "a.jsonl")
+    assert rollouts.at_rollouts(frame, 600) == pytest.approx(40.0)  # halfway between 30% and 50%
+    assert rollouts.at_rollouts(frame, 800) == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="budget 900 is past this run's last evaluation at 800 rollouts"):
+        rollouts.at_rollouts(frame, 900)

@@ -1,0 +1,519 @@
+"""The OpenRLHF adapter inside the real OpenRLHF trainer code (openrlhf 0.11.2, installed with
+--no-deps by `make setup`).
+
+What runs for real: OpenRLHF's RemoteExperienceMaker (split, group step, per-token returns),
+SamplesGenerator with dynamic filtering, BasePPOTrainer's rollout stats, TensorBoard logging and
+checkpoint client states, the stall alert's stop (checkpoint, then no more samples), and the Ray
+worker_process_setup_hook in a real Ray worker.
+
+What is stood in for, and why:
+- `vllm` and `flash_attn` cannot be installed on a CPU machine (CUDA builds; vllm would replace
+  torch). Where they are missing, tiny stub packages providing only the names OpenRLHF imports at
+  module level (vllm.SamplingParams, vllm.inputs.TokensPrompt, vllm.utils.random_uuid,
+  flash_attn.bert_padding.*, flash_attn.utils.distributed.all_gather) are put on sys.path while
+  OpenRLHF is imported, and removed afterwards. None of them is called by the code under test.
+- vLLM engines and DeepSpeed model actors need GPUs: generation is served by an object whose
+  `.remote()` calls return `ray.put` results, the model forward of make_experience is skipped
+  (experiences carry zero KL), and the actor group that saves checkpoints records its client states.
+The whole training run, OpenRLHF's and our launcher's, is tests/e2e/test_openrlhf_cpu_e2e.py.
+"""
+
+import copy
+import importlib.util
+import math
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.config import resolve_config
+from verl_avspo.core.controller import AdaptiveController
+
+pytestmark = pytest.mark.openrlhf
+
+if importlib.util.find_spec("openrlhf") is None:
+    pytest.skip("openrlhf is not installed (make setup installs it with --no-deps)", allow_module_level=True)
+
+STUBS = {
+    "vllm/__init__.py": "class SamplingParams:\n    def __init__(self, **kw):\n        self.__dict__.update(kw)\n",
+    "vllm/inputs.py": "TokensPrompt = dict\n",
+    "vllm/utils.py": "import uuid\n\n\ndef random_uuid():\n    return uuid.uuid4().hex\n",
+    "flash_attn/__init__.py": "",
+    "flash_attn/bert_padding.py": "index_first_axis = pad_input = rearrange = unpad_input = None\n",
+    "flash_attn/utils/__init__.py": "",
+    "flash_attn/utils/distributed.py": "all_gather = None\n",
+}
+GROUP_SIZE = 4
+# Six prompts x 4 answers: two mixed, one all-correct, two all-wrong, one non-binary mixed.
+REWARDS = torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0], [0.5, 0.25, 1, 0], [0, 0, 0, 0]])
+COLLAPSED = torch.tensor([False, True, True, False, False, True])
+
+
+@pytest.fixture(scope="module")
+def openrlhf(tmp_path_factory):
+    """OpenRLHF's trainer modules, imported with stubs for the GPU-only packages, adapter installed."""
+    stub_dir = tmp_path_factory.mktemp("gpu_only_stubs")
+    stubbed = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
+    for path, text in STUBS.items():
+        if path.split("/")[0] in stubbed:
+            (stub_dir / path).parent.mkdir(parents=True, exist_ok=True)
+            (stub_dir / path).write_text(text)
+    sys.path.insert(0, str(stub_dir))
+    try:
+        from openrlhf.trainer import ppo_trainer
+        from openrlhf.trainer.ppo_utils import experience_maker, samples_generator
+        from openrlhf.trainer.ppo_utils.experience import Experience
+        from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+        from verl_avspo.openrlhf import install
+
+        install()
+    finally:
+        sys.path.remove(str(stub_dir))
+    yield SimpleNamespace(
+        em=experience_maker,
+        sg=samples_generator,
+        pt=ppo_trainer,
+        Experience=Experience,
+        FixedKLController=FixedKLController,
+        stub_dir=str(stub_dir),
+    )
+    for name in list(sys.modules):
+        if name.split(".")[0] in stubbed:
+            del sys.modules[name]
+
+
+def make_args(estimator="group_norm", tmp_path=None, **overrides):
+    """The parts of train_ppo_ray's hierarchical args that the code under test reads."""
+    ns = SimpleNamespace
+    args = ns(
+        rollout=ns(n_samples_per_prompt=GROUP_SIZE, micro_batch_size=3, batch_size=6, vllm_generate_batch_size=6),
+        train=ns(dynamic_batch_enable=False, seed=0),
+        algo=ns(
+            advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False, is_correction_level="off"),
+            kl=ns(use_loss=True, target=None, init_coef=0.0, horizon=10000, estimator="k3"),
+            dynamic_filtering_enable=False,
+            dynamic_filtering_range=(0.0, 1.0),
+        ),
+        reward=ns(clip_range=None, overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        vllm=ns(enable_sleep=False),
+        ds=ns(ring_attn_size=1, tensor_parallel_size=1),
+        actor=ns(num_nodes=1, num_gpus_per_node=1),
+        logger=ns(
+            wandb=ns(key=None, run_name="run"),
+            tensorboard_dir=str(tmp_path / "tb") if tmp_path else None,
+            logging_steps=1,
+        ),
+        ckpt=ns(best_metric_key="", save_steps=1, path=str(tmp_path / "ckpt") if tmp_path else "", load_enable=True),
+        eval=ns(steps=float("inf")),
+    )
+    for key, value in overrides.items():
+        setattr(args.algo, key, value)
+    return args
+
+
+class Tokenizer:
+    """Only what the experience maker reads off a tokenizer (no model is loaded)."""
+
+    pad_token_id = 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        return ["<decoded>"]
+
+
+def samples(openrlhf, rewards):
+    """One single-response Experience per answer, grouped by prompt as generation returns them."""
+    out = []
+    for prompt, row in enumerate(rewards.tolist()):
+        for answer, reward in enumerate(row):
+            length = 2 + (prompt + answer) % 3
+            action_mask = torch.zeros(1, 5, dtype=torch.bool)
+            action_mask[0, :length] = True
+            out.append(
+                openrlhf.Experience(
+                    sequences=torch.ones(1, 6, dtype=torch.long),
+                    attention_mask=torch.ones(1, 6, dtype=torch.long),
+                    action_mask=action_mask,
+                    kl=torch.zeros(1, 5),
+                    rewards=torch.tensor([reward]),
+                    response_length=torch.tensor([length]),
+                    truncated=torch.tensor([False]),
+                    total_length=torch.tensor([6.0]),
+                    prompts=[f"p{prompt}"],
+                    labels=[str(prompt)],
+                    info={"reward": torch.tensor([reward])},
+                )
+            )
+    return out
+
+
+def shuffled_micro_batches(openrlhf, rollout):
+    """Micro-batches in an order unrelated to the prompts, as OpenRLHF's seqlen balancing makes
+    them: each response keeps its rollout position in ``index``."""
+    for i, sample in enumerate(rollout):
+        sample.index = [i]
+    permutation = torch.randperm(len(rollout), generator=torch.Generator().manual_seed(0)).tolist()
+    return [
+        openrlhf.Experience.concat_experiences([rollout[j] for j in permutation[k : k + 5]], 0)
+        for k in range(0, len(rollout), 5)
+    ]
+
+
+def maker(openrlhf, args):
+    return openrlhf.em.RemoteExperienceMaker(
+        None, None, None, None, openrlhf.FixedKLController(0.0), SimpleNamespace(args=args), Tokenizer()
+    )
+
+
+def per_response(experiences):
+    """{rollout position: (advantage on each action token, advantage on non-action tokens)}."""
+    out = {}
+    for experience in experiences:
+        for row, position in enumerate(experience.index):
+            mask = experience.action_mask[row]
+            out[position] = (experience.advantages[row][mask], experience.advantages[row][~mask])
+    return out
+
+
+def run_original(openrlhf, args, experiences):
+    """OpenRLHF's own compute_advantages_and_returns, not wrapped."""
+    original = openrlhf.em.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
+    return original(maker(openrlhf, args), experiences)
+
+
+def run_both(openrlhf, args):
+    """REWARDS' experiences through our wrapped maker, and a copy through OpenRLHF's own method.
+    Returns (ours, theirs, our maker)."""
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = run_original(openrlhf, args, copy.deepcopy(experiences))
+    ours = maker(openrlhf, args)
+    ours.compute_advantages_and_returns(experiences)
+    return experiences, reference, ours
+
+
+def test_plain_group_norm_is_untouched_and_logs_acr(openrlhf, monkeypatch):
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    args = make_args("group_norm")
+    experiences, reference, ours = run_both(openrlhf, args)
+    for mine, theirs in zip(experiences, reference, strict=True):
+        assert torch.equal(mine.advantages, theirs.advantages)
+    metrics = ours.verl_avspo_metrics
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.5
+    assert metrics["acr/all_correct"] == pytest.approx(1 / 6) and metrics["acr/all_wrong"] == pytest.approx(2 / 6)
+    assert metrics["acr/groups"] == 6 and not any(key.startswith("avspo/") for key in metrics)
+    assert args.algo.advantage.estimator == "group_norm"
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "dr_grpo"])
+def test_avspo_equals_core_and_openrlhf_on_untouched_groups(openrlhf, monkeypatch, estimator):
+    settings = {"preset": "paper_code", "epsilon": 1e-9}
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "paper_code", "epsilon": 1e-9}')
+    args = make_args(estimator)
+    ours = maker(openrlhf, args)
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = per_response(run_original(openrlhf, args, copy.deepcopy(experiences)))
+    ours.compute_advantages_and_returns(experiences)
+    mine = per_response(experiences)
+
+    config = resolve_config(settings)
+    core = compute_avspo_outcome_advantage(
+        REWARDS.reshape(-1, 1),
+        torch.ones(REWARDS.numel(), 1),
+        torch.arange(6).repeat_interleave(GROUP_SIZE),
+        config,
+        AdaptiveController(config),
+        norm_adv_by_std=estimator == "group_norm",
+    ).scalar_advantages
+    # One opposite-label virtual sample: ±1/sqrt(n+1) with the std, ±1/(n+1) without (docs/method.md §4).
+    push = 1 / math.sqrt(GROUP_SIZE + 1) if estimator == "group_norm" else 1 / (GROUP_SIZE + 1)
+    for position, (tokens, outside) in mine.items():
+        prompt = position // GROUP_SIZE
+        assert torch.all(outside == 0)
+        torch.testing.assert_close(tokens, torch.full_like(tokens, core[position].item()))
+        if COLLAPSED[prompt]:
+            sign = 1.0 if REWARDS[prompt, 0] == 1 else -1.0
+            torch.testing.assert_close(tokens, torch.full_like(tokens, sign * push))
+            assert torch.all(reference[position][0] == 0)
+        else:
+            torch.testing.assert_close(tokens, reference[position][0])
+    metrics = ours.verl_avspo_metrics
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
+    assert metrics["avspo/triggered"] == 0.5 and metrics["avspo/virtual_k"] == 1.0
+    assert args.algo.advantage.estimator == estimator
+
+
+def test_avspo_keeps_openrlhfs_group_reward_std_of_the_rewards(openrlhf, monkeypatch):
+    # OpenRLHF computes group_reward_std from experience.rewards after the length penalties, where
+    # AVSPO's step has already written its advantages; the logged std must stay the rewards'.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "paper_code", "epsilon": 1e-9}')
+    experiences, reference, _ = run_both(openrlhf, make_args("group_norm"))
+    for mine, theirs in zip(experiences, reference, strict=True):
+        torch.testing.assert_close(mine.info["group_reward_std"], theirs.info["group_reward_std"])
+    assert any(float(e.info["group_reward_std"].max()) > 0 for e in experiences)
+
+
+def test_reinforce_baseline_logs_no_effective_acr(openrlhf, monkeypatch):
+    # Its batch whitening shifts every advantage, collapsed groups' too: acr/effective would mislead.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    ours = maker(openrlhf, make_args("reinforce_baseline"))
+    ours.compute_advantages_and_returns(shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS)))
+    assert ours.verl_avspo_metrics["acr/rate"] == 0.5 and "acr/effective" not in ours.verl_avspo_metrics
+
+
+def test_acr_only_runs_take_the_metrics_reward_range(openrlhf, monkeypatch):
+    # reward_range [-1, 1] puts the all-correct/all-wrong midpoint at 0, so all-zero groups count
+    # as all-correct; OpenRLHF's own rloo still computes the advantages.
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", '{"reward_range": [-1, 1]}')
+    experiences, reference, ours = run_both(openrlhf, make_args("rloo"))
+    for mine, theirs in zip(experiences, reference, strict=True):
+        assert torch.equal(mine.advantages, theirs.advantages)
+    metrics = ours.verl_avspo_metrics
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/all_correct"] == 0.5 and metrics["acr/all_wrong"] == 0.0
+
+
+def test_avspo_sees_the_length_penalised_rewards(openrlhf, monkeypatch):
+    """OpenRLHF applies the overlong penalty before its group step; AVSPO's step runs after it too."""
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "grpo", "epsilon": 1e-9, "reward_range": [-1, 1]}')
+    args = make_args("group_norm")
+    args.reward.overlong_buffer_len, args.reward.overlong_penalty_factor, args.rollout.max_new_tokens = 2, 1.0, 5
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    reference = per_response(run_original(openrlhf, args, copy.deepcopy(experiences)))
+    maker(openrlhf, args).compute_advantages_and_returns(experiences)
+    mine = per_response(experiences)
+    # The penalty splits some collapsed groups, so the two agree everywhere, penalised groups included.
+    assert any(reference[p][0].abs().sum() > 0 for p in range(4, 8))
+    for position, (tokens, _) in mine.items():
+        torch.testing.assert_close(tokens, reference[position][0], atol=1e-5, rtol=1e-5)
+
+
+def test_installed_structure_missing_is_a_clear_error(openrlhf, monkeypatch):
+    from verl_avspo.openrlhf import OpenRLHFIncompatibleError, check_openrlhf
+
+    monkeypatch.delattr(openrlhf.sg.SamplesGenerator, "generate_samples")
+    lacks = r"OpenRLHF 0\.11\.2 lacks .*SamplesGenerator\.generate_samples"
+    with pytest.raises(OpenRLHFIncompatibleError, match=lacks):
+        check_openrlhf()
+    monkeypatch.undo()
+    monkeypatch.setattr(openrlhf.em, "compute_reward", None)
+    with pytest.raises(OpenRLHFIncompatibleError, match=r"supported: openrlhf>=0\.10\.4,<0\.12"):
+        check_openrlhf()
+
+
+def test_launcher_feeds_the_real_openrlhf_cli_and_ray_init(openrlhf, monkeypatch, tmp_path):
+    """OpenRLHF's own parser and checks accept what the launcher passes; the ray.init OpenRLHF calls
+    gets the setup hook and the settings on top of its own environment variables."""
+    import ray
+
+    from verl_avspo.openrlhf import launcher
+
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(*args, **kwargs):
+        calls.append(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", "")
+    monkeypatch.syspath_prepend(openrlhf.stub_dir)
+    argv = ["--actor.model_name_or_path", str(tmp_path), "--reward.remote_url", "http://localhost:1"]
+    argv += ["--rollout.n_samples_per_prompt", "4", "--advantage_estimator", "avspo", "--avspo.preset", "paper_code"]
+    with pytest.raises(Stop):
+        launcher.main(argv)
+    runtime_env = calls[0]["runtime_env"]
+    assert runtime_env["worker_process_setup_hook"] == "verl_avspo.openrlhf.worker_setup"
+    assert "NCCL_DEBUG" in runtime_env["env_vars"]
+    # paper_code keeps the released code's epsilon (1e-4); other presets get OpenRLHF's 1e-9.
+    assert runtime_env["env_vars"]["VERL_AVSPO_OPENRLHF_SETTINGS"] == '{"preset": "paper_code"}'
+    monkeypatch.delitem(sys.modules, "openrlhf.cli.train_ppo_ray", raising=False)
+
+
+@pytest.fixture(scope="module")
+def ray_session(openrlhf):
+    import ray
+    from ray import cloudpickle
+
+    from verl_avspo.openrlhf.launcher import runtime_env_hook
+
+    settings = {"preset": "paper_code", "epsilon": 1e-9}
+    python_path = os.pathsep.join([openrlhf.stub_dir, *sys.path])
+    init = runtime_env_hook(ray.init, settings)
+    runtime_env = {"env_vars": {"PYTHONPATH": python_path}}
+    init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield ray
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    ray.shutdown()
+
+
+def worker_probe(rewards):
+    """Runs in a fresh Ray worker: import OpenRLHF's trainer as its actors do, then make advantages."""
+    import openrlhf.trainer.ppo_trainer  # noqa: F401  (the setup hook installs the adapter on this import)
+    from openrlhf.trainer.ppo_utils import experience_maker
+    from openrlhf.trainer.ppo_utils.experience import Experience
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    modules = SimpleNamespace(em=experience_maker, Experience=Experience, FixedKLController=FixedKLController)
+    installed = getattr(experience_maker.RemoteExperienceMaker, "_verl_avspo_installed", False)
+    experiences = shuffled_micro_batches(modules, samples(modules, rewards))
+    remote_maker = maker(modules, make_args("group_norm"))
+    remote_maker.compute_advantages_and_returns(experiences)
+    return installed, per_response(experiences), remote_maker.verl_avspo_metrics
+
+
+def test_setup_hook_installs_avspo_inside_ray_workers(ray_session):
+    installed, advantages, metrics = ray_session.get(ray_session.remote(worker_probe).remote(REWARDS))
+    assert installed
+    assert metrics["avspo/triggered"] == 0.5 and metrics["acr/rate"] == 0.5
+    for position, (tokens, _) in advantages.items():
+        if COLLAPSED[position // GROUP_SIZE]:
+            assert tokens.abs().min().item() == pytest.approx(1 / math.sqrt(GROUP_SIZE + 1), abs=1e-6)
+
+
+class FakeEngines:
+    """Stands in for vLLM engine actors (GPU only): answers each prompt with GROUP_SIZE responses
+    whose rewards are that prompt's row of REWARDS."""
+
+    def __init__(self, ray):
+        ray_put = ray.put
+        self.get_num_unfinished_requests = SimpleNamespace(remote=lambda: ray_put(0))
+        self.generate_responses = SimpleNamespace(remote=lambda **kwargs: ray_put(self.responses(**kwargs)))
+
+    @staticmethod
+    def responses(prompt, label, num_samples, **_):
+        row = REWARDS[int(label)].tolist()
+        return [
+            {
+                "observation_tokens": [1, 2, 3, 4],
+                "action_ranges": [(2, 4)],
+                "reward": reward,
+                "scores": reward,
+                "rollout_log_probs": None,
+                "prompt": prompt,
+                "label": label,
+                "truncated": False,
+            }
+            for reward in row[:num_samples]
+        ]
+
+
+def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeypatch):
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    args = make_args("group_norm", dynamic_filtering_enable=True)
+    args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 3
+    prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
+    generator = openrlhf.sg.SamplesGenerator(
+        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
+    )
+    rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+    # Prompts 0-2 go out; 1 and 2 collapse, are filtered and replaced by 3 and 4: 0, 3, 4 are trained.
+    assert consumed == 5 and len(rollout) == 3 * GROUP_SIZE
+    assert sorted(map(tuple, rollout.prefilter_rewards.tolist())) == sorted(map(tuple, REWARDS[:5].tolist()))
+
+    experience_maker = maker(openrlhf, args)
+    monkeypatch.setattr(experience_maker, "make_experience", lambda batches: batches)  # the model forward (GPU)
+    for sample in rollout:
+        sample.kl = torch.zeros_like(sample.action_mask, dtype=torch.float32)
+    experience_maker.make_experience_batch(rollout)
+    metrics = experience_maker.verl_avspo_metrics
+    assert metrics["acr/rate"] == 0.4 and metrics["acr/groups"] == 5  # every generated group
+    assert metrics["acr/all_correct"] == 0.2 and metrics["acr/all_wrong"] == 0.2
+    assert metrics["acr/effective"] == 0.0  # the trained groups all have a signal
+
+
+class RecordingActorGroup:
+    """Stands in for the DeepSpeed actor group (GPU only): keeps the client states it is asked to save."""
+
+    def __init__(self, ray, saved=None):
+        self.ray, self.saved = ray, saved
+
+    def async_run_method(self, method_name, **kwargs):
+        if method_name == "save_checkpoint":
+            self.saved = copy.deepcopy(kwargs["client_states"])
+            return [self.ray.put(None)]
+        assert method_name == "get_checkpoint_states"
+        return [self.ray.put(self.saved)]
+
+
+def test_metrics_reach_tensorboard_and_avspo_state_survives_resume(openrlhf, ray_session, monkeypatch, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    settings = '{"preset": "paper", "eta": 0.5, "threshold_init": 0.3, "epsilon": 1e-9}'
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", settings)
+    args = make_args("group_norm", tmp_path)
+
+    def trainer(group):
+        return openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
+
+    def step(run, rewards):
+        experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, rewards))
+        run.experience_maker.compute_advantages_and_returns(experiences)
+        return per_response(experiences), run._compute_rollout_stats(experiences)
+
+    first = trainer(RecordingActorGroup(ray_session))
+    assert first.init_checkpoint_states()["global_step"] == 0
+    _, stats = step(first, REWARDS)
+    first.save_logs_and_checkpoints(1, stats, {"global_step": 1})
+    first.tensorboard_logger.close()
+    step(first, 1 - REWARDS)
+    continued, continued_stats = step(first, REWARDS)
+
+    events = EventAccumulator(os.path.join(args.logger.tensorboard_dir, "run"))
+    events.Reload()
+    logged = {tag: events.Scalars(tag)[0].value for tag in events.Tags()["scalars"]}
+    for key in ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "avspo/threshold"):
+        assert logged[f"train/{key}"] == pytest.approx(stats[key])
+
+    os.makedirs(os.path.join(args.ckpt.path, "_actor"))
+    resumed = trainer(RecordingActorGroup(ray_session, first.actor_model_group.saved))
+    assert resumed.init_checkpoint_states()["global_step"] == 1
+    step(resumed, 1 - REWARDS)
+    after_resume, resumed_stats = step(resumed, REWARDS)
+    # theta_3 = 0.3 + eta * sign(J_2 - J_1) * (ACR_2 - 0.3) = 0.4; a run without the state would be at 0.3.
+    assert resumed_stats["avspo/threshold"] == continued_stats["avspo/threshold"] == pytest.approx(0.4)
+    for position, (tokens, _) in continued.items():
+        assert torch.equal(tokens, after_resume[position][0])
+
+
+def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, ray_session, monkeypatch, tmp_path):
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    alert = '{"alert": {"rule": "acr", "threshold": 0.3, "window": 2, "action": "stop"}}'
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", alert)
+    args = make_args("group_norm", tmp_path)
+    args.ckpt.save_steps = 100  # the stop saves its step whatever this says
+    group = RecordingActorGroup(ray_session)
+    trainer = openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
+    prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
+    trainer.samples_generator = openrlhf.sg.SamplesGenerator(
+        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
+    )
+
+    def step(number):
+        experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))  # ACR 0.5 > 0.3
+        trainer.experience_maker.compute_advantages_and_returns(experiences)
+        stats = trainer._compute_rollout_stats(experiences)
+        trainer.save_logs_and_checkpoints(number, stats, {"global_step": number})
+        return stats
+
+    assert step(1)["acr/stalled"] == 0.0 and group.saved is None  # not stalled yet; no checkpoint due
+    assert step(2)["acr/stalled"] == 1.0
+    assert group.saved["global_step"] == 2 and args.ckpt.save_steps == 100
+    assert group.saved["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    rollout, _, consumed, exhausted = trainer.samples_generator.generate_samples(n_samples_per_prompt=GROUP_SIZE)
+    assert list(rollout) == [] and consumed == 0 and exhausted  # OpenRLHF's fit loop ends here
+
+    resumed = openrlhf.pt.BasePPOTrainer(
+        SimpleNamespace(args=args), RecordingActorGroup(ray_session, group.saved), None, None, None, None, Tokenizer()
+    )
+    os.makedirs(os.path.join(args.ckpt.path, "_actor"), exist_ok=True)
+    resumed.init_checkpoint_states()
+    assert resumed.experience_maker._verl_avspo_step.alert.monitor.streak == 2

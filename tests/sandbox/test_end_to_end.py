@@ -1,0 +1,299 @@
+"""The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
+loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
+(20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
+sampling (dapo_resample) and the rollout counts every run logs are checked on their own run."""
+
+import json
+import math
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from verl_avspo.cli import main
+from verl_avspo.tools.logs import read_metrics
+
+pytestmark = pytest.mark.verl
+
+ESTIMATORS = "grpo,avspo:paper_code,dapo,dcpo,intuitor,rent"
+LABELS = ("grpo", "avspo-paper_code", "dapo", "dcpo", "intuitor", "rent")
+TINY = ["--steps", "4", "--seeds", "1", "--sft-steps", "20", "--eval-size", "8", "--eval-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def torch_settings():
+    """The sandbox fixes torch's thread count and deterministic mode; restore them afterwards."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory, torch_settings):
+    out = tmp_path_factory.mktemp("sandbox")
+    cache = out / "cache"
+    assert main(["sandbox", "--estimators", ESTIMATORS, "--out", str(out), "--cache-dir", str(cache), *TINY]) == 0
+    return out
+
+
+def _runs(out):
+    return {label: read_metrics(out / "runs" / label / "seed0.jsonl") for label in LABELS}
+
+
+def test_outputs_exist(comparison):
+    for name in ("summary.md", "acr.png", "accuracy.png"):
+        assert (comparison / name).stat().st_size > 0, name
+    assert (comparison / "acr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for frame in _runs(comparison).values():
+        assert list(frame.index) == [0, 1, 2, 3, 4]  # step 0: evaluation of the warm-up model
+        assert frame.loc[1:, "acr/rate"].notna().all()
+        assert frame.loc[[0, 2, 4], "eval/acc_mean"].notna().all()  # every eval_every steps and at the end
+
+
+def test_acr_metrics_are_consistent(comparison):
+    runs = _runs(comparison)
+    for frame in runs.values():
+        steps = frame.loc[1:]
+        assert steps["acr/rate"].between(0, 1).all()
+        assert (steps["acr/all_correct"] + steps["acr/all_wrong"] - steps["acr/rate"]).abs().max() < 1e-12
+        assert (steps["acr/groups"] == 16).all()  # prompts_per_step groups of G=8, no singletons
+    grpo, avspo, dapo = runs["grpo"].loc[1:], runs["avspo-paper_code"].loc[1:], runs["dapo"].loc[1:]
+    pd.testing.assert_series_equal(grpo["acr/effective"], grpo["acr/rate"], check_names=False)
+    assert (avspo["acr/effective"] <= avspo["acr/rate"]).all()
+    # paper_code augments every collapsed group, so none is left at zero advantage.
+    assert (avspo["acr/effective"] == 0).all() and (avspo["acr/rate"] > 0).any()
+    assert (avspo["avspo/triggered"] == avspo["acr/rate"]).all()
+    # dapo keeps exactly the groups that did not collapse.
+    pd.testing.assert_series_equal(dapo["train/kept_groups"], 1 - dapo["acr/rate"], check_names=False)
+
+
+def test_first_step_is_shared_by_estimators_with_the_same_seed(comparison):
+    # Same seed: same warm-up model, same prompts, same samples at step 1, so the same verifier
+    # rewards and entropy (the intrinsic-reward runs measure ACR on their own reward).
+    runs = _runs(comparison)
+    first = [frame.loc[1, ["train/reward_mean", "actor/entropy"]] for frame in runs.values()]
+    for other in first[1:]:
+        pd.testing.assert_series_equal(first[0], other)
+    verifier = [runs[label].loc[1, "acr/rate"] for label in ("grpo", "avspo-paper_code", "dapo", "dcpo")]
+    assert len(set(verifier)) == 1
+
+
+def test_summary_reports_the_measured_numbers(comparison):
+    summary = (comparison / "summary.md").read_text()
+    grpo = _runs(comparison)["grpo"]
+    raw = grpo.loc[1:, "acr/rate"].mean()
+    assert f"| `grpo` | {raw:.3f} | {raw:.3f} |" in summary
+    acc = 100 * grpo.loc[4, "eval/acc_mean"]
+    assert "final mean greedy accuracy" in summary and f"vs {acc:.1f}%" in summary
+    assert summary.count("vs `grpo`**") == 5  # one verdict per other estimator
+    assert "| `intuitor` † |" in summary and "| `rent` † |" in summary and "| `dcpo` |" in summary
+    assert "raw ACR is not comparable" in summary
+    assert "from a single seed" in summary  # one seed: the verdict refuses to call a winner
+    assert "'ACR, step 1' is the early-training ACR" in summary and "| ACR, step 1 |" in summary  # 4 steps // 5 = 0
+
+
+def test_paper_baselines_in_the_loop(comparison):
+    runs = _runs(comparison)
+    for frame in runs.values():
+        # Token-mean entropy of the sampling policy, in nats: within [0, log V] for V = 16 tokens.
+        assert frame.loc[1:, "actor/entropy"].between(0, math.log(16)).all()
+    grpo, dcpo = runs["grpo"].loc[1:], runs["dcpo"].loc[1:]
+    # Step 1 is every problem's first visit: DCPO's advantages are GRPO's there.
+    assert dcpo.loc[1, "acr/effective"] == grpo.loc[1, "acr/effective"]
+    assert (dcpo["acr/effective"] <= dcpo["acr/rate"]).all()
+    for label in ("intuitor", "rent"):
+        steps = runs[label].loc[1:]
+        # Continuous intrinsic rewards tie only when a group repeats one answer; the verifier's often do.
+        assert (steps["acr/rate"] < grpo["acr/rate"]).all()
+        assert (steps["acr/effective"] == steps["acr/rate"]).all()  # GRPO on that reward
+        # Their reward is not the verifier's, so their loss differs from GRPO's at the same step-1 samples.
+        assert steps.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
+    # Self-certainty is a KL divergence (> 0 for a trained policy); RENT's reward is minus an entropy.
+    assert (runs["intuitor"].loc[1:, "train/intrinsic_reward_mean"] > 0).all()
+    assert (runs["rent"].loc[1:, "train/intrinsic_reward_mean"] < 0).all()
+
+
+def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(comparison, monkeypatch, tmp_path):
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo.verl_plugin import register
+
+    keys, losses = [], []
+    set_prompt_keys, get_policy_loss_fn = register.set_prompt_keys, core_algos.get_policy_loss_fn
+
+    def record_keys(keys_by_uid):
+        keys.append(dict(keys_by_uid))
+        set_prompt_keys(keys_by_uid)
+
+    def record_loss(name):
+        loss = get_policy_loss_fn(name)
+
+        def call(*args, **kwargs):
+            losses.append((name, kwargs["config"].clip_ratio_c))
+            return loss(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(register, "set_prompt_keys", record_keys)
+    monkeypatch.setattr(core_algos, "get_policy_loss_fn", record_loss)
+    cache = comparison / "cache"  # the warm-up of the comparison above
+    assert main(["sandbox", "--estimators", "dcpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]) == 0
+    assert len(keys) == 4 and all(len(step) == 16 for step in keys)  # one key per group, every step
+    for step, keys_by_uid in enumerate(keys, start=1):
+        assert all(uid.startswith(f"{step}-") for uid in keys_by_uid)
+        assert all(re.fullmatch(r"\d+[+*]\d+=", prompt) for prompt in keys_by_uid.values())  # the problem
+    assert losses and set(losses) == {("dcpo", 10.0)}
+
+
+def test_same_seed_same_metrics(comparison, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    (avspo,) = parse_estimators("avspo")
+    logs = [tmp_path / f"{name}.jsonl" for name in ("a", "b", "other_seed")]
+    for path, seed in zip(logs, (0, 0, 1), strict=True):
+        train(config, avspo, seed, path, comparison / "cache")
+    assert logs[0].read_text() == logs[1].read_text()
+    assert logs[0].read_text() != logs[2].read_text()
+    paper = read_metrics(logs[0]).loc[1:]
+    assert (paper["acr/effective"] <= paper["acr/rate"]).all()
+    assert paper["avspo/threshold"].between(0.1, 0.9).all()
+
+
+def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):
+    """--seed-start 0 reproduces the default seeds; --seed-start 1 runs seed 1, a different run."""
+    cache = comparison / "cache"
+    for start in (0, 1):
+        argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path / str(start)), "--cache-dir", str(cache)]
+        assert main([*argv, *TINY, "--seed-start", str(start)]) == 0
+    seed0 = (tmp_path / "0" / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert seed0 == (comparison / "runs" / "grpo" / "seed0.jsonl").read_text()
+    assert sorted(p.name for p in (tmp_path / "1" / "runs" / "grpo").iterdir()) == ["seed1.jsonl"]
+    assert (tmp_path / "1" / "runs" / "grpo" / "seed1.jsonl").read_text() != seed0
+    assert "seeds 1..1" in (tmp_path / "1" / "summary.md").read_text()
+
+
+def test_dapo_resample_trains_on_full_batches_and_counts_every_rollout(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # 200 warm-up steps: about half the groups collapse, so re-sampling has work to do.
+    config = SandboxConfig(
+        levels="1+1,2+1,1*1", steps=4, eval_every=2, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=200)
+    )
+    frames = {}
+    for spec in parse_estimators("grpo,dapo_resample"):
+        train(config, spec, 0, tmp_path / f"{spec.label}.jsonl", tmp_path / "cache")
+        frames[spec.label] = read_metrics(tmp_path / f"{spec.label}.jsonl")
+    grpo, resample = frames["grpo"], frames["dapo_resample"]
+    assert (grpo.loc[1:, "train/rollouts_generated"] == 128).all()  # 16 prompts x G=8, every step
+    assert grpo["train/rollouts_cumulative"].tolist() == [0, 128, 256, 384, 512]  # step 0 (the warm-up's eval) too
+    steps = resample.loc[1:]
+    assert steps["train/gen_batches"].between(1, 4).all() and (steps["train/gen_batches"] > 1).any()
+    # It pays for every response of every batch it drew, and its raw ACR is over all of those groups.
+    assert (steps["train/rollouts_generated"] == 128 * steps["train/gen_batches"]).all()
+    assert (steps["train/rollouts_cumulative"] == steps["train/rollouts_generated"].cumsum()).all()
+    assert (steps["acr/groups"] == 16 * steps["train/gen_batches"]).all()
+    # Below the cap it trains on exactly prompts_per_step groups, none of them collapsed.
+    full = steps["train/resample_capped"] == 0
+    assert full.any() and (steps.loc[full, "train/kept_groups"] == 1).all()
+    assert (steps.loc[~full, "train/gen_batches"] == 4).all() and (steps.loc[~full, "train/kept_groups"] < 1).all()
+    assert (steps["acr/effective"] == 0).all()
+    assert resample.loc[[0, 2, 4], ["eval/acc_mean", "train/rollouts_cumulative"]].notna().all().all()
+
+
+def test_dapo_resample_at_its_cap_with_nothing_kept_makes_no_update(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # No warm-up and 3-digit sums: every answer is wrong, every group collapses, one batch allowed.
+    config = SandboxConfig(
+        levels="3+2", steps=2, eval_every=2, eval_size=8, max_gen_batches=1, policy=PolicyConfig(sft_steps=0)
+    )
+    (spec,) = parse_estimators("dapo_resample")
+    train(config, spec, 0, tmp_path / "capped.jsonl")
+    steps = read_metrics(tmp_path / "capped.jsonl").loc[1:]
+    assert (steps["acr/rate"] == 1).all() and (steps["train/kept_groups"] == 0).all()
+    assert (steps["train/resample_capped"] == 1).all() and (steps["train/rollouts_generated"] == 128).all()
+    assert (steps["acr/effective"] == 0).all() and (steps["actor/pg_loss"] == 0).all()  # no mini-batch ran
+
+
+def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
+    # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
+    # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+    from verl_avspo.sandbox.task import ArithmeticTask
+
+    drawn = []
+    real_sample = ArithmeticTask.sample
+
+    def spy(self, num_prompts, generator):
+        problems = real_sample(self, num_prompts, generator)
+        drawn[-1].append(problems.prompts)
+        return problems
+
+    monkeypatch.setattr(ArithmeticTask, "sample", spy)
+    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    for spec in parse_estimators("grpo,dapo"):
+        drawn.append([])
+        train(config, spec, 0, tmp_path / f"{spec.label}.jsonl", comparison / "cache")
+    dapo = read_metrics(tmp_path / "dapo.jsonl")
+    assert (dapo.loc[1:, "train/kept_groups"] < 1).any()  # dapo did drop groups
+    assert len(drawn[0]) == 3 and drawn[0] == drawn[1]
+
+
+def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_settings):
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import warm_policy
+    from verl_avspo.sandbox.task import ArithmeticTask, parse_levels
+
+    task = ArithmeticTask(parse_levels("1+1,2+1"), 8)
+    config = PolicyConfig(sft_steps=5)
+    fresh, _ = warm_policy(config, task, None)
+    cached, _ = warm_policy(config, task, tmp_path)
+    reloaded, _ = warm_policy(config, task, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1
+    for name, weight in fresh.state_dict().items():
+        assert torch.equal(weight, cached.state_dict()[name]) and torch.equal(weight, reloaded.state_dict()[name])
+    warm_policy(PolicyConfig(sft_steps=6), task, tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2  # changed settings never reuse a stale model
+    # A larger held-out split evaluates on problems the smaller split's warm-up trained on.
+    warm_policy(config, ArithmeticTask(parse_levels("1+1,2+1"), 16), tmp_path)
+    assert len(list(tmp_path.iterdir())) == 3
+    saved = json.loads(next(p for p in tmp_path.glob("*/sandbox_settings.json")).read_text())
+    assert saved["sft_steps"] in (5, 6)
+
+
+def test_the_loss_aggregation_is_a_setting(comparison, tmp_path):
+    # The same step-1 samples as the comparison's grpo run, aggregated per sequence: another loss.
+    cache = comparison / "cache"
+    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
+    assert main([*argv, "--loss-agg-mode", "seq-mean-token-sum"]) == 0
+    summed = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
+    grpo = _runs(comparison)["grpo"]
+    assert summed.loc[1, "acr/rate"] == grpo.loc[1, "acr/rate"]  # same rollouts
+    assert summed.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
+    assert "`seq-mean-token-sum` aggregation" in (tmp_path / "summary.md").read_text()
+    with pytest.raises(SystemExit, match=r"loss_agg_mode='token-sum-norm' is invalid: expected one of token-mean"):
+        main([*argv, "--loss-agg-mode", "token-sum-norm"])
+
+
+def test_the_sampling_temperature_is_a_setting(comparison, tmp_path):
+    # Hotter rollouts from the same warmed-up policy and seed: other samples, more token entropy,
+    # and the summary says which temperature trained.
+    cache = comparison / "cache"
+    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
+    assert main([*argv, "--temperature", "2.0"]) == 0
+    hot = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
+    grpo = _runs(comparison)["grpo"]
+    assert hot.loc[1, "actor/entropy"] > grpo.loc[1, "actor/entropy"]
+    assert hot.loc[0, "eval/acc_mean"] == grpo.loc[0, "eval/acc_mean"]  # same policy before training
+    assert "temperature 2, verl's" in (tmp_path / "summary.md").read_text()

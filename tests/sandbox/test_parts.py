@@ -1,0 +1,339 @@
+"""The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
+validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches),
+padding rollouts together, the summary verdict and the plots. No model training here."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from verl_avspo.cli import main
+from verl_avspo.sandbox.config import SandboxConfig
+from verl_avspo.sandbox.estimators import parse_estimators
+from verl_avspo.sandbox.loop import dynamic_sampling
+from verl_avspo.sandbox.policy import Rollout
+from verl_avspo.sandbox.summary import verdicts
+from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+from verl_avspo.tools.plots import plot_metrics
+
+pytestmark = pytest.mark.verl
+
+
+def test_levels_and_held_out_split():
+    task = ArithmeticTask(parse_levels("1+1,2*1"), 50)
+    small, large = task.eval_set(0), task.eval_set(1)
+    assert len(small.prompts) == 20  # at most a fifth of the 100 problems of 1+1
+    assert len(large.prompts) == 50
+    assert all(eval(p[:-1]) == int(a) for p, a in zip(large.prompts, large.answers, strict=True))
+    train = task.sample(4000, torch.Generator().manual_seed(0))
+    assert not set(train.prompts) & set(small.prompts + large.prompts)  # never train on a held-out problem
+    assert set(train.level.tolist()) == {0, 1}
+    assert task.max_answer_chars == 3  # 99*9 = 891
+
+
+def test_bad_levels_are_named():
+    with pytest.raises(ValueError, match=r"level '2-1' is invalid"):
+        parse_levels("1+1,2-1")
+    with pytest.raises(ValueError, match="names a level twice"):
+        parse_levels("1+1,1+1")
+    # Each level is enumerated: 6+6 (8.1e11 problems) must be refused, not fail to allocate.
+    assert parse_levels("4*3")[0].num_problems == 9000 * 900
+    with pytest.raises(ValueError, match=r"level '6\+6' has 810,000,000,000 problems.*use fewer digits"):
+        parse_levels("1+1,6+6")
+
+
+def test_exact_match_verifier():
+    assert exact_match(["12", "12 ", "012", ""], ["12", "12", "12", "0"]).tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_tokenizer_round_trip_and_masks():
+    from verl_avspo.sandbox.policy import CharTokenizer
+
+    tok = CharTokenizer()
+    ids, mask = tok.encode_prompts(["1+2=", "10+20="])
+    assert ids.shape == (2, 7) and mask[0].tolist() == [0, 0, 1, 1, 1, 1, 1]
+    response_ids, response_mask = tok.encode_responses(["3", "30"])
+    assert response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert tok.decode_responses(response_ids, response_mask) == ["3", "30"]
+    # A special token inside a response can never match an answer.
+    bad = torch.tensor([[tok.encode("3")[0], tok.bos_id, tok.eos_id]])
+    assert tok.decode_responses(bad, torch.ones_like(bad)) == ["3?"]
+    with pytest.raises(ValueError, match="not in the tokenizer's alphabet"):
+        tok.encode("1-2=")
+
+
+def test_token_rewards_sum_to_the_score_on_the_last_token():
+    from verl_avspo.sandbox.loop import _token_rewards
+
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    rewards = _token_rewards(torch.tensor([1.0, 0.0, 1.0]), mask)
+    assert rewards.tolist() == [[0, 1, 0], [0, 0, 0], [1, 0, 0]]
+
+
+def test_estimator_specs():
+    grpo, avspo, code, dapo = parse_estimators("grpo,avspo,avspo:paper_code,dapo")
+    assert (avspo.adv_estimator, avspo.preset, code.preset) == ("avspo", "paper", "paper_code")
+    assert (dapo.adv_estimator, dapo.drop_collapsed, grpo.drop_collapsed) == ("grpo", True, False)
+    assert code.algorithm_config(seed=3).avspo == {"preset": "paper_code", "seed": 3}
+    assert "avspo" not in grpo.algorithm_config(seed=0)
+    with pytest.raises(ValueError, match=r"estimator 'gae' is not supported by the sandbox"):
+        parse_estimators("grpo,gae")
+    with pytest.raises(ValueError, match="unknown AVSPO preset 'papr'"):
+        parse_estimators("avspo:papr")
+    with pytest.raises(ValueError, match="only avspo takes a preset"):
+        parse_estimators("grpo:paper")
+    with pytest.raises(ValueError, match="'grpo' and 'grpo' are one estimator"):
+        parse_estimators("grpo,rloo,grpo")
+    with pytest.raises(ValueError, match="'avspo' and 'avspo:paper' are one estimator"):
+        parse_estimators("avspo,avspo:paper")  # paper is avspo's default preset
+
+
+def test_cli_rejects_bad_values_before_loading_anything(capsys):
+    with pytest.raises(SystemExit, match=r"estimator 'foo' is not supported"):
+        main(["sandbox", "--estimators", "grpo,foo"])
+    with pytest.raises(SystemExit, match=r"group_size=1 is invalid"):
+        main(["sandbox", "--group-size", "1"])
+    with pytest.raises(SystemExit, match=r"prompts_per_step=3 is invalid: .* use a multiple of 2"):
+        main(["sandbox", "--prompts-per-step", "3"])
+    with pytest.raises(SystemExit, match=r"--seeds=0 is invalid"):
+        main(["sandbox", "--seeds", "0"])
+    with pytest.raises(SystemExit, match=r"--seed-start=-1 is invalid"):
+        main(["sandbox", "--seed-start", "-1"])
+    with pytest.raises(SystemExit, match=r"max_gen_batches=0 is invalid: dapo_resample needs a cap .* use 10"):
+        main(["sandbox", "--estimators", "dapo_resample", "--max-gen-batches", "0"])
+    with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
+        main(["sandbox", "--temperature", "0"])
+
+
+def test_cli_refuses_an_unwritable_out_before_the_warm_up(tmp_path, monkeypatch):
+    import verl_avspo.sandbox.loop as loop
+
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("the warm-up must not start"))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match=r"--out .*a_file/sandbox cannot be written .*for example --out runs/sandbox"):
+        main(["sandbox", "--out", str(blocker / "sandbox"), "--cache-dir", str(tmp_path / "cache")])
+    with pytest.raises(SystemExit, match=r"--cache-dir .*a_file/cache cannot be written"):
+        main(["sandbox", "--out", str(tmp_path / "out"), "--cache-dir", str(blocker / "cache")])
+
+
+def _stats(accuracies):
+    return [{"acc_mean": a, "acr": 0.4, "acr_effective": 0.1} for a in accuracies]
+
+
+def test_verdict_follows_the_numbers():
+    win, tie, loss = verdicts(
+        {
+            "grpo": _stats([0.50, 0.52, 0.48]),
+            "avspo": _stats([0.60, 0.61, 0.59]),
+            "rloo": _stats([0.55, 0.47, 0.50]),
+            "dapo": _stats([0.40, 0.41, 0.39]),
+        }
+    )
+    assert "`avspo` beat `grpo` here" in win and "+10.0 ± 0.6 points" in win and "higher in 3 of 3" in win
+    assert "`rloo` did not beat `grpo` here" in tie
+    assert "`dapo` did worse than `grpo` here" in loss
+    assert "effective ACR was 0.100 against a raw ACR of 0.400" in win
+
+
+def test_plot_metrics(tmp_path):
+    steps = pd.Index([1, 2, 3], name="step")
+    seeds = [
+        pd.DataFrame({"acr/rate": [0.5, 0.4, 0.3]}, index=steps),
+        pd.DataFrame({"acr/rate": [0.3, 0.2, 0.1]}, index=steps),
+    ]
+    path = plot_metrics({"grpo": seeds, "avspo": seeds[0]}, ["acr/rate"], tmp_path / "a" / "acr.png", "ACR", "rate")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match=r"none of the columns \['eval/acc_mean'\]"):
+        plot_metrics({"grpo": seeds}, ["eval/acc_mean"], tmp_path / "b.png", "t", "y")
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_log_probs_do_not_depend_on_padding(architecture):
+    # Prompts of different lengths are left-padded together; each row's response log-probs must
+    # equal those of the same row computed alone, without padding (positions, attention mask).
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, response_log_probs, sample
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(architecture=architecture, sft_steps=0), tokenizer).eval()
+    torch.manual_seed(0)
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], max_new_tokens=4)
+    assert rollout.prompt_mask[0, :2].tolist() == [0, 0]  # "1+2=" is padded to the longest prompt
+    with torch.no_grad():
+        batched = response_log_probs(model, rollout)
+        for row in range(3):
+            alone = rollout.select(torch.tensor([row]))
+            start = int((alone.prompt_mask == 0).sum())
+            unpadded = type(alone)(
+                alone.prompt_ids[:, start:], alone.prompt_mask[:, start:], alone.response_ids, alone.response_mask
+            )
+            mask = alone.response_mask[0].bool()
+            torch.testing.assert_close(response_log_probs(model, unpadded)[0][mask], batched[row][mask])
+    assert (batched <= 0).all()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 1.5])
+def test_log_probs_are_those_generate_sampled_from(temperature):
+    # PPO's old_log_prob must be log π of each sampled token under the distribution generate
+    # sampled it from (at the sampling temperature, no top-k/top-p): an off-by-one in the logit
+    # slice or in the position ids would pass the padding test above but fail here, and so would
+    # log-probs at temperature 1.0 of tokens sampled at another.
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, Rollout, build_model, response_log_probs
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
+    prompt_ids, prompt_mask = tokenizer.encode_prompts(["1+2=", "12+34=", "99*9="])
+    torch.manual_seed(0)
+    output = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=True,
+        temperature=temperature,
+        top_k=None,
+        top_p=None,
+        max_new_tokens=4,
+        pad_token_id=tokenizer.pad_id,
+        eos_token_id=tokenizer.eos_id,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    response_ids = output.sequences[:, prompt_ids.shape[1] :]
+    sampled_from = torch.stack(output.scores, dim=1).log_softmax(dim=-1)
+    expected = sampled_from.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    rollout = Rollout(prompt_ids, prompt_mask, response_ids, torch.ones_like(response_ids))
+    with torch.no_grad():
+        log_probs = response_log_probs(model, rollout, temperature)
+    torch.testing.assert_close(log_probs, expected)
+    if temperature != 1.0:
+        assert not torch.allclose(response_log_probs(model, rollout), expected, atol=1e-3)
+
+
+def test_paper_baseline_specs():
+    dcpo, intuitor, rent = parse_estimators("dcpo,intuitor,rent")
+    assert (dcpo.dcpo, dcpo.reward, dcpo.intrinsic) == (True, "verifier", False)
+    assert dcpo.algorithm_config(seed=0).adv_estimator == "dcpo"  # verl's dispatch, as registered
+    assert (intuitor.reward, rent.reward) == ("self_certainty", "negative_entropy")
+    assert intuitor.intrinsic and rent.intrinsic and not intuitor.dcpo
+    assert intuitor.algorithm_config(seed=0).adv_estimator == "grpo"  # GRPO on the intrinsic reward
+    with pytest.raises(ValueError, match="only avspo takes a preset"):
+        parse_estimators("dcpo:paper")
+
+
+def test_summary_marks_intrinsic_rewards_and_shows_entropy():
+    from verl_avspo.sandbox.summary import render_summary, run_statistics
+
+    steps = pd.Index([0, 1, 2], name="step")
+    frame = pd.DataFrame(
+        {
+            "acr/rate": [None, 0.5, 0.25],
+            "acr/effective": [None, 0.5, 0.25],
+            "acr/all_correct": [None, 0.25, 0.0],
+            "acr/all_wrong": [None, 0.25, 0.25],
+            "actor/entropy": [None, 1.5, 0.5],
+            "eval/acc_level_1": [0.1, None, 0.5],
+            "eval/acc_mean": [0.1, None, 0.5],
+            "eval/pass@8_level_1": [0.2, None, 0.75],
+        },
+        index=steps,
+    )
+    stats = run_statistics(frame, 1, 8, 1)
+    assert stats["entropy"] == 1.0 and stats["acr"] == 0.375
+    old = run_statistics(frame.drop(columns="actor/entropy"), 1, 8, 1)  # a log from before the column
+    text = render_summary({"grpo": [stats], "rent": [stats], "dcpo": [old]}, ["1+1"], 8, 1, "setup", [], ["rent"])
+    assert "| `grpo` | 0.375 | 0.375 | 0.125 | 0.250 | 0.500 | 1.000 |" in text
+    assert "| `rent` † | 0.375 |" in text and "| `dcpo` | 0.375 |" in text
+    assert "| 0.500 | n/a |" in text  # dcpo's old log has no entropy
+    assert "† `rent` train on an intrinsic reward" in text and "raw ACR is not comparable" in text
+    assert "raw ACR of 0.375 (on its intrinsic reward: not comparable)." in text
+    assert "`dcpo` vs `grpo`" in text and "raw ACR of 0.375." in text
+    assert "†" not in render_summary({"grpo": [stats]}, ["1+1"], 8, 1, "setup", [])
+
+
+def test_identical_answers_share_one_intrinsic_reward():
+    from verl_avspo.sandbox.loop import _share_among_identical
+    from verl_avspo.sandbox.policy import Rollout
+
+    prompts = torch.tensor([[1, 5], [1, 5], [1, 5], [1, 6]])
+    # Rows 0 and 1 are one answer (padding after <eos> differs); row 2 differs; row 3 is another prompt.
+    responses = torch.tensor([[7, 2, 0], [7, 2, 9], [8, 2, 0], [7, 2, 0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 1, 0]])
+    rollout = Rollout(prompts, torch.ones_like(prompts), responses, mask)
+    shared = _share_among_identical(torch.tensor([1.0, 1.0 + 3e-7, 2.0, 5.0]), rollout)
+    assert shared[0] == shared[1] and shared[0].item() == pytest.approx(1.0 + 1.5e-7)
+    assert shared[2:].tolist() == [2.0, 5.0]
+
+
+def test_the_warm_up_cache_is_keyed_by_the_code_too(tmp_path, monkeypatch):
+    # A cache written by other warm-up code must not be reused: edit a copy of the module's source.
+    from verl_avspo.sandbox import policy
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.task import ArithmeticTask, parse_levels
+
+    task, config, tokenizer = ArithmeticTask(parse_levels("1+1"), 8), PolicyConfig(), policy.CharTokenizer()
+    key = policy._cache_key(config, task, tokenizer)
+    assert policy._cache_key(config, task, tokenizer) == key
+    edited = tmp_path / "policy.py"
+    edited.write_text(Path(policy.__file__).read_text() + "\n# another warm-up\n")
+    monkeypatch.setattr(policy, "__file__", str(edited))
+    assert policy._cache_key(config, task, tokenizer) != key
+
+
+def _scripted(*batches: str, group_size: int = 2):
+    """A ``draw`` for dynamic_sampling over scripted batches: per group, ``c`` collapsed (all 1),
+    ``i`` informative (0 then 1). Records which batch indices were drawn."""
+    calls = []
+
+    def draw(index: int):
+        calls.append(index)
+        rows = [[1.0] * group_size if kind == "c" else [0.0] + [1.0] * (group_size - 1) for kind in batches[index]]
+        return SimpleNamespace(scores=torch.tensor(rows).reshape(-1))
+
+    return draw, calls
+
+
+def test_dynamic_sampling_keeps_exactly_the_wanted_non_collapsed_groups():
+    draw, calls = _scripted("ccic", "icii", "iiii")
+    drawn, picks = dynamic_sampling(draw, group_size=2, wanted=3, max_gen_batches=10)
+    assert calls == [0, 1]  # stops as soon as it has 3 groups: batch 2 is never generated
+    assert [p.tolist() for p in picks] == [
+        [2],
+        [0, 2],
+    ]  # the first 3 in generation order; group 3 of batch 1 is surplus
+    assert sum(len(b.scores) for b in drawn) == 16  # rollouts paid: every response of both batches, surplus included
+    drawn, picks = dynamic_sampling(draw, group_size=2, wanted=1, max_gen_batches=10)
+    assert len(drawn) == 1 and [p.tolist() for p in picks] == [[2]]
+    # A full first batch costs no extra rollouts.
+    drawn, picks = dynamic_sampling(_scripted("iiii")[0], group_size=2, wanted=4, max_gen_batches=10)
+    assert len(drawn) == 1 and picks[0].tolist() == [0, 1, 2, 3]
+
+
+def test_dynamic_sampling_stops_at_the_cap_with_what_it_has():
+    draw, calls = _scripted("cccc", "ciic", "cccc", "iiii", group_size=4)
+    drawn, picks = dynamic_sampling(draw, group_size=4, wanted=4, max_gen_batches=3)
+    assert calls == [0, 1, 2]  # verl's max_num_gen_batches: at most 3 batches, then train on what there is
+    assert [p.tolist() for p in picks] == [[], [1, 2], []]
+    drawn, picks = dynamic_sampling(_scripted("cc", "cc")[0], group_size=2, wanted=2, max_gen_batches=2)
+    assert len(drawn) == 2 and sum(p.numel() for p in picks) == 0  # all collapsed: nothing to train on
+
+
+def test_dynamic_sampling_refuses_bad_settings():
+    draw = _scripted("ii")[0]
+    with pytest.raises(ValueError, match=r"wanted=0, max_gen_batches=10: both must be at least 1"):
+        dynamic_sampling(draw, group_size=2, wanted=0, max_gen_batches=10)
+    with pytest.raises(ValueError, match=r"wanted=2, max_gen_batches=0"):
+        dynamic_sampling(draw, group_size=2, wanted=2, max_gen_batches=0)
+    with pytest.raises(ValueError, match=r"max_gen_batches=-1 is invalid"):
+        SandboxConfig(max_gen_batches=-1)
+    assert parse_estimators("dapo,dapo_resample")[1].resample  # filtering and re-sampling are two estimators
+
+
+def test_rollouts_concatenate_with_prompts_left_padded_and_responses_right_padded():
+    short = Rollout(torch.tensor([[5, 6]]), torch.tensor([[1, 1]]), torch.tensor([[7]]), torch.tensor([[1]]))
+    long = Rollout(torch.tensor([[4, 5, 6]]), torch.tensor([[1, 1, 1]]), torch.tensor([[8, 9]]), torch.tensor([[1, 1]]))
+    both = Rollout.concat([short, long], pad_id=0)
+    assert both.prompt_ids.tolist() == [[0, 5, 6], [4, 5, 6]] and both.prompt_mask.tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert both.response_ids.tolist() == [[7, 0], [8, 9]] and both.response_mask.tolist() == [[1, 0], [1, 1]]

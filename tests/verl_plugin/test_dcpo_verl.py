@@ -1,0 +1,394 @@
+"""DCPO in verl: the ``dcpo`` estimator through verl's registry, ``compute_advantage`` and the V1
+trainer's advantage stage (real TransferQueue on a local Ray cluster), its history in checkpoints,
+and the ``dcpo`` policy loss through verl's policy-loss registry.
+
+Nothing here needs a GPU except the actor worker group's checkpoint save/load, which is stubbed
+(``RecordingWorkerGroup`` from tests/verl_plugin/test_trainer_v1.py's pattern).
+"""
+
+import logging
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+from verl.workers.config.actor import ActorConfig
+
+from verl_avspo.core.baselines import dcpo_settings
+from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds
+from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.launcher import compose_config
+from verl_avspo.verl_plugin.trainer import STATE_FILE
+from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
+
+pytestmark = [pytest.mark.usefixtures("fresh_estimator_state"), pytest.mark.verl]
+
+BASE = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=4",
+    "trainer.logger=[console]",
+    "algorithm.adv_estimator=dcpo",
+]
+
+
+def algorithm_config(*overrides):
+    return compose_config([*BASE, *overrides]).algorithm  # the DictConfig verl's trainers pass
+
+
+# ---- verl's registry and compute_advantage ------------------------------------------------------
+
+
+def outcome_batch(groups, uid_tag):
+    """A DataProto with one group per list of scores (score on each response's last of 3 tokens)."""
+    scores = torch.tensor([s for group in groups for s in group], dtype=torch.float32)
+    rewards = torch.zeros(len(scores), 3)
+    rewards[:, -1] = scores
+    uid = np.array([f"{uid_tag}{g}" for g, group in enumerate(groups) for _ in group], dtype=object)
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(len(scores), 3)},
+        non_tensors={"uid": uid},
+    )
+
+
+def test_dcpo_is_registered_in_verls_registry():
+    assert core_algos.get_adv_estimator_fn("dcpo") is register.compute_dcpo_advantage
+    assert core_algos.get_policy_loss_fn("dcpo") is register.compute_dcpo_policy_loss
+
+
+def test_compute_advantage_scripted_visits_match_the_reward_history():
+    # Prompt 7: mixed on visit 1, collapsed on visit 2 (gets a non-zero advantage from its history);
+    # prompt 9: collapsed on visit 1 (0, as GRPO) and mixed on visit 2.
+    config = algorithm_config()
+    steps = [
+        ([[1, 0, 1, 0], [1, 1, 1, 1]], [7, 9]),
+        ([[1, 1, 1, 1], [0, 1, 0, 0]], [7, 9]),
+    ]
+    reference = PromptRewardHistory(epsilon=1e-6)
+    for step, (groups, prompts) in enumerate(steps):
+        data = outcome_batch(groups, f"s{step}_")
+        register.set_prompt_keys({f"s{step}_{g}": key for g, key in enumerate(prompts)})
+        data = compute_advantage(data, adv_estimator="dcpo", config=config)
+        advantages = data.batch["advantages"]
+        scores = data.batch["token_level_rewards"].sum(-1)
+        keys = [key for key, group in zip(prompts, groups, strict=True) for _ in group]
+        expected = reference.advantages(scores, keys, data.non_tensor_batch["uid"])
+        assert torch.equal(advantages, expected.unsqueeze(-1) * data.batch["response_mask"])
+        assert torch.equal(data.batch["returns"], advantages)
+        per_response = advantages[:, -1]
+        if step == 0:
+            assert torch.all(per_response[4:] == 0)  # first visit of a collapsed group
+            assert torch.all(per_response[:4] != 0)
+        else:
+            # Visit 2 of a collapsed prompt: Â_total/2 with the totals over 8 rewards, 6 of them 1.
+            mean, std = 6 / 8, math.sqrt(6 * (1 / 4) ** 2 + 2 * (3 / 4) ** 2) / math.sqrt(7)
+            assert torch.allclose(per_response[:4], torch.full((4,), (1 - mean) / (std + 1e-6) / 2))
+            assert torch.all(per_response[4:] != 0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # First visit of [1, 0, 0, 0]: mean 1/4, unbiased std 1/2.
+        (["algorithm.dcpo.epsilon=0.5"], [0.75, -0.25, -0.25, -0.25]),
+        (["algorithm.norm_adv_by_std_in_grpo=False"], [0.75, -0.25, -0.25, -0.25]),
+        ([], [1.5 / (1 + 2e-6), -0.5 / (1 + 2e-6), -0.5 / (1 + 2e-6), -0.5 / (1 + 2e-6)]),
+    ],
+)
+def test_the_config_reaches_the_history(overrides, expected):
+    register.set_prompt_keys({"x0": 1})
+    data = compute_advantage(
+        outcome_batch([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=algorithm_config(*overrides)
+    )
+    assert data.batch["advantages"][:, -1].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
+    data = outcome_batch([[1, 0, 1, 0]], "x")
+    with pytest.raises(ValueError, match=r"no prompt identity for any uid.*python -m verl_avspo\.main_ppo"):
+        compute_advantage(data, adv_estimator="dcpo", config=algorithm_config())
+
+
+def test_keys_are_consumed_by_one_call():
+    config = algorithm_config()
+    register.set_prompt_keys({"x0": 1})
+    compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+    with pytest.raises(ValueError, match="no prompt identity"):
+        compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
+    config = algorithm_config()
+    data = outcome_batch([[1, 0, 1, 0]], "x")
+    data.batch["token_level_rewards"][1, -1] = bad
+    register.set_prompt_keys({"x0": 1})
+    with pytest.raises(ValueError, match=r"1 response score\(s\) are not finite.*uid=\['x0'\]"):
+        compute_advantage(data, adv_estimator="dcpo", config=config)
+    assert len(register.get_dcpo_history(dcpo_settings(config))) == 0
+
+
+def test_a_mask_of_the_wrong_shape_is_refused():
+    data = outcome_batch([[1, 0]], "x")
+    register.set_prompt_keys({"x0": 1})
+    with pytest.raises(ValueError, match=r"response_mask shape \(2, 2\) does not match"):
+        register.compute_dcpo_advantage(
+            data.batch["token_level_rewards"], torch.ones(2, 2), data.non_tensor_batch["uid"], algorithm_config()
+        )
+
+
+# ---- the V1 trainer's advantage stage -----------------------------------------------------------
+
+
+def make_trainer(*overrides):
+    config = compose_config([*BASE, *overrides])
+    OmegaConf.resolve(config)  # as TaskRunnerV1.run does
+    return AVSPOTrainerSync(config=config)
+
+
+def put_prompts(tag, groups, indices, texts=None):
+    """One group per list of scores, each with the dataset ``index`` verl stores with every
+    response and a ``raw_prompt`` (``problem <index>`` unless ``texts`` are given); score on the
+    last of 2 + i tokens as verl's reward loop writes it."""
+    keys, fields = [], []
+    texts = texts or [f"problem {index}" for index in indices]
+    for g, (scores, index, text) in enumerate(zip(groups, indices, texts, strict=True)):
+        for s, score in enumerate(scores):
+            rm_scores = torch.zeros(2 + s)
+            rm_scores[-1] = score
+            keys.append(f"{tag}g{g}_{s}_0")
+            fields.append(
+                {
+                    "uid": f"{tag}g{g}",
+                    "index": index,
+                    "raw_prompt": [{"role": "user", "content": text}],
+                    "response_mask": torch.ones(2 + s, dtype=torch.int64),
+                    "rm_scores": rm_scores,
+                }
+            )
+    return tq.kv_batch_put(
+        keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=[{} for _ in keys]
+    )
+
+
+def run_steps(trainer, tag, steps):
+    """Each step's per-response advantages (a flat tensor), through the trainer's advantage stage."""
+    out = []
+    for i, (groups, indices) in enumerate(steps):
+        batch = trainer._compute_advantage(put_prompts(f"{tag}{i}", groups, indices), {})
+        data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
+        out.append(torch.stack([row[-1] for row in data["advantages"].unbind()]))
+        tq.kv_clear(keys=batch.keys, partition_id="train")
+    return out
+
+
+STEPS = [
+    ([[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], [3, 5, 8]),
+    ([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], [3, 5, 11]),
+    ([[0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], [3, 5, 8]),
+    ([[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]], [8, 3, 5]),
+]
+
+
+def reference_advantages(steps):
+    history, out = PromptRewardHistory(epsilon=1e-6), []
+    for groups, indices in steps:
+        scores = torch.tensor([s for group in groups for s in group], dtype=torch.float32)
+        keys = [index for index, group in zip(indices, groups, strict=True) for _ in group]
+        uid = np.array([g for g, group in enumerate(groups) for _ in group])
+        out.append(history.advantages(scores, keys, uid))
+    return out
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+@pytest.mark.parametrize("prompt_key", ["index", "raw_prompt"])
+def test_trainer_passes_prompt_keys_from_the_batch(prompt_key):
+    trainer = make_trainer(f"algorithm.dcpo.prompt_key={prompt_key}")
+    got = run_steps(trainer, f"k{prompt_key}", STEPS)
+    for step, (a, b) in enumerate(zip(got, reference_advantages(STEPS), strict=True)):
+        assert torch.allclose(a, b, atol=1e-6), step
+    assert torch.all(got[0][4:] == 0)  # prompts 5 and 8 collapsed on their first visit
+    assert torch.all(got[1][:4] != 0)  # prompt 3 collapsed on its second visit: its history speaks
+    assert torch.all(got[1][8:] == 0)  # prompt 11 is new
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+def test_trainer_refuses_different_prompts_that_share_an_index():
+    # As with two train files that each number extra_info.index from 0.
+    trainer = make_trainer()
+    batch = put_prompts("same", [[1, 0], [0, 1], [1, 1]], [0, 0, 1], ["2+2", "3*4", "1+1"])
+    with pytest.raises(ValueError, match="2 different prompts of this batch have the same index 0"):
+        trainer._compute_advantage(batch, {})
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+def test_the_same_prompt_twice_in_a_batch_is_two_visits():
+    trainer = make_trainer()
+    batch = trainer._compute_advantage(put_prompts("twice", [[1, 0], [1, 1]], [6, 6]), {})
+    assert trainer._dcpo_history().stats(6) == pytest.approx({"visits": 2, "count": 4, "mean": 0.75, "std": 0.5})
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+def test_padding_rows_get_zero_and_stay_out_of_the_history():
+    trainer = make_trainer()
+    batch = upsample_batch_to_divisible_size(put_prompts("pad", [[1, 0, 1]], [4]), 4, eos_token_id=0)
+    batch = trainer._compute_advantage(batch, {})
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
+    advantages = torch.stack([row[-1] for row in data["advantages"].unbind()])
+    assert torch.all(advantages[:3] != 0) and advantages[3] == 0
+    assert len(trainer._dcpo_history()) == 1 and trainer._dcpo_history().stats(4)["count"] == 3
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+class RecordingWorkerGroup:
+    """Stands in for the FSDP actor worker group (it needs GPUs)."""
+
+    def __init__(self):
+        self.loaded = []
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        self.loaded.append(local_path)
+
+
+def with_checkpoint_parts(trainer):
+    trainer.actor_rollout_wg = RecordingWorkerGroup()
+    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
+    return trainer
+
+
+@pytest.mark.usefixtures("transfer_queue_cluster")
+def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_path, caplog):
+    overrides = [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto"]
+    uninterrupted = run_steps(make_trainer(*overrides), "u", STEPS)
+
+    register.reset()
+    first = with_checkpoint_parts(make_trainer(*overrides))
+    before = run_steps(first, "f", STEPS[:2])
+    first.global_steps = 2
+    first._save_checkpoint()
+    state = torch.load(tmp_path / "global_step_2" / STATE_FILE, weights_only=True)
+    assert state["dcpo"] is not None and state["controller"] is None
+
+    register.reset()  # a new process: the history survives only through the checkpoint
+    resumed = with_checkpoint_parts(make_trainer(*overrides))
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 2 and len(resumed._dcpo_history()) == 4
+    after = run_steps(resumed, "r", STEPS[2:])
+    for a, b in zip(uninterrupted, before + after, strict=True):
+        assert torch.equal(a, b)
+
+    register.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
+    other = with_checkpoint_parts(make_trainer(*overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+        other._load_checkpoint()
+    assert len(other._dcpo_history()) == 0
+    assert "keyed by index, this run by algorithm.dcpo.prompt_key=raw_prompt" in caplog.text
+    del state["dcpo"]["prompt_key"]  # a checkpoint from before the key was saved: taken to match
+    other.load_avspo_state_dict(state)
+    assert len(other._dcpo_history()) == 4
+
+    register.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
+    fresh = run_steps(make_trainer(), "c", STEPS[2:3])
+    assert not torch.equal(fresh[0], uninterrupted[2])
+
+
+# ---- the dcpo policy loss -----------------------------------------------------------------------
+
+
+def actor_config(**clip):
+    return ActorConfig(
+        strategy="fsdp",  # a label: the loss reads the clip ratios and global_batch_info only
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        use_torch_compile=False,
+        **clip,
+    )
+
+
+def loss_inputs(seed=0, batch=4, length=6, spread=0.8):
+    generator = torch.Generator().manual_seed(seed)
+    old_log_prob = torch.rand(batch, length, generator=generator).clamp(min=1e-3).log()
+    log_prob = old_log_prob + spread * torch.randn(batch, length, generator=generator)
+    advantages = torch.randn(batch, 1, generator=generator).expand(batch, length).clone()
+    mask = torch.ones(batch, length)
+    mask[0, 4:] = 0
+    return old_log_prob, log_prob, advantages, mask
+
+
+def test_dcpo_policy_loss_is_the_hand_computed_dynamic_clip_objective():
+    eps_low, eps_high, c = 0.2, 0.28, 10.0
+    config = actor_config(clip_ratio_low=eps_low, clip_ratio_high=eps_high, clip_ratio_c=c)
+    old_log_prob, log_prob, advantages, mask = loss_inputs()
+    loss, metrics = core_algos.get_policy_loss_fn("dcpo")(
+        old_log_prob, log_prob, advantages, mask, loss_agg_mode="token-mean", config=config
+    )
+    q, ratio = old_log_prob.exp(), (log_prob - old_log_prob).exp()
+    low = 0.5 + 0.5 * torch.sqrt(torch.clamp(1 - 4 * eps_low / q, min=0))
+    high = torch.clamp(0.5 + 0.5 * torch.sqrt(1 + 4 * eps_high / q), max=c)
+    token = torch.maximum(-advantages * ratio, -advantages * torch.minimum(torch.maximum(ratio, low), high))
+    token = torch.where(advantages < 0, torch.minimum(token, -advantages * c), token)
+    assert torch.allclose(loss, (token * mask).sum() / mask.sum(), atol=1e-6)
+    assert 0 < metrics["actor/pg_clipfrac"] < 1
+
+
+def test_dcpo_policy_loss_equals_vanilla_where_the_bounds_coincide():
+    # Every token with old probability q: DCPO's ε = q·a(1-a) and q·b(1+b) give PPO's [1-a, 1+b].
+    a, b, q = 0.2, 0.28, 0.5
+    old_log_prob, log_prob, advantages, mask = loss_inputs(seed=1, batch=8, spread=1.5)
+    old_log_prob = torch.full_like(old_log_prob, math.log(q))
+    low, high = dynamic_clip_bounds(old_log_prob, q * a * (1 - a), q * b * (1 + b))
+    assert torch.allclose(low, torch.full_like(low, 1 - a)) and torch.allclose(high, torch.full_like(high, 1 + b))
+    dcpo_config = actor_config(clip_ratio_low=q * a * (1 - a), clip_ratio_high=q * b * (1 + b), clip_ratio_c=3.0)
+    vanilla_config = actor_config(clip_ratio_low=a, clip_ratio_high=b, clip_ratio_c=3.0)
+    weights = torch.rand(old_log_prob.shape, generator=torch.Generator().manual_seed(2))
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        ours, our_metrics = core_algos.get_policy_loss_fn("dcpo")(
+            old_log_prob, log_prob, advantages, mask, mode, dcpo_config, rollout_is_weights=weights
+        )
+        theirs, their_metrics = core_algos.get_policy_loss_fn("vanilla")(
+            old_log_prob, log_prob, advantages, mask, mode, vanilla_config, rollout_is_weights=weights
+        )
+        assert torch.allclose(ours, theirs, atol=1e-6), mode
+        for name in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
+            assert our_metrics[name] == pytest.approx(their_metrics[name], abs=1e-6), name
+    assert their_metrics["actor/pg_clipfrac"] > 0 and their_metrics["actor/pg_clipfrac_lower"] > 0
+
+
+def test_dcpo_policy_loss_clamps_the_log_ratio_like_vanilla():
+    # One token's log-ratio of 30 is clamped to 20, as verl's vanilla loss does; with bounds that
+    # equal PPO's (previous test) the two losses then agree on it too.
+    a, b, q = 0.2, 0.28, 0.5
+    old_log_prob, log_prob, advantages, mask = loss_inputs(seed=3)
+    old_log_prob = torch.full_like(old_log_prob, math.log(q))
+    log_prob = old_log_prob.clone()
+    log_prob[0, 0] += 30.0
+    advantages = -advantages.abs()  # negative: the dual clip binds at clip_ratio_c
+    dcpo_config = actor_config(clip_ratio_low=q * a * (1 - a), clip_ratio_high=q * b * (1 + b), clip_ratio_c=3.0)
+    vanilla_config = actor_config(clip_ratio_low=a, clip_ratio_high=b, clip_ratio_c=3.0)
+    ours, our_metrics = core_algos.get_policy_loss_fn("dcpo")(
+        old_log_prob, log_prob, advantages, mask, "token-mean", dcpo_config
+    )
+    theirs, their_metrics = core_algos.get_policy_loss_fn("vanilla")(
+        old_log_prob, log_prob, advantages, mask, "token-mean", vanilla_config
+    )
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert our_metrics["actor/ppo_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], abs=1e-6)
+    assert their_metrics["actor/ppo_kl"] == pytest.approx(-20.0 / mask.sum().item(), abs=1e-6)
+
+
+def test_dcpo_policy_loss_refuses_a_dual_clip_constant_of_at_most_one():
+    with pytest.raises(ValueError, match="clip_ratio_c=1.0 is invalid for the dcpo policy loss"):
+        core_algos.get_policy_loss_fn("dcpo")(*loss_inputs(), "token-mean", actor_config(clip_ratio_c=1.0))

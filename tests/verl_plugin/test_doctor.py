@@ -1,0 +1,62 @@
+"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one."""
+
+import argparse
+
+import pytest
+
+from verl_avspo.verl_plugin import doctor
+
+pytestmark = pytest.mark.verl
+
+
+@pytest.mark.ray
+def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
+    assert doctor.run(argparse.Namespace(no_ray=False)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("[ok]   versions: verl 0.9.1, torch ") and " ray " in out[0]
+    assert out[1].startswith("[ok]   entry point: verl_avspo.verl_plugin.register loads")
+    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.verl_plugin.register"
+    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.verl_plugin.register (in a Ray actor)"
+    assert out[4].startswith("[ok]   launcher config: ") and "adv_estimator=avspo, preset=paper" in out[4]
+    assert out[5] == (
+        "[ok]   baselines: dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR needs "
+        "patches/verl-0.9.1-intrinsic.patch, not applied to this verl"
+    )
+    assert out[6] == (
+        "[ok]   stock main_ppo hook: ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add "
+        "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler "
+        "trainer.v1.sampler.custom_sampler.name=ACRSampler"
+    )
+    assert out[-1] == "all checks passed"
+
+
+def test_doctor_fails_when_verl_processes_do_not_load_the_plugin(capsys, monkeypatch):
+    # What a worker sees when plugin loading is off (or the entry point is missing there).
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    assert doctor.run(argparse.Namespace(no_ray=True)) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] fresh `import verl`: RuntimeError: not registered" in out
+    assert "VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load the `avspo` entry point (no plugin at all)" in out
+    assert "Ray actor" not in out
+    assert out.splitlines()[-1] == "1 check(s) failed"
+
+
+def test_doctor_names_the_plugin_policy_that_excludes_avspo(monkeypatch):
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    for policy, blamed in (("none", True), ("other_plugin", True), ("auto", False), ("avspo,other", False)):
+        monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", policy)
+        assert (doctor._plugin_policy_problem() is not None) is blamed, policy
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_avspo.verl_plugin.register")
+    assert doctor._plugin_policy_problem() is None
+
+
+def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):
+    from verl.trainer.ppo import core_algos
+
+    monkeypatch.setattr("verl_avspo.verl_plugin.checks.verl_has_self_certainty", lambda: True)
+    assert doctor._baselines().endswith("INTUITOR verl carries patches/verl-0.9.1-intrinsic.patch")
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "dcpo", len)
+    assert doctor.run(argparse.Namespace(no_ray=True)) == 1
+    assert "[FAIL] baselines: RuntimeError: the 'dcpo' loss is registered by builtins" in capsys.readouterr().out

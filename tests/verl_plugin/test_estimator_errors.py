@@ -1,0 +1,88 @@
+"""Every bad batch raises a ValueError that names the problem and the fix, both from the ``avspo``
+estimator's entry point (``verl_plugin.register``) and through verl's own ``compute_advantage``
+(bad settings alone: tests/core/test_errors.py)."""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl_avspo.verl_plugin.register import compute_avspo_advantage
+
+pytestmark = pytest.mark.verl
+
+
+def batch(scores, uids=None, length=4):
+    scores = torch.as_tensor(scores, dtype=torch.float32)
+    rewards = torch.zeros(len(scores), length)
+    rewards[:, -1] = scores
+    uids = np.array([f"q{i // 2}" for i in range(len(scores))], dtype=object) if uids is None else uids
+    return {"token_level_rewards": rewards, "response_mask": torch.ones_like(rewards), "index": uids}
+
+
+CONFIG = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper"}})
+
+
+def test_nan_and_inf_scores_say_how_many_and_where():
+    bad = batch([1.0, float("nan"), 0.0, 0.0, float("inf"), 1.0])
+    with pytest.raises(
+        ValueError, match=r"2 response score\(s\) are not finite \(1 NaN, 1 inf\) in group\(s\) uid=\['q0', 'q2'\]"
+    ):
+        compute_avspo_advantage(**bad, config=CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b.update(response_mask=torch.ones(6, 3)), r"response_mask shape .*\(6, 3\).* does not match"),
+        (
+            lambda b: b.update(token_level_rewards=torch.ones(6)),
+            r"token_level_rewards must be a \(batch, response_length\) tensor",
+        ),
+        (lambda b: b.update(index=None), r"index is missing: AVSPO and DCPO group responses by prompt"),
+        (lambda b: b.update(index=b["index"][:4]), r"index has 4 entries but the batch has 6 responses"),
+        (
+            lambda b: b.update(
+                token_level_rewards=torch.ones(0, 4), response_mask=torch.ones(0, 4), index=np.array([])
+            ),
+            "the batch is empty",
+        ),
+    ],
+)
+def test_malformed_batches(mutate, message):
+    inputs = batch([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    mutate(inputs)
+    with pytest.raises(ValueError, match=message):
+        compute_avspo_advantage(**inputs, config=CONFIG)
+
+
+def test_bad_setting_through_verl_compute_advantage():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    inputs = batch([1.0, 0.0, 1.0, 1.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]},
+        non_tensors={"uid": inputs["index"]},
+    )
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"strategy": "oposite"}})
+    with pytest.raises(ValueError, match="strategy='oposite' is invalid: allowed values are stratified, opposite"):
+        compute_advantage(data, "avspo", config=config)
+
+
+def test_missing_uid_through_verl_compute_advantage():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    inputs = batch([1.0, 0.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]}
+    )
+    with pytest.raises(ValueError, match="index is missing"):
+        compute_advantage(data, "avspo", config=CONFIG)
+
+
+def test_absent_avspo_section_means_preset_paper():
+    inputs = batch([1.0, 1.0, 1.0, 1.0])  # both groups collapsed: ACR 1 > θ 0.5
+    adv, _ = compute_avspo_advantage(**inputs, config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}))
+    assert torch.all(adv[:, -1] > 0)

@@ -1,0 +1,524 @@
+"""``python -m verl_avspo.main_ppo``: config composition, fail-fast checks, ``--dry-run``, ``--cfg job``."""
+
+import dataclasses
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from verl.trainer.ppo import core_algos
+
+from verl_avspo.core.config import AlertConfig, AVSPOConfig
+from verl_avspo.verl_plugin import checks, launcher
+from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, ConfigCheckError, check_config, is_group_estimator
+from verl_avspo.verl_plugin.launcher import compose_config, dry_run
+
+pytestmark = pytest.mark.verl
+
+RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
+
+
+@pytest.fixture(scope="module")
+def on_this_machine(tmp_path_factory):
+    """Overrides that make RUNNABLE's resources real here: local data files and model folder (their
+    existence is what a dry run checks), and one logical GPU for Ray's local cluster."""
+    folder = tmp_path_factory.mktemp("resources")
+    for name in ("train.parquet", "val.parquet"):
+        (folder / name).write_bytes(b"")
+    (folder / "model").mkdir()
+    return [
+        f"data.train_files={folder / 'train.parquet'}",
+        f"data.val_files={folder / 'val.parquet'}",
+        f"actor_rollout_ref.model.path={folder / 'model'}",
+        "trainer.n_gpus_per_node=1",
+        "+ray_kwargs.ray_init.num_gpus=1",
+    ]
+
+
+def launch(cwd, *args):
+    """The launcher in a fresh process, as a shell script calls it, from ``cwd`` (a training launch
+    makes Hydra write its ``outputs/`` run folder there, which must not be the repository)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "verl_avspo.main_ppo", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_our_config_extends_verls_and_declares_every_avspo_key():
+    config = compose_config(["algorithm.avspo.strategy=opposite", "algorithm.avspo.alert.window=7"])
+    assert config.algorithm.adv_estimator == "avspo"
+    assert config.algorithm.gamma == 1.0 and config.trainer.use_v1  # verl's ppo_trainer underneath
+    assert set(config.algorithm.avspo) == {f.name for f in dataclasses.fields(AVSPOConfig)}
+    assert set(config.algorithm.avspo.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
+    assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.avspo.alert.window == 7
+    settings = check_config(compose_config(RUNNABLE + ["algorithm.avspo.preset=paper_code", "algorithm.avspo.k=3"]))
+    assert (settings.strategy, settings.k, settings.threshold_init) == ("opposite", 3, 0.0)
+
+
+def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys):
+    with pytest.raises(ConfigCompositionException, match="algorithm.avspo.strategies"):
+        compose_config(["algorithm.avspo.strategies=opposite"])
+    overrides = ["algorithm.avspo.treshold_init=0.3", "algorithm.avspo.alert.windw=3", "algorithm.avspo.gap=2"]
+    assert dry_run([*RUNNABLE, *overrides]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl-avspo: 3 problems in the config:"), err
+    assert "algorithm.avspo.treshold_init is not a setting. Did you mean algorithm.avspo.threshold_init?" in err
+    assert "algorithm.avspo.alert.windw is not a setting. Did you mean algorithm.avspo.alert.window?" in err
+    assert "algorithm.avspo.gap=2 is invalid" in err
+    assert "+" not in err.replace("+00", "")  # no advice to append a key with +
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.avspo.k=0"], "algorithm.avspo.k=0 is invalid: expected a positive integer or 'adaptive'"),
+        (["algorithm.avspo.alert.action=halt"], "algorithm.avspo.alert.action='halt' is invalid"),
+        (
+            ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
+            "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=rloo: a group estimator",
+        ),
+        (
+            ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
+            "alert.action=stop needs the V1 trainer",
+        ),
+        (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
+        (["actor_rollout_ref.rollout.n=eight"], "actor_rollout_ref.rollout.n='eight' is invalid: it is the number"),
+        (["actor_rollout_ref.rollout.n=null"], "actor_rollout_ref.rollout.n=None is invalid"),
+        (
+            ["algorithm.adv_estimator=avspoo"],
+            "algorithm.adv_estimator='avspoo' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+        (
+            ["algorithm.adv_estimator=AVSPO"],
+            "algorithm.adv_estimator='AVSPO' is not a registered advantage estimator. Did you mean 'avspo'?",
+        ),
+        (
+            ["trainer.v1.trainer_mode=Sync"],
+            "trainer.v1.trainer_mode='Sync' is not a registered V1 trainer. Did you mean 'sync'?",
+        ),
+    ],
+)
+def test_check_config_refuses_with_the_fix(overrides, message):
+    with pytest.raises(ConfigCheckError, match=re.escape(message)):
+        check_config(compose_config(RUNNABLE + overrides))
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode, caplog):
+    # Our trainer replaces verl's in every mode, so nothing is refused and nothing "adds nothing".
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        check_config(
+            compose_config([*RUNNABLE, f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.alert.action=stop"])
+        )
+    assert "trainer_mode" not in caplog.text
+
+
+def test_the_acr_hook_with_a_colocated_reward_model_is_refused_before_ray():
+    overrides = [
+        *RUNNABLE,
+        *HOOK_OVERRIDES,
+        "reward.reward_model.enable=True",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.reward_model.enable_resource_pool=False",
+    ]
+    with pytest.raises(ConfigCheckError, match="a colocated reward model .* scores only after sampling"):
+        check_config(compose_config(overrides))
+    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which has none"):
+        check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
+    check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine
+
+
+def test_gae_with_one_sample_per_prompt_is_fine():
+    check_config(compose_config(RUNNABLE + ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1"]))
+
+
+def test_an_unloadable_plugin_shows_the_real_import_error(monkeypatch):
+    config = compose_config(RUNNABLE)
+    # What a broken install looks like: verl's entry-point loader swallowed the error, so avspo is
+    # not registered, and importing the plugin fails.
+    monkeypatch.delitem(core_algos.ADV_ESTIMATOR_REGISTRY, "avspo")
+    monkeypatch.setitem(sys.modules, "verl_avspo.verl_plugin.register", None)
+    expected = "plugin failed to load: ModuleNotFoundError: import of verl_avspo.verl_plugin.register halted"
+    with pytest.raises(ConfigCheckError, match=expected):
+        check_config(config)
+
+
+def test_verls_own_validation_runs_in_the_dry_run(capsys):
+    # Without dynamic batch sizes verl's validate_config wants a micro batch size.
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm"]) == 1
+    err = capsys.readouterr().err
+    assert "verl's validate_config rejected the config" in err and "ppo_micro_batch_size_per_gpu" in err
+
+
+def test_text_for_a_number_in_verls_config_gets_a_message_not_a_traceback(capsys):
+    # The launcher's own number checks come first (batch sizes, GPUs, lr, ...) ...
+    assert dry_run(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl-avspo: data.train_batch_size='many' is invalid: expected an integer >= 1")
+    # ... and for the numbers they leave to verl, its arithmetic's TypeError becomes a message.
+    config = compose_config(["actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=many"])
+    (problem,) = checks._verl_validate_problems(config)
+    assert problem.startswith("verl's validate_config failed on a value of the wrong type: ")
+    assert "check the numbers in your overrides" in problem
+
+
+def test_dry_run_prints_settings_and_ok_and_starts_nothing(tmp_path, on_this_machine):
+    result = launch(
+        tmp_path,
+        "--dry-run",
+        *RUNNABLE,
+        *on_this_machine,
+        "algorithm.avspo.strategy=www",
+        "algorithm.avspo.apply_to=all_wrong",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  strategy: www" in lines and "  apply_to: all_wrong" in lines
+    assert lines[-2].startswith("OK: the config composes") and lines[-1].startswith("Not checked by a dry run: ")
+    assert "Started a local Ray instance" not in result.stdout + result.stderr
+
+
+def test_training_launch_fails_before_ray_on_a_bad_group_size(tmp_path, on_this_machine):
+    overrides = [*RUNNABLE, *on_this_machine, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]
+    result = launch(tmp_path, *overrides)
+    assert result.returncode == 1
+    assert "verl-avspo: actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=grpo" in result.stderr
+    assert "its advantage is its raw score" in result.stderr
+    assert "ray init" not in result.stdout and "Started a local Ray instance" not in result.stderr
+    assert (tmp_path / "outputs").is_dir()  # Hydra's run folder went to the cwd given, not the repository
+
+
+def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
+    assert launcher.main(["--dry-run", *RUNNABLE, "--cfg", "job"]) == 2
+    err = capsys.readouterr().err
+    assert "--dry-run takes Hydra overrides (key=value) only, not --cfg." in err
+    assert "python -m verl_avspo.main_ppo --cfg job <overrides>" in err
+
+
+@pytest.mark.parametrize(("use_v1", "runner"), [(True, "AVSPOTaskRunner"), (False, "AVSPOLegacyTaskRunner")])
+def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(
+    monkeypatch, caplog, use_v1, runner, on_this_machine
+):
+    # verl's run_ppo starts Ray and a trainer that needs GPUs: record what it is given instead.
+    launched = []
+    monkeypatch.setattr(
+        "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class)
+    )
+    config = compose_config([*RUNNABLE, *on_this_machine, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
+    with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.launcher"):
+        launcher.train(config)
+    assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
+    settings_logs = [r.getMessage() for r in caplog.records if "AVSPO settings" in r.getMessage()]
+    assert len(settings_logs) == 1 and "\n  strategy: fixed\n" in settings_logs[0]
+
+
+def test_cfg_job_prints_the_composed_config_without_running(tmp_path):
+    result = launch(tmp_path, "--cfg", "job", "algorithm.avspo.gap=0.2")
+    assert result.returncode == 0, result.stderr
+    assert "adv_estimator: avspo" in result.stdout and "gap: 0.2" in result.stdout
+    assert "Started a local Ray instance" not in result.stderr
+
+
+def test_group_estimators_are_those_that_take_the_uid_index():
+    assert all(is_group_estimator(name) for name in ("grpo", "rloo", "grpo_passk", "avspo"))
+    assert not any(is_group_estimator(name) for name in ("gae", "remax", "reinforce_plus_plus"))
+
+
+# ---- baselines: DCPO, INTUITOR, RENT ---------------------------------------------------------------
+
+
+def test_our_config_declares_the_dcpo_and_intrinsic_keys():
+    from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+
+    config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
+    assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
+    assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
+    problems, _, dcpo, intrinsic = checks.settings_problems(config)
+    assert problems == [
+        "actor_rollout_ref.rollout.name is required: set the rollout engine, for example "
+        "actor_rollout_ref.rollout.name=vllm (or sglang)."
+    ]
+    assert dcpo == DCPOConfig(epsilon=1e-6, prompt_key="raw_prompt")
+    assert intrinsic == IntrinsicConfig(reward="negative_entropy", last_tokens=None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.dcpo.prompt_key=uid"], "algorithm.dcpo.prompt_key='uid' is invalid: expected one of index"),
+        (["algorithm.dcpo.epsilon=-1"], "algorithm.dcpo.epsilon=-1 is invalid: expected a finite number >= 0"),
+        (["algorithm.intrinsic.reward=entropy"], "algorithm.intrinsic.reward='entropy' is invalid: expected one of"),
+        (
+            ["algorithm.intrinsic.reward=self_certainty", "algorithm.intrinsic.last_tokens=4"],
+            "last_tokens=4 only applies to algorithm.intrinsic.reward=negative_entropy",
+        ),
+        (
+            ["algorithm.adv_estimator=dcpo", "trainer.use_v1=False"],
+            "algorithm.adv_estimator=dcpo (its prompt identity is passed by our V1 trainer) needs the V1 sync trainer",
+        ),
+        (
+            ["algorithm.intrinsic.reward=negative_entropy", "trainer.v1.trainer_mode=colocate_async"],
+            "needs the V1 sync trainer; this config has trainer.use_v1=True, trainer.v1.trainer_mode=colocate_async",
+        ),
+        (
+            ["algorithm.intrinsic.reward=negative_entropy", "algorithm.rollout_correction.bypass_mode=True"],
+            "which verl skips with algorithm.rollout_correction.bypass_mode=True",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcp"],
+            "policy_loss.loss_mode='dcp' is not a registered policy loss. Did you mean 'dcpo'?",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=1"],
+            "clip_ratio_c=1 is invalid with policy_loss.loss_mode=dcpo",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=abc"],
+            "clip_ratio_c='abc' is invalid with policy_loss.loss_mode=dcpo: it caps",
+        ),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=dcpo", "actor_rollout_ref.actor.clip_ratio_c=null"],
+            "clip_ratio_c=None is invalid with policy_loss.loss_mode=dcpo",
+        ),
+        (
+            [
+                "algorithm.intrinsic.reward=negative_entropy",
+                "algorithm.filter_groups.enable=True",
+                "algorithm.filter_groups.metric=acc",
+            ],
+            "with algorithm.filter_groups.enable=True: verl filters groups while sampling, on the verifier's reward",
+        ),
+    ],
+)
+def test_bad_baseline_settings_fail_before_ray_with_the_key_and_the_fix(overrides, message):
+    with pytest.raises(ConfigCheckError, match=re.escape(message)):
+        check_config(compose_config(RUNNABLE + overrides))
+
+
+def test_dcpo_warns_about_a_low_clip_cap_and_about_dapo_filtering(caplog):
+    overrides = RUNNABLE + ["algorithm.adv_estimator=dcpo", "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        check_config(compose_config(overrides))
+        assert "caps DCPO's upper ratio bound at 3.0; DCPO's released code uses 10" in caplog.text
+        caplog.clear()
+        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10"]))
+        assert "caps DCPO's" not in caplog.text and "filter_groups" not in caplog.text
+        filtering = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"]
+        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10", *filtering]))
+        assert "DCPO's per-prompt history never records those visits" in caplog.text
+
+
+def write_rows(path, extra_info):
+    import pandas as pd
+
+    pd.DataFrame({"prompt": [f"p{i}" for i in range(len(extra_info))], "extra_info": extra_info}).to_parquet(path)
+    return str(path)
+
+
+def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplog):
+    good = write_rows(tmp_path / "a.parquet", [{"index": i, "split": "train"} for i in range(4)])
+    other = write_rows(tmp_path / "b.parquet", [{"index": i, "split": "train"} for i in range(4, 6)])
+    checks.check_prompt_indices([good, other])  # unique across both files
+    checks.check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
+    # Two files that each count from 0: the second's row 1 repeats the first's index 1.
+    again = write_rows(tmp_path / "c.parquet", [{"index": i, "split": "train"} for i in range(2)])
+    with pytest.raises(ConfigCheckError, match=r"extra_info.index 0 appears in row 0 of .*a\.parquet and row 0 of"):
+        checks.check_prompt_indices([good, again])
+    missing = write_rows(tmp_path / "d.parquet", [{"split": "train"}, {"split": "test"}])
+    with pytest.raises(ConfigCheckError, match="has no extra_info.index column, so verl's RLHFDataset gives every row"):
+        checks.check_prompt_indices(missing)
+    null = write_rows(tmp_path / "e.parquet", [{"index": 0}, {"index": None}])
+    with pytest.raises(ConfigCheckError, match=r"row 1 of .*e\.parquet has no extra_info.index \(null\)"):
+        checks.check_prompt_indices(null)
+    text = write_rows(tmp_path / "f.parquet", ['{"index": 0}', '{"index": 1}'])
+    with pytest.raises(ConfigCheckError, match=r"f\.parquet's extra_info column is (large_)?string, but verl's"):
+        checks.check_prompt_indices(text)
+    broken = tmp_path / "g.parquet"
+    broken.write_text("not parquet")
+    with pytest.raises(ConfigCheckError, match=r"cannot read .*g\.parquet as parquet"):
+        checks.check_prompt_indices(str(broken))
+    lines = tmp_path / "h.jsonl"
+    lines.write_text('{"prompt": "p", "extra_info": {"index": 0}}\n')
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        checks.check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
+    assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in caplog.text
+    assert "h.jsonl for DCPO here (not a local parquet file); during training only" in caplog.text
+    # Through the launcher's checks, and only where DCPO keys prompts by index.
+    dcpo = RUNNABLE + ["algorithm.adv_estimator=dcpo", f"data.train_files={missing}"]
+    with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
+        check_config(compose_config(dcpo))
+    check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        check_config(compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"]))
+    assert "data.custom_cls is set: its dataset may fill index its own way" in caplog.text
+
+
+def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
+    overrides = RUNNABLE + ["algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty"]
+    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: False)
+    with pytest.raises(ConfigCheckError, match=r"Apply patches/verl-0\.9\.1-intrinsic\.patch"):
+        check_config(compose_config(overrides))
+    # A patched verl passes, except where the patch cannot serve: fused kernels (no logits).
+    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: True)
+    check_config(compose_config(overrides))
+    with pytest.raises(ConfigCheckError, match="use_fused_kernels=True: fused kernels never materialise the logits"):
+        check_config(compose_config([*overrides, "actor_rollout_ref.model.use_fused_kernels=True"]))
+
+
+def test_installed_verl_is_not_patched_for_self_certainty():
+    # The control for the test above: the detection reads the real engine source.
+    assert checks.verl_has_self_certainty() is False
+
+
+def test_help_starts_with_our_usage_then_hydras(tmp_path):
+    done = launch(tmp_path, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("    python -m verl_avspo.main_ppo <hydra overrides>            # train")
+    assert "--dry-run <hydra overrides>  # check the config, start nothing" in done.stdout
+    assert "adv_estimator: avspo" in done.stdout  # Hydra's help prints the composed config
+
+
+def test_dry_run_reports_every_problem_in_one_message(tmp_path):
+    # Three problems at once: verl's required rollout engine, and two bad AVSPO values.
+    result = launch(
+        tmp_path,
+        "--dry-run",
+        "algorithm.avspo.strategy=oposite",
+        "algorithm.avspo.gap=2",
+        "actor_rollout_ref.rollout.n=8",
+    )
+    assert result.returncode == 1
+    err = result.stderr
+    assert err.startswith("verl-avspo: 3 problems in the config:\n"), err
+    assert "  1. actor_rollout_ref.rollout.name is required: set the rollout engine" in err
+    assert re.search(
+        r"  [23]\. algorithm\.avspo\.strategy='oposite' is invalid: .*\(did you mean 'opposite'\?\)", err
+    ), err
+    assert re.search(r"  [23]\. algorithm\.avspo\.gap=2", err), err
+    assert "Not yet checked, because verl is not imported until these are fixed" in err
+    assert "Traceback" not in err
+
+
+def test_all_problems_across_both_stages_come_together():
+    # A bad AVSPO value (first stage) and an unregistered policy loss (second) in one error.
+    config = compose_config(
+        [
+            "algorithm.avspo.tau=-1",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanila",
+            "actor_rollout_ref.rollout.name=vllm",
+        ]
+    )
+    with pytest.raises(ConfigCheckError) as caught:
+        check_config(config)
+    assert len(caught.value.problems) == 2
+    assert caught.value.problems[0].startswith("algorithm.avspo.tau=-1")
+    assert "loss_mode='vanila' is not a registered policy loss. Did you mean 'vanilla'?" in caught.value.problems[1]
+
+
+def test_a_bad_avspo_value_is_refused_before_verl_is_imported(tmp_path):
+    # The refusal must not wait for verl's imports: the launcher, run as a user runs it, checks the
+    # settings against verl's YAML read from disk and exits with verl never imported.
+    code = (
+        "import sys\nfrom verl_avspo.verl_plugin import launcher\n"
+        "code = launcher.main(sys.argv[1:])\n"
+        "print('verl imported:', any(m == 'verl' or m.startswith(('verl.', 'ray')) for m in sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    for args in (["--dry-run", *RUNNABLE, "algorithm.avspo.k=0"], [*RUNNABLE, "algorithm.avspo.k=0"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "verl-avspo: algorithm.avspo.k=0" in done.stderr
+        assert done.stdout.strip() == "verl imported: False"
+
+
+def test_verls_yaml_from_its_folder_composes_the_same_config():
+    overrides = [*RUNNABLE, "algorithm.avspo.strategy=www", "data.train_batch_size=64"]
+    from_folder = compose_config(overrides, import_verl=False)
+    assert from_folder == compose_config(overrides)
+    assert from_folder.actor_rollout_ref.actor.ppo_mini_batch_size == 256  # verl's YAML is really there
+
+
+def test_a_dry_run_gives_each_warning_once(caplog, on_this_machine):
+    # The settings are checked twice (before and after verl is imported); the warning comes once.
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+        assert dry_run([*RUNNABLE, *on_this_machine, "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]) == 0
+    warned = [r for r in caplog.records if "caps DCPO's upper ratio bound" in r.getMessage()]
+    assert len(warned) == 1
+    assert not logging.getLogger("verl_avspo.verl_plugin.checks").disabled
+
+
+def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys, on_this_machine):
+    """What used to pass a dry run and fail (or hang) in the real launch: one message for all."""
+    overrides = [
+        *RUNNABLE,
+        "trainer.v1.trainer_mode=synk",
+        f"data.train_files={tmp_path / 'missing_train.parquet'}",
+        f"data.val_files=[{tmp_path / 'val.parquet'},hdfs://cluster/val.parquet]",
+        f"actor_rollout_ref.model.path={tmp_path / 'no_model'}",
+        "trainer.n_gpus_per_node=8",
+        "+ray_kwargs.ray_init.num_gpus=2",
+    ]
+    (tmp_path / "val.parquet").write_bytes(b"")
+    assert dry_run(overrides) == 1
+    err = capsys.readouterr().err
+    assert "trainer.v1.trainer_mode='synk' is not a registered V1 trainer. Did you mean 'sync'?" in err
+    assert f"data.train_files: {tmp_path / 'missing_train.parquet'} does not exist" in err
+    assert "val.parquet does not exist" not in err
+    assert f"actor_rollout_ref.model.path={tmp_path / 'no_model'} does not exist on this machine" in err
+    assert "asks for 8 GPU(s), but ray_kwargs.ray_init.num_gpus=2 has 2; Ray would wait for them" in err
+    assert dry_run([*RUNNABLE, *on_this_machine, "reward.custom_reward_function.path=my_reward.py"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "reward.custom_reward_function.path=my_reward.py does not exist on this machine. Fix the path (or name" in err
+    )
+    # A hub id and a remote file pass, and the dry run says it did not check them.
+    hub = [*RUNNABLE, *on_this_machine, "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B"]
+    assert dry_run([*hub, "data.val_files=[hdfs://cluster/val.parquet]"]) == 0
+    out = capsys.readouterr().out
+    assert "Not checked: actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B (a Hugging Face hub id" in out
+    assert "Not checked: data.val_files entry hdfs://cluster/val.parquet (remote)." in out
+    # A cluster given by address is not contacted by a dry run: said, not guessed.
+    assert dry_run([*hub, "+ray_kwargs.ray_init.address=10.0.0.1:6379"]) == 0
+    assert "Not checked: that the Ray cluster at 10.0.0.1:6379 has the 1 GPU(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "actor_rollout_ref.actor.optim.lr=abc",
+            "actor_rollout_ref.actor.optim.lr='abc' is invalid: expected a number > 0.0",
+        ),
+        ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
+        ("data.train_batch_size=-8", "data.train_batch_size=-8 is invalid: expected an integer >= 1"),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 is invalid"),
+    ],
+)
+def test_recipe_values_of_the_wrong_kind_are_refused_before_verl(override, message, capsys):
+    assert dry_run([*RUNNABLE, override]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Not yet checked, because verl is not imported" in err
+
+
+def test_a_real_launch_without_the_gpus_stops_before_ray(monkeypatch, capsys, on_this_machine):
+    """No hang: the launcher compares the GPUs asked for with the local cluster's before run_ppo."""
+    monkeypatch.setattr("verl.trainer.main_ppo.run_ppo", lambda *a, **k: pytest.fail("run_ppo must not start"))
+    config = compose_config([*RUNNABLE, *on_this_machine, "trainer.n_gpus_per_node=4"])
+    with pytest.raises(SystemExit):
+        launcher.train(config)
+    assert "asks for 4 GPU(s), but ray_kwargs.ray_init.num_gpus=1 has 1" in capsys.readouterr().err
+    no_gpus = compose_config([*RUNNABLE, *on_this_machine[:3]])  # no logical GPUs: torch's count, 0 here
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    with pytest.raises(SystemExit):
+        launcher.train(no_gpus)
+    assert "asks for 8 GPU(s), but this machine (torch.cuda.device_count()) has 0" in capsys.readouterr().err

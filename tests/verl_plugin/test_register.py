@@ -1,0 +1,131 @@
+"""The `avspo` estimator is reachable through verl's real registry and dispatch."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+pytestmark = pytest.mark.verl
+
+PROBE = (
+    "import verl\n"
+    "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+    "fn = get_adv_estimator_fn('avspo')\n"
+    "print(fn.__module__)\n"
+)
+
+
+def _probe(env_overrides):
+    env = {**os.environ, **env_overrides}
+    return subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_plain_import_verl_registers_avspo_via_entry_point():
+    result = _probe({"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
+
+
+def test_external_modules_fallback_registers_avspo():
+    result = _probe(
+        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "verl_avspo.verl_plugin.register"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
+
+
+def test_without_plugin_avspo_is_unknown():
+    # The control for the two tests above: with plugins off, nothing registers avspo.
+    result = _probe({"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
+    assert result.returncode != 0
+    assert "Unknown advantage estimator" in result.stderr
+
+
+def test_register_is_idempotent():
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo.verl_plugin import register
+
+    register.register()
+    register.register()
+    assert core_algos.get_adv_estimator_fn("avspo") is register.compute_avspo_advantage
+    # After a registry wipe (verl's own tests do this) registering again restores it.
+    saved = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
+    try:
+        core_algos.ADV_ESTIMATOR_REGISTRY.clear()
+        register.register()
+        assert core_algos.get_adv_estimator_fn("avspo") is register.compute_avspo_advantage
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY.update(saved)
+
+
+def test_a_foreign_avspo_registration_is_refused():
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo.verl_plugin import register
+
+    saved = core_algos.ADV_ESTIMATOR_REGISTRY["avspo"]
+    try:
+        core_algos.ADV_ESTIMATOR_REGISTRY["avspo"] = lambda **kw: None
+        with pytest.raises(ValueError, match="already been registered"):
+            register.register()
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY["avspo"] = saved
+
+
+def test_through_verl_compute_advantage_on_dataproto():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from verl_avspo.verl_plugin import register
+
+    register.reset()
+    scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    rewards = torch.zeros(8, 5)
+    rewards[:, -1] = scores
+    mask = torch.ones(8, 5)
+    mask[0, 3:] = 0
+    uid = np.array(["q0"] * 4 + ["q1"] * 4, dtype=object)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid}
+    )
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}})
+    out = compute_advantage(data, "avspo", config=config)
+    adv = out.batch["advantages"]
+    # q0 collapsed (all correct): one virtual 0 -> (1 - 4/5)/(std + 1e-4), near +1/sqrt(n+1) for n = 4.
+    augmented = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    assert torch.allclose(adv[1:4, 0], (1 - augmented.mean()) / (augmented.std() + 1e-4), atol=1e-6)
+    assert torch.all(adv[0, 3:] == 0)  # masked tokens stay zero
+    # q1 is not collapsed: plain GRPO.
+    q1 = scores[4:]
+    expected = (q1 - q1.mean()) / (q1.std() + 1e-4)
+    assert torch.allclose(adv[4:, 0], expected, atol=1e-6)
+    assert torch.equal(out.batch["returns"], adv)
+    metrics = register.pop_last_metrics()
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
+    assert register.pop_last_metrics() == {}
+
+
+MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"
+
+
+def _modules(imports, plugins):
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins, "VERL_USE_EXTERNAL_MODULES": ""}
+    code = MODULES.format(imports=imports)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_entry_point_imports_nothing_beyond_core_algos():
+    # The entry point runs in every verl process (vLLM and FSDP workers too): it may load
+    # core_algos and our own framework-free core, nothing heavier (no trainer, Ray, pandas, ...).
+    baseline = _modules("verl, verl.trainer.ppo.core_algos", plugins="none")
+    with_plugin = _modules("verl", plugins="auto")
+    extra = {m for m in with_plugin - baseline if not m.startswith("verl_avspo") and not m.startswith("__editable__")}
+    assert extra == set()
+    assert {"verl_avspo.verl_plugin.register", "verl_avspo.core.advantage"} <= with_plugin
