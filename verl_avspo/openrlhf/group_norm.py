@@ -4,7 +4,7 @@ OpenRLHF (``--algo.advantage.estimator group_norm``) reshapes the batch's scalar
 (num_prompts, n_samples_per_prompt) and normalises each row by its mean and std. This class does
 the same through the framework-free AVSPO core, so collapsed rows get AVSPO's push and every row
 is measured for ACR. It does not import OpenRLHF; ``python -m verl_avspo.openrlhf`` installs it
-into OpenRLHF's trainer (``verl_avspo.openrlhf.patch``). By hand, where OpenRLHF computes::
+into OpenRLHF's trainer (``verl_avspo.openrlhf.trainer_wrap``). By hand, where OpenRLHF computes::
 
     rewards = rewards.reshape(-1, n_samples_per_prompt)
     rewards = (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)
