@@ -1,4 +1,4 @@
-"""AVSPO settings: defaults, presets and validation (SPEC §4).
+"""AVSPO settings: defaults, presets and validation (docs/configuration.md; the method: docs/method.md §3).
 
 Framework-free. ``resolve_config`` takes any mapping (a plain dict, or verl's
 ``config.algorithm.avspo`` DictConfig) and returns a frozen, validated :class:`AVSPOConfig`.

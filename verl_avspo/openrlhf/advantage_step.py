@@ -18,7 +18,7 @@ from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
 __all__ = ["SETTINGS_ENV", "ACR_SETTINGS_ENV", "ACR_KEYS", "AVSPO_ESTIMATORS", "AdvantageStep", "settings_from_env"]
 
-# JSON of the AVSPO settings (SPEC §4 keys); empty or unset: ACR metrics only, OpenRLHF's estimator.
+# JSON of the AVSPO settings (docs/configuration.md); empty or unset: ACR metrics only, OpenRLHF's estimator.
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
 # JSON of the ACR metrics' own settings (tau, reward_range) and the stall alert's, for a run without AVSPO.
 ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"

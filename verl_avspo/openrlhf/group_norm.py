@@ -35,7 +35,7 @@ class GroupNormAVSPO:
     """Stateful AVSPO group normalisation for rewards laid out one prompt per row.
 
     Args:
-        settings: the ``algorithm.avspo`` keys of SPEC §4 (a preset and overrides); None is
+        settings: the ``algorithm.avspo`` keys of docs/configuration.md (a preset and overrides); None is
             ``preset: paper``. OpenRLHF's own group_norm uses epsilon 1e-9; pass
             ``{"epsilon": 1e-9}`` to match it exactly on uncollapsed rows.
         norm_by_std: divide by the group std (False: Dr. GRPO style, r − μ').

@@ -1,6 +1,6 @@
 """``python -m verl_avspo.openrlhf``: OpenRLHF's ``train_ppo_ray`` with AVSPO and the ACR metrics.
 
-The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (SPEC §4 keys).
+The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (the keys of docs/configuration.md).
 AVSPO computes the advantages when ``--algo.advantage.estimator avspo`` is given (it runs as
 ``group_norm`` in OpenRLHF's argument checks), or when ``--avspo.*`` keys are given with
 ``group_norm`` or ``dr_grpo`` (the latter without the std division). Without either, OpenRLHF's own
