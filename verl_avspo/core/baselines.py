@@ -36,14 +36,12 @@ INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
 
 @dataclass(frozen=True)
 class DCPOConfig:
-    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``).
-
-    epsilon: added to the group and cumulative stds (verl's GRPO uses 1e-6).
-    prompt_key: ``index`` | ``raw_prompt``, the stable prompt identity across steps.
-    """
+    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``)."""
 
     epsilon: float = 1e-6
+    """Added to the group and cumulative stds before dividing (verl's GRPO uses 1e-6)."""
     prompt_key: str = "index"
+    """The stable prompt identity across steps: ``index`` (extra_info.index) or ``raw_prompt`` (a hash)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,15 +49,12 @@ class DCPOConfig:
 
 @dataclass(frozen=True)
 class IntrinsicConfig:
-    """The reward the advantages are computed from (``verl_avspo.core.intrinsic``).
-
-    reward: ``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT).
-    last_tokens: RENT only; average the entropy over each response's last ``last_tokens`` tokens
-        (None: all of them).
-    """
+    """The reward the advantages are computed from (``verl_avspo.core.intrinsic``)."""
 
     reward: str = "none"
+    """``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT)."""
     last_tokens: int | None = None
+    """RENT only: average the entropy over each response's last this many tokens (None: all of them)."""
 
     @property
     def enabled(self) -> bool:

@@ -56,10 +56,13 @@ class AlertConfig:
     ``threshold`` (``verl_avspo.core.alert``)."""
 
     window: int = 50
+    """Consecutive steps the rule's rate must stay above ``threshold`` before the alert fires."""
     threshold: float = 0.35
+    """The rate the rule's signal must stay strictly above, in [0, 1]."""
     action: str = "warn"
-    # docs/diagnostics.md: of the rules measured, the best at telling stalled runs; "acr" is the paper's.
+    """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
     rule: str = "acr_no_gain"
+    """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
 
 
 @dataclass(frozen=True)
@@ -67,28 +70,49 @@ class AVSPOConfig:
     """Resolved AVSPO settings. The defaults are the ``paper`` preset."""
 
     preset: str = "paper"
+    """The set of defaults the other keys override (``PRESETS``)."""
     tau: float = 1e-6
+    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
     reward_range: tuple[float, float] = (0.0, 1.0)
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
     strategy: str = "stratified"
+    """How virtual values are placed (``STRATEGIES``); ``beta`` uses Beta-prior pseudo-counts instead."""
     gap: float = 0.1
+    """Spacing of ``stratified`` / ``exp_decay`` virtual values, as a fraction of the reward range."""
     apply_to: str = "both"
+    """Which collapsed groups may be augmented: ``both``, ``all_correct``, ``all_wrong`` or ``none``."""
     k: int | str = "adaptive"
+    """Virtual samples per augmented group: an integer >= 1, or ``adaptive`` (max(1, min(n, ceil(n s^alpha))))."""
     alpha: float = 0.5
+    """Exponent of the adaptive K."""
     acr_signal: str = "batch"
+    """The trigger signal s_t: this step's ACR (``batch``) or its moving average (``ema``)."""
     trigger_scope: str = "group"
+    """``group``: each collapsed group may trigger (the paper); ``batch``: only an all-equal batch (released code)."""
     ema_beta: float = 0.9
+    """EMA coefficient of ``acr_signal: ema``, in [0, 1)."""
     adaptive_threshold: bool = True
+    """Move the threshold with the sign of the reward change; False keeps it at ``threshold_init``."""
     threshold_init: float = 0.5
+    """The first threshold theta_0; a group is augmented when s_t > theta_t."""
     eta: float = 0.01
+    """Step size of the threshold update."""
     threshold_bounds: tuple[float, float] = (0.1, 0.9)
+    """(low, high) clip of the adaptive threshold, within [0, 1]."""
     seed: int = 0
+    """Seed of the ``random`` strategy (its RNG state is checkpointed)."""
     epsilon: float = 1e-6
-    # strategy: beta (docs/method.md §6)
+    """Added to the std before dividing, as in verl's grpo."""
     prior: str = "jeffreys"
+    """``strategy: beta`` only: the Beta prior, ``jeffreys``, ``laplace`` or ``fitted`` to the batch."""
     baseline: str = "loo"
+    """``strategy: beta`` only: the posterior-mean baseline, leave-one-out (``loo``) or the whole ``group``."""
     prior_strength_max: float = 8.0
+    """``strategy: beta``, ``prior: fitted`` only: cap on the fitted prior strength."""
     correct_weight: float = 1.0
+    """``strategy: beta`` only: multiplies the advantages of collapsed all-correct groups."""
     alert: AlertConfig = field(default_factory=AlertConfig)
+    """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
