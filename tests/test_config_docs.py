@@ -1,5 +1,5 @@
 """The settings' documentation agrees with the code: every field of the config dataclasses
-(``AVSPOConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``) has a one-line attribute
+(``AVSPOConfig``, ``ACRConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``) has a one-line attribute
 docstring, and docs/configuration.md's key tables list exactly those fields, each with its default."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import yaml
 
 from verl_avspo.core import baselines, config
 from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
-from verl_avspo.core.config import AlertConfig, AVSPOConfig
+from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
-CONFIGS = (AVSPOConfig, AlertConfig, DCPOConfig, IntrinsicConfig)
+CONFIGS = (AVSPOConfig, ACRConfig, AlertConfig, DCPOConfig, IntrinsicConfig)
 # A table row: | `key` | `default` ... |
 ROW = re.compile(r"^\| `([\w.]+)` \| `([^`]*)`")
 
@@ -53,6 +53,12 @@ def code_defaults() -> dict[str, object]:
     return keys
 
 
+def test_the_acr_settings_are_algorithm_avspos_tau_reward_range_and_alert():
+    settings = config.resolve_config({"tau": 1e-3, "reward_range": [-1, 1], "alert": {"window": 7}})
+    assert settings.acr == ACRConfig(tau=1e-3, reward_range=(-1.0, 1.0), alert=AlertConfig(window=7))
+    assert AVSPOConfig().acr == ACRConfig()  # the same defaults
+
+
 def test_configuration_md_lists_exactly_the_fields_with_their_defaults():
     documented, code = documented_defaults(), code_defaults()
     assert sorted(documented) == sorted(code)
@@ -61,7 +67,7 @@ def test_configuration_md_lists_exactly_the_fields_with_their_defaults():
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
 def test_every_config_field_has_a_one_line_docstring(cls):
-    module = config if cls in (AVSPOConfig, AlertConfig) else baselines
+    module = config if cls in (AVSPOConfig, ACRConfig, AlertConfig) else baselines
     tree = ast.parse(inspect.getsource(module))
     (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
     documented = {}

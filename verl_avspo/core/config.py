@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "AVSPOConfig",
+    "ACRConfig",
     "AlertConfig",
     "SettingsError",
     "PRESETS",
@@ -32,6 +33,7 @@ __all__ = [
     "unknown_key_problem",
     "AVSPO_KEYS",
     "ALERT_KEYS",
+    "ACR_KEYS",
 ]
 
 STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
@@ -63,6 +65,19 @@ class AlertConfig:
     """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
     rule: str = "acr_no_gain"
     """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
+
+
+@dataclass(frozen=True)
+class ACRConfig:
+    """The ACR metrics' settings and the stagnation alert: the ``tau``, ``reward_range`` and ``alert``
+    keys of ``algorithm.avspo``, read with every group estimator (AVSPO or not)."""
+
+    tau: float = 1e-6
+    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong groups."""
+    alert: AlertConfig = field(default_factory=AlertConfig)
+    """The stagnation alert (``algorithm.avspo.alert.*``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,12 @@ class AVSPOConfig:
     alert: AlertConfig = field(default_factory=AlertConfig)
     """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
 
+    @property
+    def acr(self) -> ACRConfig:
+        """The ACR settings among these, which every estimator reads (AVSPO's estimator reads
+        ``tau`` and ``reward_range`` too)."""
+        return ACRConfig(tau=self.tau, reward_range=self.reward_range, alert=self.alert)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -140,6 +161,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _KEYS = AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 _ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
 
 
 class SettingsError(ValueError):

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core.collapse import measure_collapse
-from verl_avspo.core.config import AVSPOConfig, resolve_config
+from verl_avspo.core.config import ACR_KEYS, ACRConfig, resolve_config
 from verl_avspo.openrlhf.alert import StallAlert
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
@@ -22,7 +22,6 @@ __all__ = ["SETTINGS_ENV", "ACR_SETTINGS_ENV", "ACR_KEYS", "AVSPO_ESTIMATORS", "
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
 # JSON of the ACR metrics' own settings (tau, reward_range) and the stall alert's, for a run without AVSPO.
 ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
-ACR_KEYS = ("tau", "reward_range", "alert")
 # OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
 AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
 # Estimators with a per-prompt baseline whose output is the final advantage, so a collapsed group
@@ -90,8 +89,9 @@ class AdvantageStep:
                     f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
                 )
             self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
-        self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
-        self.alert = StallAlert(self.config.alert)
+        config = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
+        self.acr: ACRConfig = config.acr
+        self.alert = StallAlert(self.acr.alert)
         self.outputs: list[torch.Tensor] = []
         self.reward_stds: list[torch.Tensor] | None = None
 
@@ -117,7 +117,7 @@ class AdvantageStep:
 
     def metrics(self, experiences: list, group_size: int, prefilter: torch.Tensor | None) -> dict[str, float]:
         """The step's ``acr/*`` (raw rewards, before dynamic filtering where known) and ``avspo/*``."""
-        tau, reward_range = self.config.tau, self.config.reward_range
+        tau, reward_range = self.acr.tau, self.acr.reward_range
         order, _ = _prompt_order(experiences)
         trained = _to_prompt_order(
             torch.cat([experience.info["reward"].reshape(-1) for experience in experiences]).to(torch.float64),

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import PRESETS, AVSPOConfig, resolve_config
-from verl_avspo.openrlhf.advantage_step import ACR_KEYS, ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
+from verl_avspo.core.config import ACR_KEYS, PRESETS, AVSPOConfig, resolve_config
+from verl_avspo.openrlhf.advantage_step import ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
 from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 
 __all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "runtime_env_hook", "main"]

@@ -29,7 +29,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage, response_scores, token_advantages
 from verl_avspo.core.baselines import DCPOConfig, dcpo_settings
-from verl_avspo.core.config import AVSPOConfig, resolve_config
+from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_config
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_token_losses
 
@@ -40,6 +40,7 @@ __all__ = [
     "compute_dcpo_advantage",
     "compute_dcpo_policy_loss",
     "avspo_settings",
+    "acr_settings",
     "get_controller",
     "get_dcpo_history",
     "set_prompt_keys",
@@ -87,6 +88,12 @@ def avspo_settings(algorithm_config: Any) -> AVSPOConfig:
     except TypeError:  # an unserialisable value: validate directly for the error message
         return resolve_config(plain)
     return _resolve_canonical(canonical)
+
+
+def acr_settings(algorithm_config: Any) -> ACRConfig:
+    """The ACR settings (``tau``, ``reward_range``, ``alert``) of verl's ``config.algorithm``, which
+    every estimator's run reads; resolved, with the rest of ``algorithm.avspo``, by :func:`avspo_settings`."""
+    return avspo_settings(algorithm_config).acr
 
 
 def get_controller(settings: AVSPOConfig) -> AdaptiveController:
