@@ -31,6 +31,7 @@ __all__ = [
     "resolve_config",
     "resolve_alert",
     "unknown_key_problem",
+    "given_settings",
     "AVSPO_KEYS",
     "ALERT_KEYS",
     "ACR_KEYS",
@@ -245,19 +246,25 @@ def unknown_key_problem(key: str, allowed: Sequence[str]) -> str:
     return f"{key} is not a setting.{hint} Allowed keys of {section}: {', '.join(allowed)}."
 
 
-def _given(mapping: Mapping[str, Any] | None, problems: Problems) -> dict[str, Any]:
-    """The known keys actually set (not None); each unknown key is recorded in ``problems``, so that
-    the known keys are still checked."""
+def given_settings(
+    mapping: Mapping[str, Any] | None, section: str, allowed: Sequence[str], problems: Problems, *, example: str
+) -> dict[str, Any]:
+    """The one reader of a settings section (``algorithm.avspo``, its ``alert``, ``algorithm.dcpo``,
+    ``algorithm.intrinsic``): the allowed keys actually set (not None; a null key means "not given").
+    Each unknown key is recorded in ``problems``, so that the known keys are still checked.
+
+    Raises:
+        SettingsError: ``mapping`` is not a mapping; ``example`` shows how to set one of its keys.
+    """
     if mapping is None:
         return {}
     if not isinstance(mapping, Mapping):
-        raise ValueError(
-            f"algorithm.avspo={mapping!r} is invalid: it is a group of settings; set its keys, for example "
-            f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}."
+        raise SettingsError(
+            [f"{section}={mapping!r} is invalid: it is a group of settings; set its keys, for example {example}."]
         )
-    for key in sorted(set(mapping) - set(_KEYS), key=str):
-        problems.messages.append(unknown_key_problem(f"algorithm.avspo.{key}", _KEYS))
-    return {k: v for k, v in mapping.items() if v is not None and k in _KEYS}
+    for key in sorted(set(mapping) - set(allowed), key=str):
+        problems.messages.append(unknown_key_problem(f"{section}.{key}", allowed))
+    return {str(k): v for k, v in mapping.items() if v is not None and k in allowed}
 
 
 def _check_strategy_keys(
@@ -313,19 +320,11 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     Raises:
         SettingsError: listing every bad key.
     """
-    if mapping is not None and not isinstance(mapping, Mapping):
-        raise SettingsError(
-            [
-                f"algorithm.avspo.alert={mapping!r} is invalid: it is a group of settings; set its keys, for example "
-                "algorithm.avspo.alert.window=50 (allowed: " + ", ".join(_ALERT_KEYS) + ")."
-            ]
-        )
-    given = {} if mapping is None else dict(mapping)
     problems = Problems()
-    for key in sorted(set(given) - set(_ALERT_KEYS), key=str):
-        problems.messages.append(unknown_key_problem(f"algorithm.avspo.alert.{key}", _ALERT_KEYS))
-    known = {k: v for k, v in given.items() if v is not None and k in _ALERT_KEYS}
-    alert = replace(AlertConfig(), **known)
+    example = f"algorithm.avspo.alert.window=50 (allowed: {', '.join(_ALERT_KEYS)})"
+    alert = replace(
+        AlertConfig(), **given_settings(mapping, "algorithm.avspo.alert", _ALERT_KEYS, problems, example=example)
+    )
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
     problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
@@ -358,7 +357,8 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         what is allowed.
     """
     problems = Problems()
-    given = _given(mapping, problems)
+    example = f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
+    given = given_settings(mapping, "algorithm.avspo", _KEYS, problems, example=example)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
