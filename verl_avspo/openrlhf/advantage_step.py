@@ -88,7 +88,7 @@ class AdvantageStep:
                     f"AVSPO settings were given but --algo.advantage.estimator={estimator!r}; AVSPO replaces "
                     f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
                 )
-            self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
+            self.avspo = GroupNormAVSPO(settings, norm_adv_by_std=AVSPO_ESTIMATORS[estimator])
         config = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
         self.acr: ACRConfig = config.acr
         self.alert = StallAlert(self.acr.alert)

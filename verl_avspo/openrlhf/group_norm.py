@@ -38,13 +38,13 @@ class GroupNormAVSPO:
         settings: the ``algorithm.avspo`` keys of docs/configuration.md (a preset and overrides); None is
             ``preset: paper``. OpenRLHF's own group_norm uses epsilon 1e-9; pass
             ``{"epsilon": 1e-9}`` to match it exactly on uncollapsed rows.
-        norm_by_std: divide by the group std (False: Dr. GRPO style, r − μ').
+        norm_adv_by_std: divide by the group std (False: Dr. GRPO style, r − μ').
     """
 
-    def __init__(self, settings: Mapping[str, Any] | None = None, norm_by_std: bool = True):
+    def __init__(self, settings: Mapping[str, Any] | None = None, norm_adv_by_std: bool = True):
         self.config = resolve_config(settings)
         self.controller = AdaptiveController(self.config)
-        self.norm_by_std = norm_by_std
+        self.norm_adv_by_std = norm_adv_by_std
         self.metrics: dict[str, float] = {}
 
     def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -64,7 +64,7 @@ class GroupNormAVSPO:
         flat = rewards.reshape(-1, 1)
         index = torch.arange(num_prompts, device=rewards.device).repeat_interleave(group_size)
         output = compute_avspo_outcome_advantage(
-            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_by_std
+            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_adv_by_std
         )
         self.metrics = output.metrics
         return output.scalar_advantages.view(num_prompts, group_size)

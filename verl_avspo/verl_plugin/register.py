@@ -111,11 +111,11 @@ def pop_last_metrics() -> dict[str, float]:
     return metrics
 
 
-def get_dcpo_history(settings: DCPOConfig, norm_by_std: bool = True) -> PromptRewardHistory:
+def get_dcpo_history(settings: DCPOConfig, norm_adv_by_std: bool = True) -> PromptRewardHistory:
     """The process-wide DCPO reward history for these settings (created on first use)."""
-    key = (settings, bool(norm_by_std))
+    key = (settings, bool(norm_adv_by_std))
     if key not in _dcpo_histories:
-        _dcpo_histories[key] = PromptRewardHistory(epsilon=settings.epsilon, norm_by_std=norm_by_std)
+        _dcpo_histories[key] = PromptRewardHistory(epsilon=settings.epsilon, norm_adv_by_std=norm_adv_by_std)
     return _dcpo_histories[key]
 
 

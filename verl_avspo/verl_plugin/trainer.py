@@ -150,8 +150,8 @@ class AVSPOTrainerMixin:
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _dcpo_history(self):
-        norm_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-        return register.get_dcpo_history(self.dcpo_settings, norm_by_std)
+        norm_adv_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+        return register.get_dcpo_history(self.dcpo_settings, norm_adv_by_std)
 
     def avspo_state_dict(self) -> dict[str, Any]:
         controller = register.get_controller(self.avspo_settings).state_dict() if self.uses_avspo else None
