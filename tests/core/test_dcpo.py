@@ -108,7 +108,7 @@ def test_single_response_groups_and_mean_only():
     (alone,) = _step(history, [("a", [0.0])])
     # Â_new = 0; totals {1, 0}: -(1/2)/sqrt(1/2); i = 2.
     assert alone.tolist() == pytest.approx([-0.5 / math.sqrt(0.5) / 2])
-    history = PromptRewardHistory(norm_by_std=False)
+    history = PromptRewardHistory(norm_adv_by_std=False)
     _step(history, [("a", [1, 1])])
     (adv,) = _step(history, [("a", [0, 1])])
     # Mean only: Â_new = ±1/2, Â_total = (0 - 3/4, 1 - 3/4); both blends are the average.
@@ -237,11 +237,11 @@ def test_dynamic_clip_token_losses():
 def test_a_resumed_history_keeps_its_own_settings_and_warns_when_they_differ(caplog):
     saved = PromptRewardHistory(epsilon=0.0)
     saved.advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), [3] * 4, np.zeros(4))
-    resumed = PromptRewardHistory(epsilon=0.5, norm_by_std=False)
+    resumed = PromptRewardHistory(epsilon=0.5, norm_adv_by_std=False)
     with caplog.at_level("WARNING", logger="verl_avspo.core.dcpo"):
         resumed.load_state_dict(saved.state_dict())
     assert "saved with {'epsilon': 0.0, 'norm_by_std': True} and is resumed with" in caplog.text
-    assert (resumed.epsilon, resumed.norm_by_std) == (0.5, False)
+    assert (resumed.epsilon, resumed.norm_adv_by_std) == (0.5, False)
     assert resumed.stats(3) == saved.stats(3)
 
 

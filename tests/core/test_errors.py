@@ -97,3 +97,20 @@ def test_a_whole_section_given_a_value_names_its_keys():
         ValueError, match=r"algorithm.avspo='paper_code' is invalid: .* algorithm.avspo.preset=paper_code"
     ):
         resolve_config("paper_code")
+
+
+def test_the_baselines_sections_are_read_as_algorithm_avspo_is():
+    # One reader for every settings section: an unknown key gets a did-you-mean and is reported
+    # with the section's other problems; a section that is not a mapping says how to set a key.
+    from verl_avspo.core.baselines import resolve_dcpo, resolve_intrinsic
+
+    with pytest.raises(ValueError) as error:
+        resolve_dcpo({"epsilon": -1, "promt_key": "index"})
+    assert str(error.value).splitlines() == [
+        "algorithm.dcpo.promt_key is not a setting. Did you mean algorithm.dcpo.prompt_key? Allowed keys of "
+        "algorithm.dcpo: epsilon, prompt_key.",
+        "algorithm.dcpo.epsilon=-1 is invalid: expected a finite number >= 0 added to the stds before dividing. "
+        "Set algorithm.dcpo.epsilon=1e-6 (verl's GRPO value).",
+    ]
+    with pytest.raises(ValueError, match=r"algorithm.intrinsic='x' is invalid: it is a group of settings"):
+        resolve_intrinsic("x")

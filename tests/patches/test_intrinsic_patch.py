@@ -23,7 +23,7 @@ import torch
 import verl
 
 from verl_avspo.core.intrinsic import token_entropy, token_self_certainty
-from verl_avspo.verl_plugin import checks
+from verl_avspo.verl_plugin.checks import resources
 
 PATCH = Path(__file__).resolve().parents[2] / "patches" / "verl-0.9.1-intrinsic.patch"
 FILES = ["verl/utils/torch_functional.py", "verl/workers/engine/fsdp/transformer_impl.py"]
@@ -66,8 +66,8 @@ def test_patched_engine_compiles_and_the_launcher_sees_the_patch(patched_tree, m
     source = engine.read_text()
     compile(source, str(engine), "exec")
     assert 'model_output["self_certainty"] = self_certainty' in source
-    monkeypatch.setattr(checks, "verl_package_dir", lambda: patched_tree / "verl")
-    assert checks.verl_has_self_certainty() is True
+    monkeypatch.setattr(resources, "verl_package_dir", lambda: patched_tree / "verl")
+    assert resources.verl_has_self_certainty() is True
 
 
 # ---- the patched engine's forward pass on CPU -----------------------------------------------------

@@ -55,7 +55,7 @@ def test_doctor_names_the_plugin_policy_that_excludes_avspo(monkeypatch):
 def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypatch):
     from verl.trainer.ppo import core_algos
 
-    monkeypatch.setattr("verl_avspo.verl_plugin.checks.verl_has_self_certainty", lambda: True)
+    monkeypatch.setattr("verl_avspo.verl_plugin.checks.resources.verl_has_self_certainty", lambda: True)
     assert doctor._baselines().endswith("INTUITOR verl carries patches/verl-0.9.1-intrinsic.patch")
     monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "dcpo", len)
     assert doctor.run(argparse.Namespace(no_ray=True)) == 1

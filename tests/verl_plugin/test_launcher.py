@@ -59,7 +59,9 @@ def test_our_config_extends_verls_and_declares_every_avspo_key():
     assert set(config.algorithm.avspo) == {f.name for f in dataclasses.fields(AVSPOConfig)}
     assert set(config.algorithm.avspo.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
     assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.avspo.alert.window == 7
-    settings = check_config(compose_config(RUNNABLE + ["algorithm.avspo.preset=paper_code", "algorithm.avspo.k=3"]))
+    settings = check_config(
+        compose_config(RUNNABLE + ["algorithm.avspo.preset=paper_code", "algorithm.avspo.k=3"])
+    ).avspo
     assert (settings.strategy, settings.k, settings.threshold_init) == ("opposite", 3, 0.0)
 
 
@@ -112,13 +114,12 @@ def test_check_config_refuses_with_the_fix(overrides, message):
 
 
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
-def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode, caplog):
+def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode):
     # Our trainer replaces verl's in every mode, so nothing is refused and nothing "adds nothing".
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
-        check_config(
-            compose_config([*RUNNABLE, f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.alert.action=stop"])
-        )
-    assert "trainer_mode" not in caplog.text
+    checked = check_config(
+        compose_config([*RUNNABLE, f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.alert.action=stop"])
+    )
+    assert checked.warnings == []
 
 
 def test_the_acr_hook_with_a_colocated_reward_model_is_refused_before_ray():
@@ -241,8 +242,10 @@ def test_our_config_declares_the_dcpo_and_intrinsic_keys():
     config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
     assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
     assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
-    problems, _, dcpo, intrinsic = checks.settings_problems(config)
-    assert problems == [
+    found = checks.settings_problems(config)
+    dcpo, intrinsic = found.dcpo, found.intrinsic
+    assert found.warnings == []
+    assert found.problems == [
         "actor_rollout_ref.rollout.name is required: set the rollout engine, for example "
         "actor_rollout_ref.rollout.name=vllm (or sglang)."
     ]
@@ -303,17 +306,28 @@ def test_bad_baseline_settings_fail_before_ray_with_the_key_and_the_fix(override
         check_config(compose_config(RUNNABLE + overrides))
 
 
-def test_dcpo_warns_about_a_low_clip_cap_and_about_dapo_filtering(caplog):
+def test_dcpo_warns_about_a_low_clip_cap_and_about_dapo_filtering():
     overrides = RUNNABLE + ["algorithm.adv_estimator=dcpo", "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
-        check_config(compose_config(overrides))
-        assert "caps DCPO's upper ratio bound at 3.0; DCPO's released code uses 10" in caplog.text
-        caplog.clear()
-        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10"]))
-        assert "caps DCPO's" not in caplog.text and "filter_groups" not in caplog.text
-        filtering = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"]
-        check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10", *filtering]))
-        assert "DCPO's per-prompt history never records those visits" in caplog.text
+    # verl's default train file is not here, so each run also warns that its indices are not checked.
+    unchecked = "cannot check extra_info.index of"
+    (warning,) = [w for w in check_config(compose_config(overrides)).warnings if unchecked not in w]
+    assert "caps DCPO's upper ratio bound at 3.0; DCPO's released code uses 10" in warning
+    capped = check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10"]))
+    assert [w for w in capped.warnings if unchecked not in w] == []
+    filtering = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"]
+    checked = check_config(compose_config([*overrides, "actor_rollout_ref.actor.clip_ratio_c=10", *filtering]))
+    (warning,) = [w for w in checked.warnings if unchecked not in w]
+    assert "DCPO's per-prompt history never records those visits" in warning
+
+
+def test_avspo_warns_about_dapo_filtering_and_a_refusal_keeps_the_warnings():
+    filtering = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"]
+    (warning,) = check_config(compose_config(RUNNABLE + filtering)).warnings
+    assert "AVSPO sees (almost) none and rarely triggers" in warning
+    dcpo = ["algorithm.adv_estimator=dcpo", "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]
+    with pytest.raises(ConfigCheckError) as refused:
+        check_config(compose_config([*RUNNABLE, *dcpo, "actor_rollout_ref.rollout.n=0"]))
+    assert any("caps DCPO's upper ratio bound" in warning for warning in refused.value.warnings)
 
 
 def write_rows(path, extra_info):
@@ -323,51 +337,60 @@ def write_rows(path, extra_info):
     return str(path)
 
 
-def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path, caplog):
+def check_prompt_indices(train_files) -> list[str]:
+    """The warnings of ``prompt_index_problems``; its problems raised as the launcher raises them."""
+    problems, warnings = checks.prompt_index_problems(train_files)
+    if problems:
+        raise ConfigCheckError(problems)
+    return warnings
+
+
+def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path):
     good = write_rows(tmp_path / "a.parquet", [{"index": i, "split": "train"} for i in range(4)])
     other = write_rows(tmp_path / "b.parquet", [{"index": i, "split": "train"} for i in range(4, 6)])
-    checks.check_prompt_indices([good, other])  # unique across both files
-    checks.check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
+    check_prompt_indices([good, other])  # unique across both files
+    check_prompt_indices([good, good])  # one file listed twice (upweighted): its own prompts
     # Two files that each count from 0: the second's row 1 repeats the first's index 1.
     again = write_rows(tmp_path / "c.parquet", [{"index": i, "split": "train"} for i in range(2)])
     with pytest.raises(ConfigCheckError, match=r"extra_info.index 0 appears in row 0 of .*a\.parquet and row 0 of"):
-        checks.check_prompt_indices([good, again])
+        check_prompt_indices([good, again])
     missing = write_rows(tmp_path / "d.parquet", [{"split": "train"}, {"split": "test"}])
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column, so verl's RLHFDataset gives every row"):
-        checks.check_prompt_indices(missing)
+        check_prompt_indices(missing)
     null = write_rows(tmp_path / "e.parquet", [{"index": 0}, {"index": None}])
     with pytest.raises(ConfigCheckError, match=r"row 1 of .*e\.parquet has no extra_info.index \(null\)"):
-        checks.check_prompt_indices(null)
+        check_prompt_indices(null)
     text = write_rows(tmp_path / "f.parquet", ['{"index": 0}', '{"index": 1}'])
     with pytest.raises(ConfigCheckError, match=r"f\.parquet's extra_info column is (large_)?string, but verl's"):
-        checks.check_prompt_indices(text)
+        check_prompt_indices(text)
     broken = tmp_path / "g.parquet"
     broken.write_text("not parquet")
     with pytest.raises(ConfigCheckError, match=r"cannot read .*g\.parquet as parquet"):
-        checks.check_prompt_indices(str(broken))
+        check_prompt_indices(str(broken))
     lines = tmp_path / "h.jsonl"
     lines.write_text('{"prompt": "p", "extra_info": {"index": 0}}\n')
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
-        checks.check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
-    assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in caplog.text
-    assert "h.jsonl for DCPO here (not a local parquet file); during training only" in caplog.text
+    remote, local = check_prompt_indices(["hdfs://cluster/train.parquet", str(lines)])
+    assert "cannot check extra_info.index of hdfs://cluster/train.parquet" in remote
+    assert "h.jsonl for DCPO here (not a local parquet file); during training only" in local
     # Through the launcher's checks, and only where DCPO keys prompts by index.
     dcpo = RUNNABLE + ["algorithm.adv_estimator=dcpo", f"data.train_files={missing}"]
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
         check_config(compose_config(dcpo))
     check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
-        check_config(compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"]))
-    assert "data.custom_cls is set: its dataset may fill index its own way" in caplog.text
+    custom = check_config(
+        compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"])
+    )
+    (warning,) = custom.warnings
+    assert "data.custom_cls is set: its dataset may fill index its own way" in warning
 
 
 def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
     overrides = RUNNABLE + ["algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty"]
-    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: False)
+    monkeypatch.setattr(checks.resources, "verl_has_self_certainty", lambda: False)
     with pytest.raises(ConfigCheckError, match=r"Apply patches/verl-0\.9\.1-intrinsic\.patch"):
         check_config(compose_config(overrides))
     # A patched verl passes, except where the patch cannot serve: fused kernels (no logits).
-    monkeypatch.setattr(checks, "verl_has_self_certainty", lambda: True)
+    monkeypatch.setattr(checks.resources, "verl_has_self_certainty", lambda: True)
     check_config(compose_config(overrides))
     with pytest.raises(ConfigCheckError, match="use_fused_kernels=True: fused kernels never materialise the logits"):
         check_config(compose_config([*overrides, "actor_rollout_ref.model.use_fused_kernels=True"]))
@@ -450,11 +473,10 @@ def test_verls_yaml_from_its_folder_composes_the_same_config():
 
 def test_a_dry_run_gives_each_warning_once(caplog, on_this_machine):
     # The settings are checked twice (before and after verl is imported); the warning comes once.
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.checks"):
+    with caplog.at_level(logging.WARNING):
         assert dry_run([*RUNNABLE, *on_this_machine, "actor_rollout_ref.actor.policy_loss.loss_mode=dcpo"]) == 0
     warned = [r for r in caplog.records if "caps DCPO's upper ratio bound" in r.getMessage()]
-    assert len(warned) == 1
-    assert not logging.getLogger("verl_avspo.verl_plugin.checks").disabled
+    assert len(warned) == 1 and warned[0].name == "verl_avspo.verl_plugin.launcher"
 
 
 def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys, on_this_machine):

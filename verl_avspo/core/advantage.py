@@ -1,4 +1,4 @@
-"""The AVSPO outcome advantage (SPEC §3, step 6).
+"""The AVSPO outcome advantage (docs/method.md §3, step 6).
 
 Framework-free: this is the estimator itself; ``verl_avspo.verl_plugin.register`` only adapts it to verl's
 registry. Groups that AVSPO does not augment get exactly verl's GRPO advantage (singletons

@@ -1,4 +1,4 @@
-"""Stagnation alert: a run whose collapse stays high has stopped learning (SPEC §2, §4).
+"""Stagnation alert: a run whose collapse stays high has stopped learning (docs/method.md §2).
 
 Framework-free. :class:`StagnationMonitor` is the streaming form used during training;
 :func:`stalled_steps` runs the same monitor over a log. A rule names the signal that must stay

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from verl_avspo.core.config import Problems
+from verl_avspo.core.config import Problems, given_settings
 
 __all__ = [
     "DCPO_PROMPT_KEYS",
@@ -36,14 +36,12 @@ INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
 
 @dataclass(frozen=True)
 class DCPOConfig:
-    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``).
-
-    epsilon: added to the group and cumulative stds (verl's GRPO uses 1e-6).
-    prompt_key: ``index`` | ``raw_prompt``, the stable prompt identity across steps.
-    """
+    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``)."""
 
     epsilon: float = 1e-6
+    """Added to the group and cumulative stds before dividing (verl's GRPO uses 1e-6)."""
     prompt_key: str = "index"
+    """The stable prompt identity across steps: ``index`` (extra_info.index) or ``raw_prompt`` (a hash)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,15 +49,12 @@ class DCPOConfig:
 
 @dataclass(frozen=True)
 class IntrinsicConfig:
-    """The reward the advantages are computed from (``verl_avspo.core.intrinsic``).
-
-    reward: ``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT).
-    last_tokens: RENT only; average the entropy over each response's last ``last_tokens`` tokens
-        (None: all of them).
-    """
+    """The reward the advantages are computed from (``verl_avspo.core.intrinsic``)."""
 
     reward: str = "none"
+    """``none`` (the verifier's), ``self_certainty`` (INTUITOR) or ``negative_entropy`` (RENT)."""
     last_tokens: int | None = None
+    """RENT only: average the entropy over each response's last this many tokens (None: all of them)."""
 
     @property
     def enabled(self) -> bool:
@@ -67,24 +62,6 @@ class IntrinsicConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _given(raw: Any, section: str, cls: type) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ValueError(
-            f"algorithm.{section}={raw!r} is invalid: expected a mapping of keys "
-            f"({', '.join(f.name for f in fields(cls))}). Set for example algorithm.{section}.{fields(cls)[0].name}=..."
-        )
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(str(k) for k in raw if k not in known)
-    if unknown:
-        raise ValueError(
-            f"algorithm.{section} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}. "
-            "Remove or rename them."
-        )
-    return {str(k): v for k, v in raw.items() if v is not None}
 
 
 def _dcpo_epsilon(epsilon: Any) -> float:
@@ -112,8 +89,10 @@ def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
     Raises:
         SettingsError (a ValueError): one message per bad key.
     """
-    settings = DCPOConfig(**_given(raw, "dcpo", DCPOConfig))
     problems = Problems()
+    allowed = [f.name for f in fields(DCPOConfig)]
+    given = given_settings(raw, "algorithm.dcpo", allowed, problems, example="algorithm.dcpo.epsilon=1e-6")
+    settings = DCPOConfig(**given)
     epsilon = problems.check(_dcpo_epsilon, settings.epsilon)
     prompt_key = problems.check(_dcpo_prompt_key, settings.prompt_key)
     problems.raise_any()
@@ -152,8 +131,10 @@ def resolve_intrinsic(raw: Mapping[str, Any] | None) -> IntrinsicConfig:
     Raises:
         SettingsError (a ValueError): one message per bad key.
     """
-    settings = IntrinsicConfig(**_given(raw, "intrinsic", IntrinsicConfig))
     problems = Problems()
+    allowed = [f.name for f in fields(IntrinsicConfig)]
+    example = "algorithm.intrinsic.reward=negative_entropy"
+    settings = IntrinsicConfig(**given_settings(raw, "algorithm.intrinsic", allowed, problems, example=example))
     reward = problems.check(_intrinsic_reward, settings.reward)
     problems.check(_last_tokens, settings.last_tokens, reward)
     problems.raise_any()

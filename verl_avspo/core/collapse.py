@@ -1,4 +1,4 @@
-"""Group statistics and advantage-collapse detection (SPEC §1-2).
+"""Group statistics and advantage-collapse detection (docs/method.md §1-2).
 
 Framework-free: torch and numpy only, so the same code serves verl, OpenRLHF or a notebook.
 
@@ -131,7 +131,7 @@ class DroppedGroups:
 @dataclass(frozen=True)
 class Collapse:
     """Which groups collapsed, per group (num_groups,) bool, and the counts behind the batch rates
-    (SPEC §2). The per-group tensors describe the measured batch; the counts may also include groups
+    (docs/method.md §2). The per-group tensors describe the measured batch; the counts may also include groups
     a filter dropped (:meth:`including`)."""
 
     eligible: torch.Tensor  # groups with n >= 2: the ACR denominator

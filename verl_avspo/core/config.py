@@ -1,4 +1,4 @@
-"""AVSPO settings: defaults, presets and validation (SPEC §4).
+"""AVSPO settings: defaults, presets and validation (docs/configuration.md; the method: docs/method.md §3).
 
 Framework-free. ``resolve_config`` takes any mapping (a plain dict, or verl's
 ``config.algorithm.avspo`` DictConfig) and returns a frozen, validated :class:`AVSPOConfig`.
@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "AVSPOConfig",
+    "ACRConfig",
     "AlertConfig",
     "SettingsError",
     "PRESETS",
@@ -30,8 +31,10 @@ __all__ = [
     "resolve_config",
     "resolve_alert",
     "unknown_key_problem",
+    "given_settings",
     "AVSPO_KEYS",
     "ALERT_KEYS",
+    "ACR_KEYS",
 ]
 
 STRATEGIES = ("stratified", "opposite", "www", "random", "fixed", "exp_decay", "beta")
@@ -56,10 +59,26 @@ class AlertConfig:
     ``threshold`` (``verl_avspo.core.alert``)."""
 
     window: int = 50
+    """Consecutive steps the rule's rate must stay above ``threshold`` before the alert fires."""
     threshold: float = 0.35
+    """The rate the rule's signal must stay strictly above, in [0, 1]."""
     action: str = "warn"
-    # docs/diagnostics.md: of the rules measured, the best at telling stalled runs; "acr" is the paper's.
+    """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
     rule: str = "acr_no_gain"
+    """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
+
+
+@dataclass(frozen=True)
+class ACRConfig:
+    """The ACR metrics' settings and the stagnation alert: the ``tau``, ``reward_range`` and ``alert``
+    keys of ``algorithm.avspo``, read with every group estimator (AVSPO or not)."""
+
+    tau: float = 1e-6
+    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong groups."""
+    alert: AlertConfig = field(default_factory=AlertConfig)
+    """The stagnation alert (``algorithm.avspo.alert.*``)."""
 
 
 @dataclass(frozen=True)
@@ -67,28 +86,55 @@ class AVSPOConfig:
     """Resolved AVSPO settings. The defaults are the ``paper`` preset."""
 
     preset: str = "paper"
+    """The set of defaults the other keys override (``PRESETS``)."""
     tau: float = 1e-6
+    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
     reward_range: tuple[float, float] = (0.0, 1.0)
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
     strategy: str = "stratified"
+    """How virtual values are placed (``STRATEGIES``); ``beta`` uses Beta-prior pseudo-counts instead."""
     gap: float = 0.1
+    """Spacing of ``stratified`` / ``exp_decay`` virtual values, as a fraction of the reward range."""
     apply_to: str = "both"
+    """Which collapsed groups may be augmented: ``both``, ``all_correct``, ``all_wrong`` or ``none``."""
     k: int | str = "adaptive"
+    """Virtual samples per augmented group: an integer >= 1, or ``adaptive`` (max(1, min(n, ceil(n s^alpha))))."""
     alpha: float = 0.5
+    """Exponent of the adaptive K."""
     acr_signal: str = "batch"
+    """The trigger signal s_t: this step's ACR (``batch``) or its moving average (``ema``)."""
     trigger_scope: str = "group"
+    """``group``: each collapsed group may trigger (the paper); ``batch``: only an all-equal batch (released code)."""
     ema_beta: float = 0.9
+    """EMA coefficient of ``acr_signal: ema``, in [0, 1)."""
     adaptive_threshold: bool = True
+    """Move the threshold with the sign of the reward change; False keeps it at ``threshold_init``."""
     threshold_init: float = 0.5
+    """The first threshold theta_0; a group is augmented when s_t > theta_t."""
     eta: float = 0.01
+    """Step size of the threshold update."""
     threshold_bounds: tuple[float, float] = (0.1, 0.9)
+    """(low, high) clip of the adaptive threshold, within [0, 1]."""
     seed: int = 0
+    """Seed of the ``random`` strategy (its RNG state is checkpointed)."""
     epsilon: float = 1e-6
-    # strategy: beta (docs/method.md §6)
+    """Added to the std before dividing, as in verl's grpo."""
     prior: str = "jeffreys"
+    """``strategy: beta`` only: the Beta prior, ``jeffreys``, ``laplace`` or ``fitted`` to the batch."""
     baseline: str = "loo"
+    """``strategy: beta`` only: the posterior-mean baseline, leave-one-out (``loo``) or the whole ``group``."""
     prior_strength_max: float = 8.0
+    """``strategy: beta``, ``prior: fitted`` only: cap on the fitted prior strength."""
     correct_weight: float = 1.0
+    """``strategy: beta`` only: multiplies the advantages of collapsed all-correct groups."""
     alert: AlertConfig = field(default_factory=AlertConfig)
+    """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
+
+    @property
+    def acr(self) -> ACRConfig:
+        """The ACR settings among these, which every estimator reads (AVSPO's estimator reads
+        ``tau`` and ``reward_range`` too)."""
+        return ACRConfig(tau=self.tau, reward_range=self.reward_range, alert=self.alert)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +162,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _KEYS = AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 _ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
 
 
 class SettingsError(ValueError):
@@ -199,19 +246,25 @@ def unknown_key_problem(key: str, allowed: Sequence[str]) -> str:
     return f"{key} is not a setting.{hint} Allowed keys of {section}: {', '.join(allowed)}."
 
 
-def _given(mapping: Mapping[str, Any] | None, problems: Problems) -> dict[str, Any]:
-    """The known keys actually set (not None); each unknown key is recorded in ``problems``, so that
-    the known keys are still checked."""
+def given_settings(
+    mapping: Mapping[str, Any] | None, section: str, allowed: Sequence[str], problems: Problems, *, example: str
+) -> dict[str, Any]:
+    """The one reader of a settings section (``algorithm.avspo``, its ``alert``, ``algorithm.dcpo``,
+    ``algorithm.intrinsic``): the allowed keys actually set (not None; a null key means "not given").
+    Each unknown key is recorded in ``problems``, so that the known keys are still checked.
+
+    Raises:
+        SettingsError: ``mapping`` is not a mapping; ``example`` shows how to set one of its keys.
+    """
     if mapping is None:
         return {}
     if not isinstance(mapping, Mapping):
-        raise ValueError(
-            f"algorithm.avspo={mapping!r} is invalid: it is a group of settings; set its keys, for example "
-            f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}."
+        raise SettingsError(
+            [f"{section}={mapping!r} is invalid: it is a group of settings; set its keys, for example {example}."]
         )
-    for key in sorted(set(mapping) - set(_KEYS), key=str):
-        problems.messages.append(unknown_key_problem(f"algorithm.avspo.{key}", _KEYS))
-    return {k: v for k, v in mapping.items() if v is not None and k in _KEYS}
+    for key in sorted(set(mapping) - set(allowed), key=str):
+        problems.messages.append(unknown_key_problem(f"{section}.{key}", allowed))
+    return {str(k): v for k, v in mapping.items() if v is not None and k in allowed}
 
 
 def _check_strategy_keys(
@@ -267,19 +320,11 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
     Raises:
         SettingsError: listing every bad key.
     """
-    if mapping is not None and not isinstance(mapping, Mapping):
-        raise SettingsError(
-            [
-                f"algorithm.avspo.alert={mapping!r} is invalid: it is a group of settings; set its keys, for example "
-                "algorithm.avspo.alert.window=50 (allowed: " + ", ".join(_ALERT_KEYS) + ")."
-            ]
-        )
-    given = {} if mapping is None else dict(mapping)
     problems = Problems()
-    for key in sorted(set(given) - set(_ALERT_KEYS), key=str):
-        problems.messages.append(unknown_key_problem(f"algorithm.avspo.alert.{key}", _ALERT_KEYS))
-    known = {k: v for k, v in given.items() if v is not None and k in _ALERT_KEYS}
-    alert = replace(AlertConfig(), **known)
+    example = f"algorithm.avspo.alert.window=50 (allowed: {', '.join(_ALERT_KEYS)})"
+    alert = replace(
+        AlertConfig(), **given_settings(mapping, "algorithm.avspo.alert", _ALERT_KEYS, problems, example=example)
+    )
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
     problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
@@ -312,7 +357,8 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
         what is allowed.
     """
     problems = Problems()
-    given = _given(mapping, problems)
+    example = f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
+    given = given_settings(mapping, "algorithm.avspo", _KEYS, problems, example=example)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}

@@ -1,4 +1,4 @@
-"""The adaptive controller: AVSPO's state across training steps (SPEC §3, steps 2, 3 and 7).
+"""The adaptive controller: AVSPO's state across training steps (docs/method.md §3, steps 2, 3 and 7).
 
 Framework-free. It owns the step count, the threshold θ_t, the EMA of ACR, the previous mean
 score J_{t-1} and the RNG of the ``random`` strategy, and it round-trips all of them through

@@ -86,15 +86,15 @@ class PromptRewardHistory:
 
     Args:
         epsilon: added to both stds before dividing (verl's GRPO uses 1e-6).
-        norm_by_std: False standardizes by the mean only (Dr. GRPO style), as verl's
+        norm_adv_by_std: False standardizes by the mean only (Dr. GRPO style), as verl's
             ``norm_adv_by_std_in_grpo=False``.
     """
 
-    def __init__(self, epsilon: float = 1e-6, norm_by_std: bool = True):
+    def __init__(self, epsilon: float = 1e-6, norm_adv_by_std: bool = True):
         if not epsilon >= 0:
             raise ValueError(f"DCPO epsilon={epsilon!r}: must be a number >= 0 (verl's GRPO uses 1e-6)")
         self.epsilon = float(epsilon)
-        self.norm_by_std = bool(norm_by_std)
+        self.norm_adv_by_std = bool(norm_adv_by_std)
         self._rows: dict[Any, int] = {}
         self._visits = torch.zeros(0, dtype=torch.long)
         self._count = torch.zeros(0, dtype=torch.float64)
@@ -185,7 +185,7 @@ class PromptRewardHistory:
         x = scores.detach().to(torch.float64)
         adv_new = x - group.mean[ids]
         adv_total = x - mean.to(scores.device)[prompt_codes]
-        if self.norm_by_std:
+        if self.norm_adv_by_std:
             # A single reward has no spread: its deviation from itself is 0 and the std is not needed.
             group_std = torch.nan_to_num(group.std_unbiased, nan=1.0)
             total_std = (sq_dev / (count - 1).clamp(min=1)).sqrt().to(scores.device)
@@ -203,12 +203,12 @@ class PromptRewardHistory:
             "mean": self._mean.clone(),
             "sq_dev": self._sq_dev.clone(),
             "epsilon": self.epsilon,
-            "norm_by_std": self.norm_by_std,
+            "norm_by_std": self.norm_adv_by_std,  # the key checkpoints have always had
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()``'s statistics bit-exactly (they replace the whole history);
-        ``epsilon`` and ``norm_by_std`` stay this history's, with a warning if the saved ones differ."""
+        ``epsilon`` and ``norm_adv_by_std`` stay this history's, with a warning if the saved ones differ."""
         missing = {"keys", "visits", "count", "mean", "sq_dev"} - set(state)
         if missing:
             raise ValueError(
@@ -228,9 +228,9 @@ class PromptRewardHistory:
         # resumed run's config) and says when the checkpoint's differ.
         saved = {
             "epsilon": state.get("epsilon", self.epsilon),
-            "norm_by_std": state.get("norm_by_std", self.norm_by_std),
+            "norm_by_std": state.get("norm_by_std", self.norm_adv_by_std),
         }
-        current = {"epsilon": self.epsilon, "norm_by_std": self.norm_by_std}
+        current = {"epsilon": self.epsilon, "norm_by_std": self.norm_adv_by_std}
         if saved != current:
             logger.warning(
                 "the DCPO history was saved with %s and is resumed with %s: the statistics carry over, the "

@@ -1,4 +1,4 @@
-"""Virtual-sample strategies and the virtual sample count K (SPEC §3, steps 4-5).
+"""Virtual-sample strategies and the virtual sample count K (docs/method.md §3, steps 4-5).
 
 Framework-free. Virtual rewards have no tokens and give no gradient: they only enter the mean and
 std of a collapsed group. Everything is computed for all augmented groups at once as an
@@ -89,5 +89,5 @@ def virtual_rewards(
 
 def closed_form_advantage(n: int, k: int) -> float:
     """|A| of every real sample when K identical virtual values differ from the common value c:
-    sqrt(K (n+K-1) / (n (n+K))), independent of |c - v| (SPEC §3)."""
+    sqrt(K (n+K-1) / (n (n+K))), independent of |c - v| (docs/method.md §4)."""
     return math.sqrt(k * (n + k - 1) / (n * (n + k)))

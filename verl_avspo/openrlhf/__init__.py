@@ -6,20 +6,15 @@
 - :class:`GroupNormAVSPO` is the estimator itself, a stateful callable over (num_prompts, G)
   rewards, for use by hand.
 - :func:`install` / :func:`worker_setup` put it into OpenRLHF's trainer classes
-  (:mod:`verl_avspo.openrlhf.patch`).
+  (:mod:`verl_avspo.openrlhf.trainer_wrap`), after :func:`check_openrlhf` found what they wrap
+  (:mod:`verl_avspo.openrlhf.compat`).
 
 Importing this package imports neither OpenRLHF nor Ray.
 """
 
+from verl_avspo.openrlhf.compat import CHECKED_VERSIONS, SUPPORTED_VERSIONS, OpenRLHFIncompatibleError, check_openrlhf
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
-from verl_avspo.openrlhf.patch import (
-    CHECKED_VERSIONS,
-    SUPPORTED_VERSIONS,
-    OpenRLHFIncompatibleError,
-    check_openrlhf,
-    install,
-    worker_setup,
-)
+from verl_avspo.openrlhf.trainer_wrap import install, worker_setup
 
 __all__ = [
     "CHECKED_VERSIONS",

@@ -4,7 +4,7 @@
 Each step the trainer logs (``BasePPOTrainer.save_logs_and_checkpoints``), :meth:`StallAlert.observe`
 feeds the step's ``acr/*`` to the monitor and adds ``acr/stalled`` to what OpenRLHF logs; the first
 stalled step logs a warning with advice. With ``action: stop`` the adapter then saves a checkpoint
-of that step and ends the run as if the prompts were exhausted (:mod:`verl_avspo.openrlhf.patch`).
+of that step and ends the run as if the prompts were exhausted (:mod:`verl_avspo.openrlhf.trainer_wrap`).
 The monitor's state travels in the checkpoint's client states, so a resumed run keeps its streak.
 """
 

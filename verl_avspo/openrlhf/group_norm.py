@@ -4,7 +4,7 @@ OpenRLHF (``--algo.advantage.estimator group_norm``) reshapes the batch's scalar
 (num_prompts, n_samples_per_prompt) and normalises each row by its mean and std. This class does
 the same through the framework-free AVSPO core, so collapsed rows get AVSPO's push and every row
 is measured for ACR. It does not import OpenRLHF; ``python -m verl_avspo.openrlhf`` installs it
-into OpenRLHF's trainer (``verl_avspo.openrlhf.patch``). By hand, where OpenRLHF computes::
+into OpenRLHF's trainer (``verl_avspo.openrlhf.trainer_wrap``). By hand, where OpenRLHF computes::
 
     rewards = rewards.reshape(-1, n_samples_per_prompt)
     rewards = (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)
@@ -35,16 +35,16 @@ class GroupNormAVSPO:
     """Stateful AVSPO group normalisation for rewards laid out one prompt per row.
 
     Args:
-        settings: the ``algorithm.avspo`` keys of SPEC §4 (a preset and overrides); None is
+        settings: the ``algorithm.avspo`` keys of docs/configuration.md (a preset and overrides); None is
             ``preset: paper``. OpenRLHF's own group_norm uses epsilon 1e-9; pass
             ``{"epsilon": 1e-9}`` to match it exactly on uncollapsed rows.
-        norm_by_std: divide by the group std (False: Dr. GRPO style, r − μ').
+        norm_adv_by_std: divide by the group std (False: Dr. GRPO style, r − μ').
     """
 
-    def __init__(self, settings: Mapping[str, Any] | None = None, norm_by_std: bool = True):
+    def __init__(self, settings: Mapping[str, Any] | None = None, norm_adv_by_std: bool = True):
         self.config = resolve_config(settings)
         self.controller = AdaptiveController(self.config)
-        self.norm_by_std = norm_by_std
+        self.norm_adv_by_std = norm_adv_by_std
         self.metrics: dict[str, float] = {}
 
     def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -64,7 +64,7 @@ class GroupNormAVSPO:
         flat = rewards.reshape(-1, 1)
         index = torch.arange(num_prompts, device=rewards.device).repeat_interleave(group_size)
         output = compute_avspo_outcome_advantage(
-            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_by_std
+            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_adv_by_std
         )
         self.metrics = output.metrics
         return output.scalar_advantages.view(num_prompts, group_size)

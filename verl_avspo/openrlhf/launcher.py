@@ -1,6 +1,6 @@
 """``python -m verl_avspo.openrlhf``: OpenRLHF's ``train_ppo_ray`` with AVSPO and the ACR metrics.
 
-The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (SPEC §4 keys).
+The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (the keys of docs/configuration.md).
 AVSPO computes the advantages when ``--algo.advantage.estimator avspo`` is given (it runs as
 ``group_norm`` in OpenRLHF's argument checks), or when ``--avspo.*`` keys are given with
 ``group_norm`` or ``dr_grpo`` (the latter without the std division). Without either, OpenRLHF's own
@@ -24,15 +24,9 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import PRESETS, AVSPOConfig, resolve_config
-from verl_avspo.openrlhf.patch import (
-    ACR_KEYS,
-    ACR_SETTINGS_ENV,
-    AVSPO_ESTIMATORS,
-    SETTINGS_ENV,
-    OpenRLHFIncompatibleError,
-    check_openrlhf,
-)
+from verl_avspo.core.config import ACR_KEYS, PRESETS, AVSPOConfig, resolve_config
+from verl_avspo.openrlhf.advantage_step import ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
+from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 
 __all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "runtime_env_hook", "main"]
 

@@ -138,7 +138,7 @@ def _baselines() -> str:
     carries the patch INTUITOR needs (informational: RENT and DCPO need no patch)."""
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo.verl_plugin.checks import verl_has_self_certainty
+    from verl_avspo.verl_plugin.checks.resources import verl_has_self_certainty
     from verl_avspo.verl_plugin.register import DCPO_NAME
 
     for registry, what in ((core_algos.ADV_ESTIMATOR_REGISTRY, "estimator"), (core_algos.POLICY_LOSS_REGISTRY, "loss")):

@@ -27,9 +27,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, AVSPOConfig, unknown_key_problem
-from verl_avspo.verl_plugin import checks
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
+    CheckedConfig,
     ConfigCheckError,
     preflight,
     resource_problems,
@@ -100,29 +100,36 @@ DRY_RUN_LIMITS = (
 )
 
 
-def _checked(config: DictConfig, *, connect: bool) -> tuple[AVSPOConfig, list[str]]:
-    """The preflight checks and the resource checks, with every problem of both in one error.
-    Returns the AVSPO settings and what could not be checked."""
+def _checked(config: DictConfig, *, connect: bool) -> tuple[CheckedConfig, list[str]]:
+    """The preflight checks and the resource checks, with every problem of both in one error, and
+    each of their warnings logged once. Returns the checked settings and what could not be checked."""
     problems, not_checked = resource_problems(config, connect=connect)
     try:
-        settings = preflight(config)
+        checked = preflight(config)
     except ConfigCheckError as err:
+        _warn(err.warnings)
         raise ConfigCheckError(err.problems + problems) from None
+    _warn(checked.warnings)
     if problems:
         raise ConfigCheckError(problems)
-    return settings, not_checked
+    return checked, not_checked
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        logger.warning(warning)
 
 
 def train(config: DictConfig) -> None:
     """Check ``config`` and the resources it asks for, log the AVSPO settings once, then run verl's
     PPO with our TaskRunner."""
     try:
-        settings, _ = _checked(config, connect=True)
+        checked, _ = _checked(config, connect=True)
     except ConfigCheckError as err:
         _fail(err)
     from verl.trainer.main_ppo import run_ppo
 
-    logger.info("verl-avspo launcher\n%s", _describe(config, settings))
+    logger.info("verl-avspo launcher\n%s", _describe(config, checked.avspo))
     run_ppo(config, task_runner_class=task_runner_class(config))
 
 
@@ -166,13 +173,8 @@ def _settings_checked_config(overrides: Sequence[str]) -> DictConfig | None:
         cause = f" ({str(err.__cause__).splitlines()[0]})" if err.__cause__ else ""
         print(f"verl-avspo: invalid override: {err}{cause}", file=sys.stderr)
         return None
-    # Silent here: the full checks that follow run this stage again and give its warnings once.
-    checks_logger = logging.getLogger(checks.__name__)
-    checks_logger.disabled = True
-    try:
-        problems = unknown + settings_problems(config)[0]
-    finally:
-        checks_logger.disabled = False
+    # Its warnings are not given here: the full checks that follow run this stage again and give them.
+    problems = unknown + settings_problems(config).problems
     if problems:
         print(f"verl-avspo: {ConfigCheckError(problems, NOT_YET_CHECKED)}", file=sys.stderr)
         return None
@@ -185,11 +187,11 @@ def dry_run(overrides: Sequence[str]) -> int:
     if config is None:
         return 1
     try:
-        settings, not_checked = _checked(config, connect=False)
+        checked, not_checked = _checked(config, connect=False)
     except ConfigCheckError as err:
         print(f"verl-avspo: {err}", file=sys.stderr)
         return 1
-    print(_describe(config, settings))
+    print(_describe(config, checked.avspo))
     print(
         "OK: the config composes and passes verl-avspo's and verl's checks; the local data files and model path "
         "exist, the trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"

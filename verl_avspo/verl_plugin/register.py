@@ -29,7 +29,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage, response_scores, token_advantages
 from verl_avspo.core.baselines import DCPOConfig, dcpo_settings
-from verl_avspo.core.config import AVSPOConfig, resolve_config
+from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_config
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_token_losses
 
@@ -40,6 +40,7 @@ __all__ = [
     "compute_dcpo_advantage",
     "compute_dcpo_policy_loss",
     "avspo_settings",
+    "acr_settings",
     "get_controller",
     "get_dcpo_history",
     "set_prompt_keys",
@@ -89,6 +90,12 @@ def avspo_settings(algorithm_config: Any) -> AVSPOConfig:
     return _resolve_canonical(canonical)
 
 
+def acr_settings(algorithm_config: Any) -> ACRConfig:
+    """The ACR settings (``tau``, ``reward_range``, ``alert``) of verl's ``config.algorithm``, which
+    every estimator's run reads; resolved, with the rest of ``algorithm.avspo``, by :func:`avspo_settings`."""
+    return avspo_settings(algorithm_config).acr
+
+
 def get_controller(settings: AVSPOConfig) -> AdaptiveController:
     """The process-wide controller for ``settings`` (created on first use)."""
     if settings not in _controllers:
@@ -104,11 +111,11 @@ def pop_last_metrics() -> dict[str, float]:
     return metrics
 
 
-def get_dcpo_history(settings: DCPOConfig, norm_by_std: bool = True) -> PromptRewardHistory:
+def get_dcpo_history(settings: DCPOConfig, norm_adv_by_std: bool = True) -> PromptRewardHistory:
     """The process-wide DCPO reward history for these settings (created on first use)."""
-    key = (settings, bool(norm_by_std))
+    key = (settings, bool(norm_adv_by_std))
     if key not in _dcpo_histories:
-        _dcpo_histories[key] = PromptRewardHistory(epsilon=settings.epsilon, norm_by_std=norm_by_std)
+        _dcpo_histories[key] = PromptRewardHistory(epsilon=settings.epsilon, norm_adv_by_std=norm_adv_by_std)
     return _dcpo_histories[key]
 
 

@@ -97,7 +97,7 @@ class ACRSampler:
             raise ValueError("\n".join(problems))
         self.buffer = _stock_replay_buffer(trainer)
         algorithm = trainer.config.algorithm
-        self.settings = register.avspo_settings(algorithm)
+        self.acr_settings = register.acr_settings(algorithm)
         estimator = str(algorithm.adv_estimator)
         self.measures_collapse = is_group_estimator(estimator)
         self.reports_avspo = estimator == register.NAME
@@ -131,10 +131,8 @@ class ACRSampler:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
         scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
         index = np.array(list(data["uid"]), dtype=object)
-        settings = self.settings
-        metrics = measure_collapse(
-            scores, index, None, settings.tau, settings.reward_range, dropped_groups(eviction_metrics)
-        )
+        acr = self.acr_settings
+        metrics = measure_collapse(scores, index, None, acr.tau, acr.reward_range, dropped_groups(eviction_metrics))
         if self.reports_avspo:
             # The estimator ran at the previous step's advantage stage, in this process.
             metrics.update({k: v for k, v in register.pop_last_metrics().items() if k.startswith("avspo/")})

@@ -106,10 +106,11 @@ class AVSPOTrainerMixin:
         self._init_avspo()
 
     def _init_avspo(self) -> None:
-        self.avspo_settings = register.avspo_settings(self.config.algorithm)
-        self.stagnation = StagnationMonitor(self.avspo_settings.alert)
+        self.acr_settings = register.acr_settings(self.config.algorithm)
+        self.stagnation = StagnationMonitor(self.acr_settings.alert)
         estimator = str(self.config.algorithm.adv_estimator)
         self.uses_avspo = estimator == register.NAME
+        self.avspo_settings = register.avspo_settings(self.config.algorithm) if self.uses_avspo else None
         self.uses_dcpo = estimator == register.DCPO_NAME
         self.dcpo_settings = dcpo_settings(self.config.algorithm)
         self.intrinsic = intrinsic_settings(self.config.algorithm)
@@ -128,8 +129,8 @@ class AVSPOTrainerMixin:
             advantages: (bs, L) final advantages, for ``acr/effective``.
             dropped: the groups a filter removed before this batch (ACR is measured before filtering).
         """
-        settings = self.avspo_settings
-        metrics = measure_collapse(scores, index, advantages, settings.tau, settings.reward_range, dropped)
+        acr = self.acr_settings
+        metrics = measure_collapse(scores, index, advantages, acr.tau, acr.reward_range, dropped)
         if self.uses_avspo:
             metrics.update({k: v for k, v in register.pop_last_metrics().items() if k.startswith("avspo/")})
         return metrics
@@ -149,8 +150,8 @@ class AVSPOTrainerMixin:
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _dcpo_history(self):
-        norm_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-        return register.get_dcpo_history(self.dcpo_settings, norm_by_std)
+        norm_adv_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+        return register.get_dcpo_history(self.dcpo_settings, norm_adv_by_std)
 
     def avspo_state_dict(self) -> dict[str, Any]:
         controller = register.get_controller(self.avspo_settings).state_dict() if self.uses_avspo else None

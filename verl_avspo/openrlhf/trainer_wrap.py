@@ -1,4 +1,7 @@
-"""AVSPO and the ACR metrics inside OpenRLHF's PPO trainer (OpenRLHF 0.10.4 to 0.11.x).
+"""AVSPO and the ACR metrics inside OpenRLHF's PPO trainer (OpenRLHF 0.10.4 to 0.11.x): the
+runtime wrapping of its trainer classes (not to be confused with ``patches/``, the diffs to
+upstream sources). The advantage step itself is :mod:`verl_avspo.openrlhf.advantage_step`; the
+check that OpenRLHF has what is wrapped, :mod:`verl_avspo.openrlhf.compat`.
 
 OpenRLHF has no estimator registry: its group baselines are an if/elif on
 ``args.algo.advantage.estimator`` inside ``RemoteExperienceMaker.compute_advantages_and_returns``,
@@ -32,57 +35,25 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.abc
-import importlib.metadata
 import importlib.util
-import inspect
-import json
 import logging
 import os
 import sys
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from verl_avspo.core.collapse import measure_collapse
-from verl_avspo.core.config import AVSPOConfig, resolve_config
+from verl_avspo.openrlhf.advantage_step import AdvantageStep, settings_from_env
 from verl_avspo.openrlhf.alert import STATE_KEY as ALERT_STATE_KEY
-from verl_avspo.openrlhf.alert import StallAlert
-from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
+from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
 
-__all__ = [
-    "SETTINGS_ENV",
-    "ACR_SETTINGS_ENV",
-    "ACR_KEYS",
-    "SUPPORTED_VERSIONS",
-    "CHECKED_VERSIONS",
-    "AVSPO_ESTIMATORS",
-    "OpenRLHFIncompatibleError",
-    "GeneratedRollout",
-    "check_openrlhf",
-    "install",
-    "worker_setup",
-]
+__all__ = ["METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
 
 logger = logging.getLogger(__name__)
 
-# JSON of the AVSPO settings (SPEC §4 keys); empty or unset: ACR metrics only, OpenRLHF's estimator.
-SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
-# JSON of the ACR metrics' own settings (tau, reward_range) and the stall alert's, for a run without AVSPO.
-ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
-ACR_KEYS = ("tau", "reward_range", "alert")
-SUPPORTED_VERSIONS = ">=0.10.4,<0.12"
-# 0.11.2 is installed and tested; 0.10.4 and 0.11.0 were compared with it source file by source file.
-CHECKED_VERSIONS = ("0.10.4", "0.11.0", "0.11.2")
-# OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
-AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
-# Estimators with a per-prompt baseline whose output is the final advantage, so a collapsed group
-# gets all-zero advantages. (reinforce_baseline also has one, but OpenRLHF then whitens the whole
-# batch, which shifts every advantage: its acr/effective would be meaningless and is not logged.)
-_GROUP_BASELINES = ("rloo", "group_norm", "dr_grpo")
 # A name OpenRLHF's group if/elif and its batch whitening do not match: rewards pass unchanged.
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
@@ -95,11 +66,7 @@ _STOPPED = "_verl_avspo_stopped"
 METRICS_ATTR = "verl_avspo_metrics"
 
 # The advantage step of the compute_advantages_and_returns call now running (this thread).
-_ACTIVE: ContextVar[_AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step", default=None)
-
-
-class OpenRLHFIncompatibleError(RuntimeError):
-    """The installed OpenRLHF lacks the structure the adapter wraps."""
+_ACTIVE: ContextVar[AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step", default=None)
 
 
 class GeneratedRollout(list):
@@ -113,196 +80,10 @@ class GeneratedRollout(list):
         self.prefilter_rewards = prefilter_rewards
 
 
-def _targets() -> tuple[ModuleType, ModuleType, ModuleType]:
-    from openrlhf.trainer import ppo_trainer
-    from openrlhf.trainer.ppo_utils import experience_maker, samples_generator
-
-    return experience_maker, samples_generator, ppo_trainer
-
-
-def _missing_structure(experience_maker: ModuleType, samples_generator: ModuleType, ppo_trainer: ModuleType):
-    needed = {
-        "RemoteExperienceMaker.make_experience_batch": (experience_maker, "RemoteExperienceMaker"),
-        "RemoteExperienceMaker.compute_advantages_and_returns": (experience_maker, "RemoteExperienceMaker"),
-        "SamplesGenerator.generate_samples": (samples_generator, "SamplesGenerator"),
-        "SamplesGenerator._process_response_into_experience": (samples_generator, "SamplesGenerator"),
-        "BasePPOTrainer._compute_rollout_stats": (ppo_trainer, "BasePPOTrainer"),
-        "BasePPOTrainer.save_logs_and_checkpoints": (ppo_trainer, "BasePPOTrainer"),
-        "BasePPOTrainer.init_checkpoint_states": (ppo_trainer, "BasePPOTrainer"),
-    }
-    missing = []
-    for name, (module, owner) in needed.items():
-        if not callable(getattr(getattr(module, owner, None), name.split(".")[1], None)):
-            missing.append(f"{module.__name__}.{name}")
-    for name in ("apply_length_penalties", "compute_reward"):
-        if not callable(getattr(experience_maker, name, None)):
-            missing.append(f"{experience_maker.__name__}.{name}")
-    if missing:
-        return missing
-    # The pass-through relies on the group step being an if/elif on the args' estimator name that
-    # runs after the length penalties, and on the per-token stage reading the maker's own name.
-    try:
-        source = inspect.getsource(experience_maker.RemoteExperienceMaker.compute_advantages_and_returns)
-    except (OSError, TypeError):
-        return ["the source of RemoteExperienceMaker.compute_advantages_and_returns"]
-    expected = (
-        "apply_length_penalties(",
-        "compute_reward(",
-        'args.algo.advantage.estimator == "group_norm"',
-        "self.advantage_estimator",
-    )
-    where = "RemoteExperienceMaker.compute_advantages_and_returns"
-    return [f"`{text}` in {where}" for text in expected if text not in source]
-
-
-def check_openrlhf() -> str:
-    """Check that the installed OpenRLHF has what the adapter wraps; return its version.
-
-    Raises:
-        OpenRLHFIncompatibleError: OpenRLHF is missing, cannot be imported, or lacks a method or
-            the group-step structure; the message names the version found and those supported.
-    """
-    supported = f"supported: openrlhf{SUPPORTED_VERSIONS} (checked: {', '.join(CHECKED_VERSIONS)})"
-    try:
-        version = importlib.metadata.version("openrlhf")
-    except importlib.metadata.PackageNotFoundError:
-        raise OpenRLHFIncompatibleError(
-            f"OpenRLHF is not installed; {supported}. Install it with pip install 'openrlhf{SUPPORTED_VERSIONS}'."
-        ) from None
-    try:
-        modules = _targets()
-    except ImportError as error:
-        raise OpenRLHFIncompatibleError(
-            f"OpenRLHF {version} is installed but its trainer does not import ({error}); {supported}. "
-            "Install OpenRLHF's own dependencies (vllm, deepspeed, flash-attn) on the machine that trains."
-        ) from error
-    missing = _missing_structure(*modules)
-    if missing:
-        raise OpenRLHFIncompatibleError(
-            f"OpenRLHF {version} lacks what verl_avspo.openrlhf wraps: {'; '.join(missing)}. {supported}. "
-            f"Install one with pip install 'openrlhf{SUPPORTED_VERSIONS}'."
-        )
-    from packaging.specifiers import SpecifierSet
-
-    if version not in SpecifierSet(SUPPORTED_VERSIONS):
-        warnings.warn(
-            f"OpenRLHF {version} is outside the versions verl_avspo.openrlhf was checked against ({supported}); "
-            "the structure it wraps is there, so it goes on. Compare acr/* and the advantages with a short run.",
-            stacklevel=2,
-        )
-    return version
-
-
-def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
-    """The JSON object in environment variable ``name`` (None if unset or empty)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        settings = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{name}={raw!r} is not JSON ({error}); it must hold {what}") from None
-    if not isinstance(settings, dict):
-        raise ValueError(f"{name}={raw!r} must be a JSON object of {what} (for example {{}})")
-    return settings
-
-
-def settings_from_env() -> dict[str, Any] | None:
-    """The AVSPO settings the launcher passed to this worker, or None (ACR metrics only)."""
-    return _json_object_from_env(SETTINGS_ENV, "the AVSPO settings")
-
-
-def _acr_settings() -> dict[str, Any]:
-    """The ACR metrics' tau and reward_range the launcher passed (``{}``: the defaults)."""
-    settings = _json_object_from_env(ACR_SETTINGS_ENV, f"ACR metric settings ({', '.join(ACR_KEYS)})") or {}
-    unknown = sorted(set(settings) - set(ACR_KEYS))
-    if unknown:
-        raise ValueError(f"{ACR_SETTINGS_ENV} has key(s) {unknown}; only {', '.join(ACR_KEYS)} are allowed")
-    return settings
-
-
-def _group_index(num_groups: int, group_size: int) -> torch.Tensor:
-    return torch.arange(num_groups).repeat_interleave(group_size)
-
-
-def _prompt_order(experiences: list) -> tuple[torch.Tensor, list[int]]:
-    """Each response's position in prompt order (OpenRLHF's ``experience.index``), and the
-    number of responses per experience."""
-    order = torch.tensor([i for experience in experiences for i in experience.index])
-    return order, [len(experience.index) for experience in experiences]
-
-
-def _to_prompt_order(values: torch.Tensor, order: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(bs,) values in experience order -> (num_prompts, group_size) in prompt order."""
-    ordered = torch.empty_like(values)
-    ordered[order] = values
-    return ordered.view(-1, group_size)
-
-
-class _AdvantageStep:
-    """One experience maker's AVSPO estimator (None: OpenRLHF's own) and the step's metrics."""
-
-    def __init__(self, estimator: str, settings: Mapping[str, Any] | None):
-        self.estimator = estimator
-        self.avspo: GroupNormAVSPO | None = None
-        if settings is not None:
-            if estimator not in AVSPO_ESTIMATORS:
-                raise ValueError(
-                    f"AVSPO settings were given but --algo.advantage.estimator={estimator!r}; AVSPO replaces "
-                    f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
-                )
-            self.avspo = GroupNormAVSPO(settings, norm_by_std=AVSPO_ESTIMATORS[estimator])
-        self.config: AVSPOConfig = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
-        self.alert = StallAlert(self.config.alert)
-        self.outputs: list[torch.Tensor] = []
-        self.reward_stds: list[torch.Tensor] | None = None
-
-    def shape(self, experiences: list, group_size: int) -> None:
-        """AVSPO's group step on the penalised rewards, written back as OpenRLHF's would be."""
-        if self.avspo is None:
-            return
-        order, lengths = _prompt_order(experiences)
-        rewards = _to_prompt_order(torch.cat([experience.rewards for experience in experiences]), order, group_size)
-        # OpenRLHF logs group_reward_std from experience.rewards after this point: keep it the rewards'.
-        stds = rewards.std(-1, keepdim=True).expand(-1, group_size).reshape(-1)[order]
-        self.reward_stds = list(stds.split(lengths)) if group_size > 1 else None
-        advantages = self.avspo(rewards).reshape(-1)[order]
-        for experience, shaped in zip(experiences, advantages.split(lengths), strict=True):
-            experience.rewards = shaped
-
-    def restore_reward_stds(self, experiences: list) -> None:
-        """Put back the rewards' per-group std that OpenRLHF computed from AVSPO's output."""
-        if self.reward_stds is not None:
-            for experience, std in zip(experiences, self.reward_stds, strict=True):
-                experience.info["group_reward_std"] = std
-        self.reward_stds = None
-
-    def metrics(self, experiences: list, group_size: int, prefilter: torch.Tensor | None) -> dict[str, float]:
-        """The step's ``acr/*`` (raw rewards, before dynamic filtering where known) and ``avspo/*``."""
-        tau, reward_range = self.config.tau, self.config.reward_range
-        order, _ = _prompt_order(experiences)
-        trained = _to_prompt_order(
-            torch.cat([experience.info["reward"].reshape(-1) for experience in experiences]).to(torch.float64),
-            order,
-            group_size,
-        )
-        raw = prefilter if prefilter is not None and prefilter.numel() else trained
-        num_groups, size = raw.shape
-        metrics = measure_collapse(raw.reshape(-1), _group_index(num_groups, size), None, tau, reward_range)
-        if self.avspo is not None or self.estimator in _GROUP_BASELINES:
-            advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size)
-            trained_index = _group_index(trained.shape[0], group_size)
-            effective = measure_collapse(trained.reshape(-1), trained_index, advantages.reshape(-1), tau, reward_range)
-            metrics["acr/effective"] = effective["acr/effective"]
-        if self.avspo is not None:
-            metrics.update({key: value for key, value in self.avspo.metrics.items() if key.startswith("avspo/")})
-        return metrics
-
-
-def _advantage_step(maker: Any) -> _AdvantageStep:
+def _advantage_step(maker: Any) -> AdvantageStep:
     step = getattr(maker, _STEP, None)
     if step is None:
-        step = _AdvantageStep(maker.advantage_estimator, settings_from_env())
+        step = AdvantageStep(maker.advantage_estimator, settings_from_env())
         setattr(maker, _STEP, step)
     return step
 
@@ -474,7 +255,7 @@ def install() -> str:
         OpenRLHFIncompatibleError: see :func:`check_openrlhf`.
     """
     version = check_openrlhf()
-    experience_maker, samples_generator, ppo_trainer = _targets()
+    experience_maker, samples_generator, ppo_trainer = trainer_modules()
     maker = experience_maker.RemoteExperienceMaker
     if getattr(maker, _INSTALLED, False):
         return version

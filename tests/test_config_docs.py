@@ -1,0 +1,80 @@
+"""The settings' documentation agrees with the code: every field of the config dataclasses
+(``AVSPOConfig``, ``ACRConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``) has a one-line attribute
+docstring, and docs/configuration.md's key tables list exactly those fields, each with its default."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from verl_avspo.core import baselines, config
+from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+CONFIGS = (AVSPOConfig, ACRConfig, AlertConfig, DCPOConfig, IntrinsicConfig)
+# A table row: | `key` | `default` ... |
+ROW = re.compile(r"^\| `([\w.]+)` \| `([^`]*)`")
+
+
+def documented_defaults() -> dict[str, object]:
+    """Each key of configuration.md's key tables (before its presets) and its default, read as YAML
+    (1e-6 as a number)."""
+    rows = {}
+    keys_part = DOC.read_text(encoding="utf-8").split("\n## Presets")[0]
+    for line in keys_part.splitlines():
+        match = ROW.match(line)
+        if match and not match.group(1).startswith(("algorithm.adv_estimator", "algorithm.norm_adv", "actor_")):
+            key, text = match.groups()
+            try:
+                value = float(text) if re.fullmatch(r"[\d.]+e-?\d+", text) else yaml.safe_load(text)
+            except yaml.YAMLError:
+                value = text
+            rows[key] = value
+    return rows
+
+
+def code_defaults() -> dict[str, object]:
+    """Every field of the config dataclasses under the key a user types, with its default."""
+    keys: dict[str, object] = {}
+    for cls, prefix in ((AVSPOConfig, ""), (AlertConfig, "alert."), (DCPOConfig, "algorithm.dcpo."),
+                        (IntrinsicConfig, "algorithm.intrinsic.")):  # fmt: skip
+        instance = cls()
+        for field in dataclasses.fields(cls):
+            if field.name != "alert" or cls is not AVSPOConfig:
+                value = getattr(instance, field.name)
+                keys[prefix + field.name] = list(value) if isinstance(value, tuple) else value
+    return keys
+
+
+def test_the_acr_settings_are_algorithm_avspos_tau_reward_range_and_alert():
+    settings = config.resolve_config({"tau": 1e-3, "reward_range": [-1, 1], "alert": {"window": 7}})
+    assert settings.acr == ACRConfig(tau=1e-3, reward_range=(-1.0, 1.0), alert=AlertConfig(window=7))
+    assert AVSPOConfig().acr == ACRConfig()  # the same defaults
+
+
+def test_configuration_md_lists_exactly_the_fields_with_their_defaults():
+    documented, code = documented_defaults(), code_defaults()
+    assert sorted(documented) == sorted(code)
+    assert documented == code
+
+
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
+def test_every_config_field_has_a_one_line_docstring(cls):
+    module = config if cls in (AVSPOConfig, ACRConfig, AlertConfig) else baselines
+    tree = ast.parse(inspect.getsource(module))
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
+    documented = {}
+    for statement, following in zip(node.body, node.body[1:] + [None], strict=True):
+        if isinstance(statement, ast.AnnAssign):
+            doc = following.value.value if isinstance(following, ast.Expr) else None
+            documented[statement.target.id] = doc
+    assert set(documented) == {f.name for f in dataclasses.fields(cls)}
+    undocumented = [name for name, doc in documented.items() if not isinstance(doc, str) or "\n" in doc.strip()]
+    assert undocumented == []

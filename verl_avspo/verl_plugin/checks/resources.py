@@ -1,0 +1,157 @@
+"""What a run will find on this machine: the installed verl (found without importing it), local
+data files, a local model path, and whether the Ray cluster can supply the GPUs the config asks
+for (verl otherwise waits for them). Pure: problems and what could not be checked are returned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["verl_package_dir", "verl_has_self_certainty", "cluster_gpus", "resource_problems"]
+
+
+def verl_package_dir() -> Path:
+    """The installed verl's folder, found without importing verl (its ``__init__`` is the slow part)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl is not installed: pip install 'verl[verl-core]>=0.9.1,<0.10'")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def verl_has_self_certainty() -> bool:
+    """Whether the installed verl's FSDP engine returns per-token self-certainty, i.e. carries
+    patches/verl-0.9.1-intrinsic.patch. Reads the module's source file; imports nothing."""
+    source = verl_package_dir() / "workers" / "engine" / "fsdp" / "transformer_impl.py"
+    return source.is_file() and "calculate_self_certainty" in source.read_text(encoding="utf-8")
+
+
+_REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+# A Hugging Face hub id: "name" or "org/name", neither absolute nor relative-looking.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _listed(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(item) for item in value]
+
+
+def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
+    for key in ("data.train_files", "data.val_files"):
+        for name in _listed(OmegaConf.select(config, key, default=None)):
+            if _REMOTE.match(name):
+                not_checked.append(f"{key} entry {name} (remote)")
+            elif not Path(name).expanduser().exists():
+                yield (
+                    f"{key}: {name} does not exist. Fix the path, or write the data first (recipes/README.md, "
+                    "recipes/data/prepare_math.py)."
+                )
+    for key in ("actor_rollout_ref.model.path", "reward.custom_reward_function.path"):
+        name = OmegaConf.select(config, key, default=None)
+        if name is None or Path(str(name)).expanduser().exists():
+            continue
+        name = str(name)
+        if _REMOTE.match(name):  # pkg:// (a module), hdfs://, ...
+            if not name.startswith("pkg://"):
+                not_checked.append(f"{key}={name} (remote)")
+        elif key.endswith("model.path") and _HUB_ID.match(name):
+            not_checked.append(
+                f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
+            )
+        else:
+            accepted = (
+                "a hub id such as Qwen/Qwen2.5-0.5B is also accepted"
+                if key.endswith("model.path")
+                else "or name a module as pkg://package.module"
+            )
+            yield f"{key}={name} does not exist on this machine. Fix the path ({accepted})."
+
+
+def _requested_gpus(config: DictConfig) -> int:
+    """GPUs verl's resource pools ask for: the trainer's, plus a standalone reward model's."""
+    total = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    reward = config.reward.reward_model
+    if reward.get("enable", False) and reward.get("enable_resource_pool", False):
+        total += int(reward.n_gpus_per_node) * int(reward.nnodes)
+    return total
+
+
+def _ray_address(config: DictConfig) -> str | None:
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS")
+    return None if address == "local" else address  # "local" starts a new local cluster, as no address does
+
+
+def cluster_gpus(config: DictConfig, *, connect: bool) -> tuple[float | None, str]:
+    """The GPUs the run's Ray cluster offers, and where that number comes from; None if unknown.
+
+    Without a Ray address, verl starts a local cluster with ``ray_kwargs.ray_init.num_gpus`` GPUs, or
+    the ones Ray detects (``torch.cuda.device_count()``, which honours CUDA_VISIBLE_DEVICES). With an
+    address, the cluster is asked only if ``connect`` (then disconnected, so that verl's own
+    ``ray.init`` still applies its runtime_env).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return ray.cluster_resources().get("GPU", 0.0), "the running Ray cluster"
+    address = _ray_address(config)
+    if address:
+        if not connect:
+            return None, f"the Ray cluster at {address}"
+        ray.init(address=address, logging_level=logging.WARNING)
+        try:
+            return ray.cluster_resources().get("GPU", 0.0), f"the Ray cluster at {address}"
+        finally:
+            ray.shutdown()
+    num_gpus = OmegaConf.select(config, "ray_kwargs.ray_init.num_gpus", default=None)
+    if num_gpus is not None:
+        return float(num_gpus), f"ray_kwargs.ray_init.num_gpus={num_gpus}"
+    import torch
+
+    return float(torch.cuda.device_count()), "this machine (torch.cuda.device_count())"
+
+
+def _gpu_problems(config: DictConfig, not_checked: list[str], *, connect: bool) -> Iterator[str]:
+    device = str(OmegaConf.select(config, "trainer.device", default="cuda"))
+    if device != "cuda":
+        not_checked.append(f"the {device} devices the run needs (trainer.device={device})")
+        return
+    try:
+        wanted = _requested_gpus(config)
+    except (TypeError, ValueError):  # text for a number: reported by the settings stage
+        return
+    available, source = cluster_gpus(config, connect=connect)
+    if available is None:
+        not_checked.append(f"that {source} has the {wanted} GPU(s) the config asks for")
+        return
+    if available < wanted:
+        nodes = int(config.trainer.nnodes)
+        yield (
+            f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node} x trainer.nnodes={nodes} asks for {wanted} "
+            f"GPU(s), but {source} has {available:g}; Ray would wait for them and the run would hang. Set "
+            "trainer.n_gpus_per_node (recipes: N_GPUS) to the GPUs you have"
+            + (", or start a Ray cluster of those nodes and set ray_kwargs.ray_init.address" if nodes > 1 else "")
+            + "."
+        )
+
+
+def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[list[str], list[str]]:
+    """What the run will find: local data files and model path, and the GPUs of its Ray cluster.
+
+    Returns:
+        (problems, not checked): each problem names the key and the fix; "not checked" lists what
+        could not be checked here (remote files, hub ids, an existing cluster when not ``connect``).
+    """
+    not_checked: list[str] = []
+    problems = list(_path_problems(config, not_checked))
+    problems += _gpu_problems(config, not_checked, connect=connect)
+    return problems, not_checked

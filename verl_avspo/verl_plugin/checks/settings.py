@@ -1,0 +1,264 @@
+"""The first stage of the launcher's checks, which imports no verl (about a second): the group
+size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and ``algorithm.intrinsic``
+value, and how they combine with the trainer, the data and the policy loss.
+
+Pure: :func:`settings_problems` returns the problems (the config cannot train) and the warnings
+(it trains, but not as a user may expect); the caller raises and logs them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
+from verl_avspo.core.config import AVSPOConfig, Problems, resolve_config
+from verl_avspo.verl_plugin.checks import resources
+from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
+
+__all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]
+
+# The ACR hook for stock verl (verl_avspo.verl_plugin.sampler) and what a user adds to a stock command line.
+SAMPLER_PATH = "pkg://verl_avspo.verl_plugin.sampler"
+SAMPLER_NAME = "ACRSampler"
+HOOK_OVERRIDES = (
+    f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
+    f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
+)
+
+
+def _filters_groups(algorithm: DictConfig) -> bool:
+    """Whether DAPO's dynamic sampling (``algorithm.filter_groups``) is on."""
+    filter_groups = algorithm.get("filter_groups", None)
+    return filter_groups is not None and bool(filter_groups.get("enable", False))
+
+
+def _sync_v1(config: DictConfig) -> bool:
+    return bool(config.trainer.use_v1) and config.trainer.v1.trainer_mode == "sync"
+
+
+def _rollout_problems(config: DictConfig) -> Iterator[str]:
+    n = config.actor_rollout_ref.rollout.n
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        yield (
+            f"actor_rollout_ref.rollout.n={n!r} is invalid: it is the number of responses sampled per prompt "
+            "(the group size), a positive integer. Set actor_rollout_ref.rollout.n=8 (the paper's group size)."
+        )
+    required = ["actor_rollout_ref.rollout.name"]
+    if config.reward.reward_model.enable:
+        required.append("reward.reward_model.rollout.name")
+    for key in required:
+        if OmegaConf.select(config, key) is None:  # None also for verl's mandatory `???`
+            yield f"{key} is required: set the rollout engine, for example {key}=vllm (or sglang)."
+
+
+# verl settings that recipes set from the environment (LR=, N_GPUS=, ...) and that verl reads only
+# once the models load: (key, integer?, lowest, lowest excluded?, highest).
+_NUMBERS = (
+    ("actor_rollout_ref.actor.optim.lr", False, 0.0, True, math.inf),
+    ("actor_rollout_ref.rollout.temperature", False, 0.0, False, math.inf),
+    ("actor_rollout_ref.rollout.gpu_memory_utilization", False, 0.0, True, 1.0),
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size", True, 1, False, math.inf),
+    ("data.train_batch_size", True, 1, False, math.inf),
+    ("data.max_prompt_length", True, 1, False, math.inf),
+    ("data.max_response_length", True, 1, False, math.inf),
+    ("trainer.n_gpus_per_node", True, 1, False, math.inf),
+    ("trainer.nnodes", True, 1, False, math.inf),
+    ("trainer.total_epochs", True, 1, False, math.inf),
+)
+
+
+def _number_problems(config: DictConfig) -> Iterator[str]:
+    """Text or out-of-range values where verl expects a number (a recipe's ``LR=abc``, ``N_GPUS=0``)."""
+    for key, integer, low, low_open, high in _NUMBERS:
+        value = OmegaConf.select(config, key, default=None)
+        if value is None:
+            continue
+        kind = "an integer" if integer else "a number"
+        is_number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+        if not is_number or (value <= low if low_open else value < low) or value > high or value != value:
+            bounds = f"> {low}" if low_open else f">= {low}"
+            bounds += f" and <= {high}" if high != math.inf else ""
+            yield (
+                f"{key}={value!r} is invalid: expected {kind} {bounds}. Fix the value (in a recipe, its "
+                "environment variable)."
+            )
+
+
+def _alert_problems(config: DictConfig, settings: AVSPOConfig) -> Iterator[str]:
+    if settings.alert.action == "stop" and not config.trainer.use_v1:
+        yield (
+            "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
+            "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
+        )
+
+
+def hook_problems(config: Any) -> list[str]:
+    """Why the hook cannot measure ACR under ``config`` (verl's whole config); empty if it can."""
+    problems = []
+    if not config.trainer.use_v1:
+        problems.append(
+            "trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and trainer.use_v1=False runs "
+            "the legacy trainer, which has none. Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`, "
+            "which logs ACR with the legacy trainer too."
+        )
+    reward_model = config.reward.reward_model
+    if reward_model.enable and not reward_model.enable_resource_pool:
+        problems.append(
+            "the ACR hook (trainer.v1.sampler.custom_sampler) reads the reward loop's scores when it samples a batch, "
+            "and a colocated reward model (reward.reward_model.enable=True, enable_resource_pool=False) scores only "
+            "after sampling. Set reward.reward_model.enable_resource_pool=True, or train with `python -m "
+            "verl_avspo.main_ppo`, which measures ACR at the advantage stage, after every reward."
+        )
+    return problems
+
+
+def _uses_hook(config: DictConfig) -> bool:
+    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler", default=None)
+    return custom is not None and custom.get("path") == SAMPLER_PATH and custom.get("name") == SAMPLER_NAME
+
+
+def _dcpo_clip_problems(value: Any, warnings: list[str]) -> Iterator[str]:
+    """``clip_ratio_c`` caps DCPO's upper ratio bound and dual-clips negative advantages (a cap
+    below DCPO's 10 is added to ``warnings``)."""
+    try:
+        cap = float(value)
+    except (TypeError, ValueError):
+        cap = float("nan")
+    if not cap > 1:
+        yield (
+            f"actor_rollout_ref.actor.clip_ratio_c={value!r} is invalid with policy_loss.loss_mode=dcpo: it caps "
+            "DCPO's upper ratio bound and dual-clips negative advantages, so it must be a number > 1. Set it to 10 "
+            "(DCPO's)."
+        )
+    elif cap < 10:
+        warnings.append(
+            f"actor_rollout_ref.actor.clip_ratio_c={value} with policy_loss.loss_mode=dcpo caps DCPO's upper ratio "
+            f"bound at {cap}; DCPO's released code uses 10 (verl's default is 3). Set "
+            "actor_rollout_ref.actor.clip_ratio_c=10 to match it."
+        )
+
+
+def _baseline_problems(
+    config: DictConfig, dcpo: DCPOConfig | None, intrinsic: IntrinsicConfig | None, warnings: list[str]
+) -> Iterator[str]:
+    """DCPO (estimator and policy loss) and the intrinsic rewards (INTUITOR, RENT), given their
+    settings (None where the settings themselves were invalid); warnings go to ``warnings``."""
+    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
+    estimator = algorithm.adv_estimator
+    intrinsic_on = intrinsic is not None and intrinsic.enabled
+    if OmegaConf.select(actor, "policy_loss.loss_mode", default="vanilla") == "dcpo":
+        yield from _dcpo_clip_problems(actor.get("clip_ratio_c", 3.0), warnings)
+    needs = []
+    if estimator == "dcpo":
+        needs.append("algorithm.adv_estimator=dcpo (its prompt identity is passed by our V1 trainer)")
+    if intrinsic_on:
+        needs.append(f"algorithm.intrinsic.reward={intrinsic.reward} (computed in our V1 trainer)")
+    if needs and not _sync_v1(config):
+        yield (
+            f"{' and '.join(needs)} needs the V1 sync trainer; this config has trainer.use_v1="
+            f"{config.trainer.use_v1}, trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}. Set "
+            "trainer.use_v1=True trainer.v1.trainer_mode=sync."
+        )
+    filtering = _filters_groups(algorithm)
+    if intrinsic_on and filtering:
+        yield (
+            f"algorithm.intrinsic.reward={intrinsic.reward} with algorithm.filter_groups.enable=True: verl filters "
+            "groups while sampling, on the verifier's reward, before our trainer replaces it by the intrinsic one, so "
+            "this 'no verifier' baseline would train only on the groups the verifier kept. Set "
+            "algorithm.filter_groups.enable=False."
+        )
+    if estimator == "dcpo" and filtering:
+        warnings.append(
+            "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so DCPO's "
+            "per-prompt history never records those visits, the ones its smooth standardization is for; the "
+            "DCPO paper trains without dynamic sampling."
+        )
+    if estimator == "dcpo" and dcpo is not None and dcpo.prompt_key == "index":
+        if OmegaConf.select(config, "data.custom_cls.path", default=None):
+            warnings.append(
+                "data.custom_cls is set: its dataset may fill index its own way, so the train files' "
+                "extra_info.index is not checked for DCPO; different prompts sharing an index within a batch are "
+                "still refused during training"
+            )
+        else:
+            index_problems, index_warnings = prompt_index_problems(config.data.get("train_files", None))
+            warnings.extend(index_warnings)
+            yield from index_problems
+    if not intrinsic_on:
+        return
+    rollout_correction = algorithm.get("rollout_correction", None)
+    if rollout_correction is not None and rollout_correction.get("bypass_mode", False):
+        yield (
+            f"algorithm.intrinsic.reward={intrinsic.reward} reads the old policy's per-token distribution "
+            "statistics, which verl skips with algorithm.rollout_correction.bypass_mode=True (old log-probs are "
+            "the rollout's). Set algorithm.rollout_correction.bypass_mode=False."
+        )
+    if intrinsic.reward != "self_certainty":
+        return
+    if not resources.verl_has_self_certainty():  # looked up here, so that tests can patch it
+        yield (
+            "algorithm.intrinsic.reward=self_certainty (INTUITOR) needs each token's mean log-probability over "
+            "the vocabulary, which verl 0.9.1's actor does not return. Apply patches/verl-0.9.1-intrinsic.patch "
+            "to verl (see patches/README.md), or use algorithm.intrinsic.reward=negative_entropy (RENT), which "
+            "verl supports as is."
+        )
+    if str(actor.strategy) not in ("fsdp", "fsdp2"):
+        yield (
+            f"algorithm.intrinsic.reward=self_certainty with actor_rollout_ref.actor.strategy={actor.strategy}: "
+            "the intrinsic patch adds self-certainty to verl's FSDP engine only. Use strategy fsdp or fsdp2."
+        )
+    if config.actor_rollout_ref.model.get("use_fused_kernels", False):
+        yield (
+            "algorithm.intrinsic.reward=self_certainty with actor_rollout_ref.model.use_fused_kernels=True: "
+            "fused kernels never materialise the logits that self-certainty needs. Set it to False."
+        )
+
+
+def _combination_warnings(config: DictConfig) -> Iterator[str]:
+    """Settings that train, but not as a user may expect."""
+    if config.algorithm.adv_estimator == "avspo" and _filters_groups(config.algorithm):
+        yield (
+            "algorithm.filter_groups.enable=True removes collapsed groups before the advantage stage, so "
+            "AVSPO sees (almost) none and rarely triggers; the logged acr/* rates are measured before filtering."
+        )
+
+
+@dataclass
+class SettingsCheck:
+    """What the first stage found."""
+
+    problems: list[str]
+    """One message per reason the config cannot train, each naming the key, the value and the fix."""
+    warnings: list[str] = field(default_factory=list)
+    """Settings that train, but not as a user may expect; the caller gives each once."""
+    avspo: AVSPOConfig | None = None
+    """The resolved ``algorithm.avspo`` settings; None where that section was invalid."""
+    dcpo: DCPOConfig | None = None
+    """The resolved ``algorithm.dcpo`` settings; None where that section was invalid."""
+    intrinsic: IntrinsicConfig | None = None
+    """The resolved ``algorithm.intrinsic`` settings; None where that section was invalid."""
+
+
+def settings_problems(config: DictConfig) -> SettingsCheck:
+    """The first stage, without importing verl: every problem and warning, and the settings that
+    resolved. Logs nothing."""
+    algorithm = config.algorithm
+    problems, warnings = Problems(), []
+    problems.messages.extend(_rollout_problems(config))
+    problems.messages.extend(_number_problems(config))
+    # The resolvers take verl's DictConfig sections as they are (they are mappings).
+    avspo = problems.check(resolve_config, algorithm.get("avspo", None))
+    dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
+    intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
+    if avspo is not None:
+        problems.messages.extend(_alert_problems(config, avspo))
+    if _uses_hook(config):
+        problems.messages.extend(hook_problems(config))
+    problems.messages.extend(_baseline_problems(config, dcpo, intrinsic, warnings))
+    warnings.extend(_combination_warnings(config))
+    return SettingsCheck(problems.messages, warnings, avspo, dcpo, intrinsic)
