@@ -31,68 +31,24 @@ The file stays local: ``trainer.default_hdfs_dir`` receives verl's actor files o
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from typing import Any
 
-import numpy as np
 import torch
 from verl.utils.fs import local_mkdir_safe
 
 from verl_avspo.core.alert import StagnationMonitor
 from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
 from verl_avspo.core.collapse import DroppedGroups, measure_collapse
-from verl_avspo.core.intrinsic import masked_token_mean, negative_entropy
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.checks import is_group_estimator
 
-__all__ = ["STATE_FILE", "prompt_key", "intrinsic_rewards", "AVSPOTrainerMixin"]
+__all__ = ["STATE_FILE", "AVSPOTrainerMixin"]
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "avspo_state.pt"
-
-
-def prompt_key(value: Any, source: str) -> int | str:
-    """A prompt's stable identity across steps, as a checkpointable int or str.
-
-    Args:
-        value: the response's ``index`` (verl's copy of ``extra_info.index``) or its ``raw_prompt``
-            (chat messages).
-        source: ``index`` or ``raw_prompt`` (``algorithm.dcpo.prompt_key``).
-    """
-    if source == "raw_prompt":
-        text = json.dumps(value, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
-    if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
-        return int(value)
-    return str(value)
-
-
-def intrinsic_rewards(
-    reward: str, token_values: torch.Tensor, response_mask: torch.Tensor, last_tokens: int | None = None
-) -> torch.Tensor:
-    """Each response's intrinsic reward from per-token values of the old policy.
-
-    Args:
-        reward: ``negative_entropy`` (RENT; ``token_values`` are entropies) or ``self_certainty``
-            (INTUITOR; ``token_values`` are KL(U || p_t)).
-        token_values: (bs, response_length).
-        response_mask: (bs, response_length).
-        last_tokens: RENT only, average over the last ``last_tokens`` response tokens.
-
-    Returns:
-        (bs,) float32.
-    """
-    if reward == "negative_entropy":
-        return negative_entropy(token_values.float(), response_mask, last_tokens)
-    if reward == "self_certainty":
-        return masked_token_mean(token_values.float(), response_mask)
-    raise ValueError(
-        f"algorithm.intrinsic.reward={reward!r} has no per-token source: use self_certainty or negative_entropy"
-    )
 
 
 class AVSPOTrainerMixin:
