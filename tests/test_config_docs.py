@@ -43,20 +43,25 @@ def documented_defaults() -> dict[str, object]:
 def code_defaults() -> dict[str, object]:
     """Every field of the config dataclasses under the key a user types, with its default."""
     keys: dict[str, object] = {}
-    for cls, prefix in ((AVSPOConfig, ""), (AlertConfig, "alert."), (DCPOConfig, "algorithm.dcpo."),
+    for cls, prefix in ((AVSPOConfig, ""), (ACRConfig, ""), (AlertConfig, "alert."), (DCPOConfig, "algorithm.dcpo."),
                         (IntrinsicConfig, "algorithm.intrinsic.")):  # fmt: skip
         instance = cls()
         for field in dataclasses.fields(cls):
-            if field.name != "alert" or cls is not AVSPOConfig:
+            if field.name != "alert" or cls is not ACRConfig:
                 value = getattr(instance, field.name)
                 keys[prefix + field.name] = list(value) if isinstance(value, tuple) else value
     return keys
 
 
 def test_the_acr_settings_are_algorithm_avspos_tau_reward_range_and_alert():
-    settings = config.resolve_config({"tau": 1e-3, "reward_range": [-1, 1], "alert": {"window": 7}})
-    assert settings.acr == ACRConfig(tau=1e-3, reward_range=(-1.0, 1.0), alert=AlertConfig(window=7))
-    assert AVSPOConfig().acr == ACRConfig()  # the same defaults
+    avspo, acr = config.resolve_settings({"tau": 1e-3, "reward_range": [-1, 1], "alert": {"window": 7}, "gap": 0.2})
+    assert acr == ACRConfig(tau=1e-3, reward_range=(-1.0, 1.0), alert=AlertConfig(window=7))
+    assert avspo == AVSPOConfig(gap=0.2)
+    assert config.resolve_settings({}) == (AVSPOConfig(), ACRConfig())  # the paper preset's defaults
+    # One key set per user-facing key: the two configs split algorithm.avspo without overlap.
+    estimator_keys = {f.name for f in dataclasses.fields(AVSPOConfig)}
+    assert estimator_keys.isdisjoint(config.ACR_KEYS)
+    assert set(config.AVSPO_KEYS) == estimator_keys | set(config.ACR_KEYS)
 
 
 def test_configuration_md_lists_exactly_the_fields_with_their_defaults():

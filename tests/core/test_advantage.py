@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.config import resolve_config
+from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.virtual import closed_form_advantage, virtual_counts, virtual_rewards
 
@@ -34,10 +34,10 @@ def uids(sizes):
 
 
 def avspo(scores, index, norm=True, controller=None, **settings):
-    cfg = resolve_config(settings)
-    controller = controller or AdaptiveController(cfg)
+    cfg, acr = resolve_settings(settings)
+    controller = controller or AdaptiveController(cfg, acr)
     rewards, mask = outcome_batch(scores)
-    return compute_avspo_outcome_advantage(rewards, mask, index, cfg, controller, norm)
+    return compute_avspo_outcome_advantage(rewards, mask, index, cfg, acr, controller, norm)
 
 
 def first_token(output):
@@ -66,8 +66,8 @@ def test_preset_grpo_equals_verl_grpo(sizes, binary, norm, seed):
     order = torch.randperm(n, generator=gen)  # groups interleaved, as after verl's balancing
     index = uids(sizes)[order.numpy()]
     rewards, mask = rewards[order], mask[order]
-    cfg = resolve_config({"preset": "grpo", "reward_range": [-10, 10]})
-    ours = compute_avspo_outcome_advantage(rewards, mask, index, cfg, AdaptiveController(cfg), norm)
+    cfg, acr = resolve_settings({"preset": "grpo", "reward_range": [-10, 10]})
+    ours = compute_avspo_outcome_advantage(rewards, mask, index, cfg, acr, AdaptiveController(cfg, acr), norm)
     theirs, returns = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
     torch.testing.assert_close(ours.advantages, theirs, atol=1e-6, rtol=1e-6)
     assert ours.metrics["acr/effective"] == ours.metrics["acr/rate"]
@@ -82,8 +82,8 @@ def test_batch_without_collapse_equals_verl_grpo_under_paper_preset(sizes, seed)
     gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(sum(sizes), generator=gen).double()  # continuous: no group of n >= 2 collapses
     rewards, mask = outcome_batch(scores)
-    cfg = resolve_config({"preset": "paper", "threshold_init": 0.1, "reward_range": [-10, 10]})
-    ours = compute_avspo_outcome_advantage(rewards, mask, uids(sizes), cfg, AdaptiveController(cfg))
+    cfg, acr = resolve_settings({"preset": "paper", "threshold_init": 0.1, "reward_range": [-10, 10]})
+    ours = compute_avspo_outcome_advantage(rewards, mask, uids(sizes), cfg, acr, AdaptiveController(cfg, acr))
     theirs, _ = compute_grpo_outcome_advantage(rewards, mask, uids(sizes))
     torch.testing.assert_close(ours.advantages, theirs, atol=1e-6, rtol=1e-6)
     assert ours.metrics["acr/rate"] == 0.0
@@ -184,10 +184,10 @@ def test_paper_code_reproduces_the_released_rule_with_one_prompt_per_step(group_
     steps = [[0.0] * group_size, [1.0] * group_size]
     steps += [torch.randint(0, 2, (group_size,), generator=generator).float().tolist() for _ in range(20)]
     for scores in steps:
-        cfg = resolve_config({"preset": "paper_code"})
-        controller = controller or AdaptiveController(cfg)
+        cfg, acr = resolve_settings({"preset": "paper_code"})
+        controller = controller or AdaptiveController(cfg, acr)
         rewards, mask = outcome_batch(scores)
-        out = compute_avspo_outcome_advantage(rewards, mask, uids([group_size]), cfg, controller)
+        out = compute_avspo_outcome_advantage(rewards, mask, uids([group_size]), cfg, acr, controller)
         torch.testing.assert_close(out.scalar_advantages, released_code_rule(scores, group_size))
 
 
@@ -209,17 +209,17 @@ def test_paper_code_with_batch_scope_reproduces_the_released_rule_on_multi_promp
                 group[0], group[-1] = 0.0, 1.0
             batch += group
         steps.append(batch)
-    batch_cfg = resolve_config({"preset": "paper_code", "trigger_scope": "batch"})
-    group_cfg = resolve_config({"preset": "paper_code"})
-    batch_controller, group_controller = AdaptiveController(batch_cfg), AdaptiveController(group_cfg)
+    batch_cfg, acr = resolve_settings({"preset": "paper_code", "trigger_scope": "batch"})
+    group_cfg, acr = resolve_settings({"preset": "paper_code"})
+    batch_controller, group_controller = AdaptiveController(batch_cfg, acr), AdaptiveController(group_cfg, acr)
     index = uids([group_size] * prompts)
     fired_differently = 0
     for scores in steps:
         rewards, mask = outcome_batch(scores)
         reference = released_code_rule(scores, group_size)
-        batch = compute_avspo_outcome_advantage(rewards, mask, index, batch_cfg, batch_controller)
+        batch = compute_avspo_outcome_advantage(rewards, mask, index, batch_cfg, acr, batch_controller)
         torch.testing.assert_close(batch.scalar_advantages, reference)
-        group = compute_avspo_outcome_advantage(rewards, mask, index, group_cfg, group_controller)
+        group = compute_avspo_outcome_advantage(rewards, mask, index, group_cfg, acr, group_controller)
         differs = (group.scalar_advantages - reference).abs() > 1e-5
         grouped = torch.tensor(scores).view(prompts, group_size)
         collapsed = (grouped == grouped[:, :1]).all(dim=1).repeat_interleave(group_size)
@@ -328,8 +328,8 @@ MID = ([0.0] * 4 + [0.0] * 4 + [1.0, 0.0, 0.0, 0.0] * 2, [4, 4, 4, 4])  # ACR 0.
 
 
 def test_scripted_threshold_trajectory():
-    cfg = resolve_config({"eta": 0.5, "threshold_init": 0.5, "threshold_bounds": [0.3, 0.9]})
-    controller = AdaptiveController(cfg)
+    cfg, acr = resolve_settings({"eta": 0.5, "threshold_init": 0.5, "threshold_bounds": [0.3, 0.9]})
+    controller = AdaptiveController(cfg, acr)
     thresholds, triggered = [], []
     for scores, sizes in (HIGH, LOW, MID, HIGH, HIGH):
         out = avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
@@ -345,16 +345,16 @@ def test_scripted_threshold_trajectory():
 
 
 def test_threshold_is_clipped_to_its_bounds():
-    cfg = resolve_config({"eta": 1.0, "threshold_init": 0.5, "threshold_bounds": [0.4, 0.6]})
-    controller = AdaptiveController(cfg)
+    cfg, acr = resolve_settings({"eta": 1.0, "threshold_init": 0.5, "threshold_bounds": [0.4, 0.6]})
+    controller = AdaptiveController(cfg, acr)
     for scores, sizes in (HIGH, LOW):  # LOW raises J: θ moves to s = 0.25, clipped at 0.4
         avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
     assert controller.threshold == 0.4
 
 
 def test_fixed_threshold_never_moves():
-    cfg = resolve_config({"adaptive_threshold": False, "threshold_init": 0.6, "eta": 1.0})
-    controller = AdaptiveController(cfg)
+    cfg, acr = resolve_settings({"adaptive_threshold": False, "threshold_init": 0.6, "eta": 1.0})
+    controller = AdaptiveController(cfg, acr)
     for scores, sizes in (HIGH, LOW, MID):
         out = avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
         assert out.metrics["avspo/threshold"] == 0.6
@@ -362,8 +362,10 @@ def test_fixed_threshold_never_moves():
 
 
 def test_ema_signal():
-    cfg = resolve_config({"acr_signal": "ema", "ema_beta": 0.5, "threshold_init": 0.55, "adaptive_threshold": False})
-    controller = AdaptiveController(cfg)
+    cfg, acr = resolve_settings(
+        {"acr_signal": "ema", "ema_beta": 0.5, "threshold_init": 0.55, "adaptive_threshold": False}
+    )
+    controller = AdaptiveController(cfg, acr)
     signals = [avspo(s, uids(z), controller=controller, **cfg.to_dict()).metrics for s, z in (HIGH, LOW, LOW)]
     assert [m["avspo/signal"] for m in signals] == pytest.approx([0.75, 0.5, 0.375])
     # The batch ACR is 0.25 on step 2, but the EMA (0.5) decides: still below θ = 0.55, no trigger.
@@ -372,18 +374,18 @@ def test_ema_signal():
 
 def test_state_round_trip_continues_bit_identically():
     settings = {"strategy": "random", "acr_signal": "ema", "eta": 0.3, "threshold_init": 0.3}
-    cfg = resolve_config(settings)
+    cfg, acr = resolve_settings(settings)
     steps = [HIGH, LOW, MID, HIGH, MID, HIGH]
-    reference = AdaptiveController(cfg)
+    reference = AdaptiveController(cfg, acr)
     expected = [avspo(s, uids(z), controller=reference, **settings) for s, z in steps]
 
-    first = AdaptiveController(cfg)
+    first = AdaptiveController(cfg, acr)
     for s, z in steps[:3]:
         avspo(s, uids(z), controller=first, **settings)
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
-    resumed = AdaptiveController(cfg)
+    resumed = AdaptiveController(cfg, acr)
     resumed.load_state_dict(torch.load(buffer, weights_only=False))
     for (s, z), want in zip(steps[3:], expected[3:], strict=True):
         got = avspo(s, uids(z), controller=resumed, **settings)
@@ -392,10 +394,34 @@ def test_state_round_trip_continues_bit_identically():
 
 
 def test_resuming_with_other_settings_is_refused():
-    state = AdaptiveController(resolve_config({})).state_dict()
-    other = AdaptiveController(resolve_config({"gap": 0.2}))
+    state = AdaptiveController(*resolve_settings({})).state_dict()
+    other = AdaptiveController(*resolve_settings({"gap": 0.2}))
     with pytest.raises(ValueError, match="different settings.*gap"):
         other.load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("changed", "key"), [({"tau": 1e-3}, "tau"), ({"reward_range": [-1, 1]}, "reward_range"), ({"gap": 0.2}, "gap")]
+)
+def test_resuming_with_other_acr_settings_is_refused_but_another_alert_is_not(changed, key):
+    """The ACR settings are their own config, yet a resume still refuses a changed tau or
+    reward_range (the collapse test behind the saved θ and EMA); the alert may change."""
+    cfg, acr = resolve_settings({"gap": 0.1})
+    first = AdaptiveController(cfg, acr)
+    for s, z in (HIGH, LOW):
+        avspo(s, uids(z), controller=first)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    assert set(saved["config"]) == set(cfg.to_dict()) | {"tau", "reward_range"}  # the format of earlier releases
+
+    with pytest.raises(ValueError, match=f"different settings \\({key}\\)"):
+        AdaptiveController(*resolve_settings({"gap": 0.1, **changed})).load_state_dict(saved)
+    resumed = AdaptiveController(*resolve_settings({"gap": 0.1, "alert": {"window": 3, "action": "stop"}}))
+    resumed.load_state_dict(saved)
+    assert (resumed.step, resumed.threshold, resumed.ema) == (first.step, first.threshold, first.ema)
+    assert torch.equal(resumed.generator.get_state(), first.generator.get_state())
 
 
 @pytest.mark.verl

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.config import PRESETS, resolve_config
+from verl_avspo.core.config import PRESETS, resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.prior import BetaPrior, fit_beta_prior
 
@@ -21,12 +21,14 @@ EPS = 1e-6
 
 def beta(scores, sizes, norm=True, **settings):
     """Run the estimator on one batch: ``scores`` (bs,), consecutive groups of ``sizes``."""
-    cfg = resolve_config({"preset": "beta_loo", **settings})
+    cfg, acr = resolve_settings({"preset": "beta_loo", **settings})
     scores = torch.as_tensor(scores, dtype=torch.float64)
     index = np.repeat(np.arange(len(sizes)), sizes)
     rewards = torch.zeros(len(scores), 3, dtype=torch.float64)
     rewards[:, -1] = scores
-    return compute_avspo_outcome_advantage(rewards, torch.ones_like(rewards), index, cfg, AdaptiveController(cfg), norm)
+    return compute_avspo_outcome_advantage(
+        rewards, torch.ones_like(rewards), index, cfg, acr, AdaptiveController(cfg, acr), norm
+    )
 
 
 def reference(x, sizes, a, b, baseline):
@@ -171,17 +173,17 @@ def test_fitted_prior_drives_the_advantage():
 
 
 def test_presets():
-    loo, fitted = resolve_config({"preset": "beta_loo"}), resolve_config({"preset": "beta_fitted"})
+    loo, fitted = resolve_settings({"preset": "beta_loo"})[0], resolve_settings({"preset": "beta_fitted"})[0]
     assert (loo.strategy, loo.prior, loo.baseline, loo.correct_weight) == ("beta", "jeffreys", "loo", 1.0)
     assert (fitted.strategy, fitted.prior, fitted.baseline) == ("beta", "fitted", "loo")
-    assert resolve_config({"preset": "beta_loo", "prior": "laplace"}).prior == "laplace"
-    paper = resolve_config({})  # the paper stays the default
+    assert resolve_settings({"preset": "beta_loo", "prior": "laplace"})[0].prior == "laplace"
+    paper = resolve_settings({})[0]  # the paper stays the default
     assert (paper.preset, paper.strategy) == ("paper", "stratified")
     # A resolved config lists every key at its preset value and still resolves to itself.
     for preset in PRESETS:
         for extra in ({}, {"strategy": "beta"}) if preset != "grpo" else ({},):  # grpo + beta: refused
-            resolved = resolve_config({"preset": preset, **extra})
-            assert resolve_config(resolved.to_dict()) == resolved
+            resolved = resolve_settings({"preset": preset, **extra})[0]
+            assert resolve_settings(resolved.to_dict())[0] == resolved
 
 
 @pytest.mark.parametrize(
@@ -239,12 +241,12 @@ def test_presets():
 )
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
-        resolve_config(settings)
+        resolve_settings(settings)
 
 
 def test_the_fitted_prior_cap_is_accepted_where_it_applies():
-    assert resolve_config({"preset": "beta_fitted", "prior_strength_max": 2}).prior_strength_max == 2
-    assert resolve_config({"preset": "beta_loo", "prior": "fitted", "prior_strength_max": 2}).prior == "fitted"
+    assert resolve_settings({"preset": "beta_fitted", "prior_strength_max": 2})[0].prior_strength_max == 2
+    assert resolve_settings({"preset": "beta_loo", "prior": "fitted", "prior_strength_max": 2})[0].prior == "fitted"
 
 
 @pytest.mark.verl
@@ -306,10 +308,10 @@ def bandit(settings, norm, values, outcome_probs, seed=0):
     arms = torch.multinomial(policy[prompt], N, replacement=True, generator=gen)  # (Q*M, n)
     outcome = torch.multinomial(outcome_probs[prompt.unsqueeze(1), arms].reshape(-1, len(values)), 1, generator=gen)
     rewards = values[outcome.reshape(-1)]
-    cfg = resolve_config(settings)
+    cfg, acr = resolve_settings(settings)
     index = torch.arange(prompts * GROUPS).repeat_interleave(N)
     out = compute_avspo_outcome_advantage(
-        rewards.unsqueeze(1), torch.ones(len(rewards), 1), index, cfg, AdaptiveController(cfg), norm
+        rewards.unsqueeze(1), torch.ones(len(rewards), 1), index, cfg, acr, AdaptiveController(cfg, acr), norm
     )
     # Score function of a softmax policy: d log pi(a)/d logits = onehot(a) - pi.
     score = torch.nn.functional.one_hot(arms, arms_count).to(torch.float64) - policy[prompt].unsqueeze(1)

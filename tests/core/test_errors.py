@@ -3,7 +3,7 @@ the fix (bad batches through verl's entry point: tests/verl_plugin/test_estimato
 
 import pytest
 
-from verl_avspo.core.config import PRESETS, SettingsError, resolve_config
+from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
 
 
 @pytest.mark.parametrize(
@@ -59,29 +59,29 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_config
 )
 def test_bad_settings_are_named(settings, message):
     with pytest.raises(ValueError, match=message):
-        resolve_config(settings)
+        resolve_settings(settings)
 
 
 def test_not_a_mapping():
     with pytest.raises(ValueError, match=r"algorithm.avspo=.* is invalid: it is a group of settings"):
-        resolve_config("paper")
+        resolve_settings("paper")
 
 
 def test_presets_and_overrides():
-    assert resolve_config(None) == resolve_config({}) == resolve_config({"preset": "paper"})
-    code = resolve_config({"preset": "paper_code"})
+    assert resolve_settings(None) == resolve_settings({}) == resolve_settings({"preset": "paper"})
+    code, _ = resolve_settings({"preset": "paper_code"})
     assert (code.strategy, code.k, code.adaptive_threshold, code.threshold_init) == ("opposite", 1, False, 0.0)
     # Keys beside the preset override it; None means "not given" (a Hydra null).
-    mixed = resolve_config({"preset": "paper_code", "threshold_init": 0.2, "strategy": None})
+    mixed, _ = resolve_settings({"preset": "paper_code", "threshold_init": 0.2, "strategy": None})
     assert mixed.threshold_init == 0.2 and mixed.strategy == "opposite"
-    assert resolve_config({"preset": "grpo"}).apply_to == "none"
-    assert resolve_config({"k": "4"}).k == 4
+    assert resolve_settings({"preset": "grpo"})[0].apply_to == "none"
+    assert resolve_settings({"k": "4"})[0].k == 4
     assert set(PRESETS) == {"paper", "paper_code", "grpo", "beta_loo", "beta_fitted"}
 
 
 def test_a_misspelt_key_is_reported_with_the_other_problems():
     with pytest.raises(SettingsError) as err:
-        resolve_config({"treshold_init": 0.3, "strategy": "stratifed", "alert": {"windw": 3, "action": "halt"}})
+        resolve_settings({"treshold_init": 0.3, "strategy": "stratifed", "alert": {"windw": 3, "action": "halt"}})
     problems = err.value.problems
     assert any(
         "algorithm.avspo.treshold_init is not a setting. Did you mean algorithm.avspo.threshold_init?" in p
@@ -96,7 +96,7 @@ def test_a_whole_section_given_a_value_names_its_keys():
     with pytest.raises(
         ValueError, match=r"algorithm.avspo='paper_code' is invalid: .* algorithm.avspo.preset=paper_code"
     ):
-        resolve_config("paper_code")
+        resolve_settings("paper_code")
 
 
 def test_the_baselines_sections_are_read_as_algorithm_avspo_is():

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.config import resolve_config
+from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 
 pytestmark = pytest.mark.openrlhf
@@ -218,13 +218,14 @@ def test_avspo_equals_core_and_openrlhf_on_untouched_groups(openrlhf, monkeypatc
     ours.compute_advantages_and_returns(experiences)
     mine = per_response(experiences)
 
-    config = resolve_config(settings)
+    config, acr = resolve_settings(settings)
     core = compute_avspo_outcome_advantage(
         REWARDS.reshape(-1, 1),
         torch.ones(REWARDS.numel(), 1),
         torch.arange(6).repeat_interleave(GROUP_SIZE),
         config,
-        AdaptiveController(config),
+        acr,
+        AdaptiveController(config, acr),
         norm_adv_by_std=estimator == "group_norm",
     ).scalar_advantages
     # One opposite-label virtual sample: ±1/sqrt(n+1) with the std, ±1/(n+1) without (docs/method.md §4).

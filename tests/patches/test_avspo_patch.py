@@ -33,7 +33,7 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_advantage_collapse_metrics
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.config import resolve_config
+from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 
 assert verl.__file__.startswith(sys.argv[1]), verl.__file__
@@ -48,8 +48,8 @@ checked = 0
 for avspo, norm in itertools.product(settings, [True, False]):
     core_algos.reset_avspo_state()
     config = OmegaConf.create({"adv_estimator": "avspo", "norm_adv_by_std_in_grpo": norm, "avspo": avspo})
-    resolved = resolve_config(avspo)
-    controller = AdaptiveController(resolved)
+    resolved, acr = resolve_settings(avspo)
+    controller = AdaptiveController(resolved, acr)
     gen = torch.Generator().manual_seed(checked)
     for step in range(6):
         groups, n = 12, 8
@@ -66,7 +66,7 @@ for avspo, norm in itertools.product(settings, [True, False]):
             non_tensors={"uid": index},
         )
         native = compute_advantage(data, "avspo", config=config)
-        plugin = compute_avspo_outcome_advantage(rewards, mask, index, resolved, controller, norm)
+        plugin = compute_avspo_outcome_advantage(rewards, mask, index, resolved, acr, controller, norm)
         torch.testing.assert_close(native.batch["advantages"], plugin.advantages, rtol=0, atol=1e-6)
         metrics = compute_advantage_collapse_metrics(native, config)
         # acr/reward_mean is read only by the stall alert, which the native version does not have.

@@ -11,7 +11,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from verl.trainer.ppo import core_algos
 
-from verl_avspo.core.config import AlertConfig, AVSPOConfig
+from verl_avspo.core.config import AVSPO_KEYS, AlertConfig
 from verl_avspo.verl_plugin import checks, launcher
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, ConfigCheckError, check_config, is_group_estimator
 from verl_avspo.verl_plugin.launcher import compose_config, dry_run
@@ -56,7 +56,7 @@ def test_our_config_extends_verls_and_declares_every_avspo_key():
     config = compose_config(["algorithm.avspo.strategy=opposite", "algorithm.avspo.alert.window=7"])
     assert config.algorithm.adv_estimator == "avspo"
     assert config.algorithm.gamma == 1.0 and config.trainer.use_v1  # verl's ppo_trainer underneath
-    assert set(config.algorithm.avspo) == {f.name for f in dataclasses.fields(AVSPOConfig)}
+    assert set(config.algorithm.avspo) == set(AVSPO_KEYS)
     assert set(config.algorithm.avspo.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
     assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.avspo.alert.window == 7
     settings = check_config(

@@ -107,7 +107,7 @@ def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):
     resumed = legacy_trainer(*overrides)
     resumed._load_checkpoint()
     assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == str(tmp_path / "global_step_2" / "actor")
-    controller = register.get_controller(resumed.avspo_settings)
+    controller = register.get_controller(resumed.avspo_settings, resumed.acr_settings)
     assert controller.step == 2 and controller.threshold == pytest.approx(0.8)
     # Restored, θ_3 = 0.8 > ACR_3 and nothing is augmented; a fresh controller (θ = 0.5) would augment.
     assert torch.equal(legacy_batch(steps[2], resumed).batch["advantages"], expected[2])

@@ -128,8 +128,8 @@ def test_avspo_advantage_stage_logs_estimator_metrics_and_writes_its_advantages(
     assert register.pop_last_metrics() == {}  # consumed by the trainer, not left for another step
 
     rewards, mask, uid, advantages = read_back(batch)
-    settings = register.avspo_settings(trainer.config.algorithm)
-    reference = compute_avspo_outcome_advantage(rewards, mask, uid, settings, AdaptiveController(settings))
+    settings, acr = register.avspo_settings(trainer.config.algorithm), register.acr_settings(trainer.config.algorithm)
+    reference = compute_avspo_outcome_advantage(rewards, mask, uid, settings, acr, AdaptiveController(settings, acr))
     assert torch.allclose(advantages.to_padded_tensor(0.0), reference.advantages, atol=1e-6)
     tq.kv_clear(keys=batch.keys, partition_id="train")
 

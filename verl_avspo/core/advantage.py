@@ -26,7 +26,7 @@ from verl_avspo.core.collapse import (
     group_ids,
     group_stats,
 )
-from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController, Decision
 from verl_avspo.core.prior import BetaPrior, beta_baseline, beta_prior
 from verl_avspo.core.virtual import virtual_counts, virtual_rewards
@@ -106,6 +106,7 @@ def compute_avspo_outcome_advantage(
     response_mask: torch.Tensor,
     index: Any,
     config: AVSPOConfig,
+    acr: ACRConfig,
     controller: AdaptiveController,
     norm_adv_by_std: bool = True,
 ) -> AdvantageOutput:
@@ -116,17 +117,20 @@ def compute_avspo_outcome_advantage(
         response_mask: (bs, L) 1 for response tokens.
         index: (bs,) group labels (verl's uid array, strings or ints).
         config: resolved AVSPO settings.
-        controller: the run's adaptive controller (holds θ, the EMA, J_{t-1}, the RNG).
+        acr: resolved ACR settings: ``tau`` detects collapse, ``reward_range`` splits all-correct
+            from all-wrong and bounds the virtual values.
+        controller: the run's adaptive controller, built with ``config`` and ``acr`` (holds θ, the EMA,
+            J_{t-1}, the RNG).
         norm_adv_by_std: divide by the group std (GRPO); False gives Dr. GRPO's A = r − μ'.
 
     Returns:
         AdvantageOutput with ``advantages`` (bs, L) and the step's metrics.
     """
     scores = response_scores(token_level_rewards, response_mask, index)
-    lo, hi = config.reward_range
+    lo, hi = acr.reward_range
     ids, num_groups = group_ids(index, device=scores.device)
     stats = group_stats(scores, ids, num_groups)
-    collapse = detect_collapse(stats, config.tau, config.reward_range)
+    collapse = detect_collapse(stats, acr.tau, acr.reward_range)
     batch_low, batch_high, mean_score = torch.stack([stats.min.min(), stats.max.max(), scores.mean()]).tolist()
     if batch_low < lo or batch_high > hi:
         warnings.warn(
@@ -136,20 +140,20 @@ def compute_avspo_outcome_advantage(
         )
     decision = controller.observe(collapse.rate, mean_score)
     if config.strategy == "beta":
-        scalar, augmented, prior = _beta_advantages(scores, stats, collapse, config, norm_adv_by_std)
+        scalar, augmented, prior = _beta_advantages(scores, stats, collapse, config, acr.reward_range, norm_adv_by_std)
         virtual_k = torch.zeros_like(stats.count)
         extra = {"avspo/prior_strength": prior.strength, "avspo/prior_mean": prior.mean}
     else:
         # trigger_scope=batch: the released code's rule, only when the whole batch is at one end.
-        in_scope = config.trigger_scope == "group" or _batch_at_one_end(batch_low, batch_high, config)
+        in_scope = config.trigger_scope == "group" or _batch_at_one_end(batch_low, batch_high, acr)
         scalar, augmented, virtual_k = _virtual_sample_advantages(
-            scores, stats, collapse, decision, in_scope, config, controller, norm_adv_by_std
+            scores, stats, collapse, decision, in_scope, config, acr.reward_range, controller, norm_adv_by_std
         )
         extra = {}
     advantages = token_advantages(scalar, response_mask)
 
     num_augmented = int(augmented.sum())
-    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, config.tau))
+    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, acr.tau))
     metrics.update(
         {
             "avspo/threshold": decision.threshold,
@@ -162,12 +166,12 @@ def compute_avspo_outcome_advantage(
     return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
 
 
-def _batch_at_one_end(batch_low: float, batch_high: float, config: AVSPOConfig) -> bool:
+def _batch_at_one_end(batch_low: float, batch_high: float, acr: ACRConfig) -> bool:
     """Whether every score of the batch is at ``reward_range``'s low end, or every one at its high
     end (within ``tau``): the released code's condition, all 0 or all 1 with the default range."""
-    lo, hi = config.reward_range
-    same = batch_high - batch_low < config.tau
-    return same and (abs(batch_low - lo) < config.tau or abs(batch_high - hi) < config.tau)
+    lo, hi = acr.reward_range
+    same = batch_high - batch_low < acr.tau
+    return same and (abs(batch_low - lo) < acr.tau or abs(batch_high - hi) < acr.tau)
 
 
 def _virtual_sample_advantages(
@@ -177,6 +181,7 @@ def _virtual_sample_advantages(
     decision: Decision,
     in_scope: bool,
     config: AVSPOConfig,
+    reward_range: tuple[float, float],
     controller: AdaptiveController,
     norm_adv_by_std: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,7 +210,7 @@ def _virtual_sample_advantages(
             stats.mean[groups],
             collapse.all_correct[groups],
             k,
-            config.reward_range,
+            reward_range,
             config.gap,
             controller.generator,
         )
@@ -225,7 +230,12 @@ def _virtual_sample_advantages(
 
 
 def _beta_advantages(
-    scores: torch.Tensor, stats: GroupStats, collapse: Collapse, config: AVSPOConfig, norm_adv_by_std: bool
+    scores: torch.Tensor,
+    stats: GroupStats,
+    collapse: Collapse,
+    config: AVSPOConfig,
+    reward_range: tuple[float, float],
+    norm_adv_by_std: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, BetaPrior]:
     """``strategy: beta``: A_i = (x_i − b_i)/(sqrt(b_i (1 − b_i)) + ε) for every response, with x the
     reward mapped to [0, 1] and b_i the posterior-mean baseline; without std normalisation
@@ -234,7 +244,7 @@ def _beta_advantages(
     Returns (bs,) advantages in the scores' dtype, the (num_groups,) collapsed groups given a
     non-zero advantage, and the prior used.
     """
-    lo, hi = config.reward_range
+    lo, hi = reward_range
     # Clipped so that scores outside reward_range (already warned about) keep the posterior proper.
     x = ((scores.to(torch.float64) - lo) / (hi - lo)).clamp(0.0, 1.0)
     successes = torch.zeros_like(stats.mean).index_add_(0, stats.ids, x)

@@ -1,7 +1,9 @@
 """AVSPO settings: defaults, presets and validation (docs/configuration.md; the method: docs/method.md §3).
 
-Framework-free. ``resolve_config`` takes any mapping (a plain dict, or verl's
-``config.algorithm.avspo`` DictConfig) and returns a frozen, validated :class:`AVSPOConfig`.
+Framework-free. ``resolve_settings`` takes any mapping (a plain dict, or verl's
+``config.algorithm.avspo`` DictConfig) and returns two frozen, validated configs: the estimator's
+:class:`AVSPOConfig` and the ACR metrics' :class:`ACRConfig` (``tau``, ``reward_range``, ``alert``),
+which every group estimator reads. Users set both under the same ``algorithm.avspo`` keys.
 A key set to ``None`` means "not given", so a Hydra config can declare every key with a null
 default and still let ``preset`` decide.
 """
@@ -28,7 +30,7 @@ __all__ = [
     "ALERT_RULES",
     "PRIORS",
     "BASELINES",
-    "resolve_config",
+    "resolve_settings",
     "resolve_alert",
     "unknown_key_problem",
     "given_settings",
@@ -76,21 +78,21 @@ class ACRConfig:
     tau: float = 1e-6
     """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
     reward_range: tuple[float, float] = (0.0, 1.0)
-    """The verifier's (low, high): its midpoint splits all-correct from all-wrong groups."""
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
     alert: AlertConfig = field(default_factory=AlertConfig)
-    """The stagnation alert (``algorithm.avspo.alert.*``)."""
+    """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class AVSPOConfig:
-    """Resolved AVSPO settings. The defaults are the ``paper`` preset."""
+    """Resolved AVSPO estimator settings (``algorithm.avspo`` less the ACR keys of :class:`ACRConfig`).
+    The defaults are the ``paper`` preset."""
 
     preset: str = "paper"
     """The set of defaults the other keys override (``PRESETS``)."""
-    tau: float = 1e-6
-    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
-    reward_range: tuple[float, float] = (0.0, 1.0)
-    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
     strategy: str = "stratified"
     """How virtual values are placed (``STRATEGIES``); ``beta`` uses Beta-prior pseudo-counts instead."""
     gap: float = 0.1
@@ -127,14 +129,6 @@ class AVSPOConfig:
     """``strategy: beta``, ``prior: fitted`` only: cap on the fitted prior strength."""
     correct_weight: float = 1.0
     """``strategy: beta`` only: multiplies the advantages of collapsed all-correct groups."""
-    alert: AlertConfig = field(default_factory=AlertConfig)
-    """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
-
-    @property
-    def acr(self) -> ACRConfig:
-        """The ACR settings among these, which every estimator reads (AVSPO's estimator reads
-        ``tau`` and ``reward_range`` too)."""
-        return ACRConfig(tau=self.tau, reward_range=self.reward_range, alert=self.alert)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,9 +154,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
-_KEYS = AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
-_ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
+_ESTIMATOR_KEYS = tuple(f.name for f in fields(AVSPOConfig))
+# Every key of algorithm.avspo, in the order the docs and the messages list them.
+_KEYS = AVSPO_KEYS = (_ESTIMATOR_KEYS[0], "tau", "reward_range", *_ESTIMATOR_KEYS[1:], "alert")
+_ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 
 
 class SettingsError(ValueError):
@@ -349,8 +345,9 @@ def _threshold_bounds(key: str, value: Any) -> tuple[float, float]:
     return bounds
 
 
-def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
-    """Merge ``preset`` defaults with the keys given beside it, then validate every value.
+def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOConfig, ACRConfig]:
+    """Merge ``preset`` defaults with the keys given beside it, validate every value, and split
+    them into the estimator's settings and the ACR metrics' (``tau``, ``reward_range``, ``alert``).
 
     Raises:
         SettingsError (a ValueError): one message per bad key, each naming the key, the value and
@@ -360,7 +357,7 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     example = f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
     given = given_settings(mapping, "algorithm.avspo", _KEYS, problems, example=example)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
-    preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
+    preset_values = {**asdict(AVSPOConfig()), **asdict(ACRConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
     check = problems.check
 
@@ -396,4 +393,5 @@ def resolve_config(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
     if values["strategy"] is not None:
         _check_strategy_keys(values["strategy"], given, preset_values, problems)
     problems.raise_any()
-    return AVSPOConfig(**values)
+    acr = ACRConfig(**{key: values.pop(key) for key in ACR_KEYS})
+    return AVSPOConfig(**values), acr

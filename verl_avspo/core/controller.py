@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.config import ACRConfig, AVSPOConfig
 
 __all__ = ["AdaptiveController", "Decision"]
 
@@ -31,8 +31,10 @@ class Decision:
 class AdaptiveController:
     """Tracks s_t and θ_t. Call :meth:`observe` once per training step."""
 
-    def __init__(self, config: AVSPOConfig):
+    def __init__(self, config: AVSPOConfig, acr: ACRConfig):
+        """``config`` drives θ and the RNG; ``acr`` is what the ACR it observes was measured with."""
         self.config = config
+        self.acr = acr
         self.step = 0
         self.threshold = config.threshold_init
         self.ema: float | None = None
@@ -70,10 +72,9 @@ class AdaptiveController:
         }
 
     def _settings(self) -> dict[str, Any]:
-        # The alert is bookkeeping of the trainer, not of the estimator: it may change on resume.
-        settings = self.config.to_dict()
-        settings.pop("alert")
-        return settings
+        # What a resume must not change: the estimator's settings and the collapse test its ACR and
+        # virtual values depend on. The alert is the trainer's bookkeeping and may change.
+        return {**self.config.to_dict(), "tau": self.acr.tau, "reward_range": self.acr.reward_range}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved, current = state.get("config"), self._settings()

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core.collapse import measure_collapse
-from verl_avspo.core.config import ACR_KEYS, ACRConfig, resolve_config
+from verl_avspo.core.config import ACR_KEYS, ACRConfig, resolve_settings
 from verl_avspo.openrlhf.alert import StallAlert
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
@@ -89,8 +89,7 @@ class AdvantageStep:
                     f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
                 )
             self.avspo = GroupNormAVSPO(settings, norm_adv_by_std=AVSPO_ESTIMATORS[estimator])
-        config = self.avspo.config if self.avspo is not None else resolve_config(_acr_settings())
-        self.acr: ACRConfig = config.acr
+        self.acr: ACRConfig = self.avspo.acr if self.avspo is not None else resolve_settings(_acr_settings())[1]
         self.alert = StallAlert(self.acr.alert)
         self.outputs: list[torch.Tensor] = []
         self.reward_stds: list[torch.Tensor] | None = None

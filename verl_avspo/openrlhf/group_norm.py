@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.config import resolve_config
+from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 
 __all__ = ["GroupNormAVSPO"]
@@ -42,8 +42,8 @@ class GroupNormAVSPO:
     """
 
     def __init__(self, settings: Mapping[str, Any] | None = None, norm_adv_by_std: bool = True):
-        self.config = resolve_config(settings)
-        self.controller = AdaptiveController(self.config)
+        self.config, self.acr = resolve_settings(settings)
+        self.controller = AdaptiveController(self.config, self.acr)
         self.norm_adv_by_std = norm_adv_by_std
         self.metrics: dict[str, float] = {}
 
@@ -64,7 +64,7 @@ class GroupNormAVSPO:
         flat = rewards.reshape(-1, 1)
         index = torch.arange(num_prompts, device=rewards.device).repeat_interleave(group_size)
         output = compute_avspo_outcome_advantage(
-            flat, torch.ones_like(flat), index, self.config, self.controller, self.norm_adv_by_std
+            flat, torch.ones_like(flat), index, self.config, self.acr, self.controller, self.norm_adv_by_std
         )
         self.metrics = output.metrics
         return output.scalar_advantages.view(num_prompts, group_size)

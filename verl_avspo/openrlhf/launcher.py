@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import ACR_KEYS, PRESETS, AVSPOConfig, resolve_config
+from verl_avspo.core.config import ACR_KEYS, AVSPO_KEYS, PRESETS, ACRConfig, AVSPOConfig, resolve_settings
 from verl_avspo.openrlhf.advantage_step import ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
 from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 
@@ -72,7 +72,7 @@ def _number(token: str) -> int | float | None:
 
 def _example(key: str) -> str:
     """A valid value of ``key`` as typed after ``--avspo.KEY`` (its default), for messages."""
-    value = getattr(AVSPOConfig(), key, None)
+    value = getattr(ACRConfig() if key in ACR_KEYS else AVSPOConfig(), key, None)
     if isinstance(value, (tuple, list)):
         return " ".join(map(str, value))
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -81,7 +81,7 @@ def _example(key: str) -> str:
 def _value(tokens: Sequence[str], flag: str) -> Any:
     if not tokens:
         key = flag[len(_PREFIX) :]
-        if key not in AVSPOConfig.__dataclass_fields__:
+        if key not in AVSPO_KEYS:
             raise UsageError(f"{flag} needs a value, and {key!r} is not an AVSPO setting (docs/configuration.md)")
         raise UsageError(f"{flag} needs a value, for example {flag} {_example(key)}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
@@ -172,7 +172,7 @@ def _validated(settings: dict[str, Any]) -> dict[str, Any]:
     if "epsilon" not in PRESETS.get(settings.get("preset", "paper"), {}):
         settings = {"epsilon": OPENRLHF_EPSILON, **settings}
     try:
-        resolve_config(settings)
+        resolve_settings(settings)
     except ValueError as error:
         raise UsageError(str(error).replace("algorithm.avspo.", _PREFIX)) from None
     return settings

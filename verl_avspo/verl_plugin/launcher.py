@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
-from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, AVSPOConfig, unknown_key_problem
+from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     CheckedConfig,
@@ -63,15 +63,15 @@ def compose_config(overrides: Sequence[str] = (), *, import_verl: bool = True) -
         return compose(config_name=CONFIG_NAME, overrides=overrides)
 
 
-def _describe(config: DictConfig, settings: AVSPOConfig) -> str:
+def _describe(config: DictConfig, checked: CheckedConfig) -> str:
     trainer = f"V1 {config.trainer.v1.trainer_mode}" if config.trainer.use_v1 else "legacy (use_v1=False)"
     lines = [
         f"algorithm.adv_estimator={config.algorithm.adv_estimator}  "
         f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}  trainer={trainer}",
         "AVSPO settings (algorithm.avspo, resolved):",
     ]
-    for key, value in settings.to_dict().items():
-        lines.append(f"  {key}: {value}")
+    resolved = {**checked.avspo.to_dict(), **checked.acr.to_dict()}
+    lines.extend(f"  {key}: {resolved[key]}" for key in AVSPO_KEYS)
     dcpo, intrinsic = dcpo_settings(config.algorithm), intrinsic_settings(config.algorithm)
     if config.algorithm.adv_estimator == "dcpo":
         lines.append(
@@ -129,7 +129,7 @@ def train(config: DictConfig) -> None:
         _fail(err)
     from verl.trainer.main_ppo import run_ppo
 
-    logger.info("verl-avspo launcher\n%s", _describe(config, checked.avspo))
+    logger.info("verl-avspo launcher\n%s", _describe(config, checked))
     run_ppo(config, task_runner_class=task_runner_class(config))
 
 
@@ -191,7 +191,7 @@ def dry_run(overrides: Sequence[str]) -> int:
     except ConfigCheckError as err:
         print(f"verl-avspo: {err}", file=sys.stderr)
         return 1
-    print(_describe(config, checked.avspo))
+    print(_describe(config, checked))
     print(
         "OK: the config composes and passes verl-avspo's and verl's checks; the local data files and model path "
         "exist, the trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"

@@ -29,7 +29,7 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage, response_scores, token_advantages
 from verl_avspo.core.baselines import DCPOConfig, dcpo_settings
-from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_config
+from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_token_losses
 
@@ -54,7 +54,7 @@ DCPO_NAME = "dcpo"
 
 # One controller per distinct setting in this process: verl calls the estimator as a plain
 # function, so the state that must persist across steps (θ, EMA, J_{t-1}, RNG) lives here.
-_controllers: dict[AVSPOConfig, AdaptiveController] = {}
+_controllers: dict[tuple[AVSPOConfig, ACRConfig], AdaptiveController] = {}
 _last_metrics: dict[str, float] = {}
 # DCPO's per-prompt reward history, one per (settings, std normalisation), and the prompt key of
 # each uid of the step about to be computed (None: a padding row, which is left out).
@@ -72,35 +72,40 @@ def _plain(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _resolve_canonical(canonical: str) -> AVSPOConfig:
-    return resolve_config(json.loads(canonical))
+def _resolve_canonical(canonical: str) -> tuple[AVSPOConfig, ACRConfig]:
+    return resolve_settings(json.loads(canonical))
 
 
-def avspo_settings(algorithm_config: Any) -> AVSPOConfig:
-    """The validated AVSPO settings of verl's ``config.algorithm`` (``avspo`` may be absent,
-    meaning ``preset: paper``). Validation runs once per distinct setting."""
+def _settings(algorithm_config: Any) -> tuple[AVSPOConfig, ACRConfig]:
+    """The validated ``algorithm.avspo`` of verl's ``config.algorithm`` (absent means
+    ``preset: paper``), as the estimator's and the ACR metrics' configs. Validated once per distinct setting."""
     raw = None if algorithm_config is None else algorithm_config.get("avspo", None)
     if raw is not None and not isinstance(raw, Mapping):
-        return resolve_config(raw)  # raises the explanatory error
+        return resolve_settings(raw)  # raises the explanatory error
     plain = _plain(raw) if raw is not None else {}
     try:
         canonical = json.dumps(plain, sort_keys=True)
     except TypeError:  # an unserialisable value: validate directly for the error message
-        return resolve_config(plain)
+        return resolve_settings(plain)
     return _resolve_canonical(canonical)
+
+
+def avspo_settings(algorithm_config: Any) -> AVSPOConfig:
+    """The AVSPO estimator's settings of verl's ``config.algorithm`` (all of ``algorithm.avspo`` is validated)."""
+    return _settings(algorithm_config)[0]
 
 
 def acr_settings(algorithm_config: Any) -> ACRConfig:
     """The ACR settings (``tau``, ``reward_range``, ``alert``) of verl's ``config.algorithm``, which
-    every estimator's run reads; resolved, with the rest of ``algorithm.avspo``, by :func:`avspo_settings`."""
-    return avspo_settings(algorithm_config).acr
+    every estimator's run reads (all of ``algorithm.avspo`` is validated)."""
+    return _settings(algorithm_config)[1]
 
 
-def get_controller(settings: AVSPOConfig) -> AdaptiveController:
-    """The process-wide controller for ``settings`` (created on first use)."""
-    if settings not in _controllers:
-        _controllers[settings] = AdaptiveController(settings)
-    return _controllers[settings]
+def get_controller(settings: AVSPOConfig, acr: ACRConfig) -> AdaptiveController:
+    """The process-wide controller for these settings (created on first use)."""
+    if (settings, acr) not in _controllers:
+        _controllers[settings, acr] = AdaptiveController(settings, acr)
+    return _controllers[settings, acr]
 
 
 def pop_last_metrics() -> dict[str, float]:
@@ -155,11 +160,11 @@ def compute_avspo_advantage(
         advantages, returns: both (bs, response_length), masked; for outcome rewards they are
         the same tensor, as in verl's grpo.
     """
-    settings = avspo_settings(config)
+    settings, acr = _settings(config)
     norm_adv_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
     with torch.no_grad():
         output = compute_avspo_outcome_advantage(
-            token_level_rewards, response_mask, index, settings, get_controller(settings), norm_adv_by_std
+            token_level_rewards, response_mask, index, settings, acr, get_controller(settings, acr), norm_adv_by_std
         )
     _last_metrics.clear()
     _last_metrics.update(output.metrics)

@@ -109,8 +109,11 @@ class AVSPOTrainerMixin:
         norm_adv_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
         return register.get_dcpo_history(self.dcpo_settings, norm_adv_by_std)
 
+    def _controller(self):
+        return register.get_controller(self.avspo_settings, self.acr_settings)
+
     def avspo_state_dict(self) -> dict[str, Any]:
-        controller = register.get_controller(self.avspo_settings).state_dict() if self.uses_avspo else None
+        controller = self._controller().state_dict() if self.uses_avspo else None
         dcpo = self._dcpo_history().state_dict() if self.uses_dcpo else None
         if dcpo is not None:
             dcpo["prompt_key"] = self.dcpo_settings.prompt_key  # what its keys are
@@ -118,7 +121,7 @@ class AVSPOTrainerMixin:
 
     def load_avspo_state_dict(self, state: dict[str, Any]) -> None:
         if self.uses_avspo and state.get("controller") is not None:
-            register.get_controller(self.avspo_settings).load_state_dict(state["controller"])
+            self._controller().load_state_dict(state["controller"])
         if self.uses_dcpo:
             if state.get("dcpo") is None:
                 logger.warning(

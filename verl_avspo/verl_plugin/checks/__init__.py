@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
-from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.resources import (
     cluster_gpus,
@@ -198,7 +198,9 @@ class CheckedConfig:
     """A config that passed the checks: its resolved settings and what to warn about."""
 
     avspo: AVSPOConfig
-    """The resolved ``algorithm.avspo`` settings (the alert runs on every run, the estimator when it is ``avspo``)."""
+    """The resolved AVSPO estimator settings of ``algorithm.avspo`` (read when the estimator is ``avspo``)."""
+    acr: ACRConfig
+    """The resolved ACR settings (``tau``, ``reward_range``, ``alert``), read on every run."""
     dcpo: DCPOConfig
     """The resolved ``algorithm.dcpo`` settings."""
     intrinsic: IntrinsicConfig
@@ -223,7 +225,7 @@ def check_config(config: DictConfig, *, verl_validate: bool = False) -> CheckedC
         problems += _verl_validate_problems(config)
     if problems:
         raise ConfigCheckError(problems, warnings=settings.warnings)
-    return CheckedConfig(settings.avspo, settings.dcpo, settings.intrinsic, settings.warnings)
+    return CheckedConfig(settings.avspo, settings.acr, settings.dcpo, settings.intrinsic, settings.warnings)
 
 
 def preflight(config: DictConfig) -> CheckedConfig:

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
-from verl_avspo.core.config import AVSPOConfig, Problems, resolve_config
+from verl_avspo.core.config import ACRConfig, AVSPOConfig, Problems, resolve_settings
 from verl_avspo.verl_plugin.checks import resources
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 
@@ -89,8 +89,8 @@ def _number_problems(config: DictConfig) -> Iterator[str]:
             )
 
 
-def _alert_problems(config: DictConfig, settings: AVSPOConfig) -> Iterator[str]:
-    if settings.alert.action == "stop" and not config.trainer.use_v1:
+def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
+    if acr.alert.action == "stop" and not config.trainer.use_v1:
         yield (
             "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
             "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
@@ -237,7 +237,9 @@ class SettingsCheck:
     warnings: list[str] = field(default_factory=list)
     """Settings that train, but not as a user may expect; the caller gives each once."""
     avspo: AVSPOConfig | None = None
-    """The resolved ``algorithm.avspo`` settings; None where that section was invalid."""
+    """The resolved AVSPO estimator settings of ``algorithm.avspo``; None where that section was invalid."""
+    acr: ACRConfig | None = None
+    """The resolved ACR settings (``tau``, ``reward_range``, ``alert``); None where ``algorithm.avspo`` was invalid."""
     dcpo: DCPOConfig | None = None
     """The resolved ``algorithm.dcpo`` settings; None where that section was invalid."""
     intrinsic: IntrinsicConfig | None = None
@@ -252,13 +254,13 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     problems.messages.extend(_rollout_problems(config))
     problems.messages.extend(_number_problems(config))
     # The resolvers take verl's DictConfig sections as they are (they are mappings).
-    avspo = problems.check(resolve_config, algorithm.get("avspo", None))
+    avspo, acr = problems.check(resolve_settings, algorithm.get("avspo", None)) or (None, None)
     dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
     intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
-    if avspo is not None:
-        problems.messages.extend(_alert_problems(config, avspo))
+    if acr is not None:
+        problems.messages.extend(_alert_problems(config, acr))
     if _uses_hook(config):
         problems.messages.extend(hook_problems(config))
     problems.messages.extend(_baseline_problems(config, dcpo, intrinsic, warnings))
     warnings.extend(_combination_warnings(config))
-    return SettingsCheck(problems.messages, warnings, avspo, dcpo, intrinsic)
+    return SettingsCheck(problems.messages, warnings, avspo, acr, dcpo, intrinsic)
