@@ -48,6 +48,8 @@ __all__ = ["STATE_FILE", "AVSPOTrainerMixin"]
 
 logger = logging.getLogger(__name__)
 
+# verl-avspo's state beside verl's checkpoint: the AVSPO controller, the alert's streak and DCPO's
+# reward history (the name predates DCPO; kept so that earlier checkpoints resume).
 STATE_FILE = "avspo_state.pt"
 
 
