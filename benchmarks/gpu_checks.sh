@@ -6,14 +6,18 @@
 #   OUT=runs/gpu bash benchmarks/gpu_checks.sh
 #
 # Each stage has its own time limit and writes its output to $OUT; a failing stage does not stop
-# the next one.
+# the next one. STAGES picks some (default: install pytest_cuda bench_target bench_grid e2e_cuda);
+# e2e_colocate trains 2 steps in colocate_async, and e2e_separate asks separate_async for a second
+# GPU, which one GPU cannot give: the launcher must refuse it before Ray waits.
 set -uo pipefail
 OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 WANDB_MODE=disabled
+STAGES=${STAGES:-install pytest_cuda bench_target bench_grid e2e_cuda}
 
 stage() {  # stage NAME SECONDS COMMAND...: run COMMAND under a time limit, keep its output
     local name=$1 limit=$2; shift 2
+    [[ " $STAGES " == *" $name "* ]] || return 0
     echo "=== $name (limit ${limit}s): $*"
     local start=$SECONDS
     timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
@@ -31,3 +35,5 @@ stage bench_target 90 python3 benchmarks/bench_advantage.py --device cuda --size
 stage bench_grid 150 python3 benchmarks/bench_advantage.py --device cuda
 stage e2e_cuda 240 python3 tests/e2e/run_cpu_ppo.py --device cuda --steps 2 --out /tmp/e2e_cuda
 cp /tmp/e2e_cuda/metrics.log "$OUT/e2e_cuda_console.log" 2>/dev/null || true
+stage e2e_colocate 240 python3 tests/e2e/run_cpu_ppo.py --device cuda --steps 2 --mode colocate_async --out /tmp/e2e_colocate
+stage e2e_separate 60 python3 tests/e2e/run_cpu_ppo.py --device cuda --steps 2 --mode separate_async --out /tmp/e2e_separate
