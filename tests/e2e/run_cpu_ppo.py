@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hook:
         overrides += HOOK_OVERRIDES
     if args.mode == "separate_async":
-        overrides += separate_async_overrides(num_ranks)
+        overrides += separate_async_overrides(num_ranks, args.device)
     else:
         overrides.append(f"trainer.v1.trainer_mode={args.mode}")
     overrides += args.overrides

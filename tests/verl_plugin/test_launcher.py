@@ -514,6 +514,31 @@ def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys
     assert "Not checked: that the Ray cluster at 10.0.0.1:6379 has the 1 GPU(s)" in capsys.readouterr().out
 
 
+def test_separate_async_counts_its_rollout_pool_beside_the_trainers(capsys, on_this_machine):
+    """separate_async's standalone rollout pool has GPUs of its own: 1 for the trainer plus 1 for the
+    rollout do not fit in one GPU, and Ray would wait for the second (it did on a one-GPU machine)."""
+    separate = [
+        *RUNNABLE,
+        *on_this_machine,
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "data.train_batch_size=256",  # = parameter_sync_step x ppo_mini_batch_size, as verl requires
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+    ]
+    assert dry_run(separate) == 1
+    err = capsys.readouterr().err
+    assert (
+        "trainer.n_gpus_per_node=1 x trainer.nnodes=1 plus actor_rollout_ref.rollout.n_gpus_per_node=1 x "
+        "actor_rollout_ref.rollout.nnodes=1 ask for 2 GPU(s), but ray_kwargs.ray_init.num_gpus=1 has 1" in err
+    )
+    assert "lower trainer.n_gpus_per_node or actor_rollout_ref.rollout.n_gpus_per_node" in err
+    assert dry_run([*separate, "ray_kwargs.ray_init.num_gpus=2"]) == 0, capsys.readouterr().err
+    # The rollout's GPUs count only in separate_async: sync and colocate_async share the trainer's.
+    assert dry_run([*separate, "trainer.v1.trainer_mode=colocate_async"]) == 0, capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

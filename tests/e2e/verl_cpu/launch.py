@@ -174,19 +174,20 @@ class TinyRun:
             )
 
 
-def separate_async_overrides(num_ranks: int = NUM_RANKS) -> list[str]:
-    """``trainer.v1.trainer_mode=separate_async`` on CPU: a standalone rollout pool as large as the
-    trainer's (``num_ranks`` more logical GPUs), weights through the harness's ``ray_store``
-    checkpoint engine (verl refuses ``naive`` there, and its others need NCCL, NIXL or Mooncake), and
-    one parameter sync per step (verl wants train_batch_size = parameter_sync_step x ppo_mini_batch_size)."""
-    return [
+def separate_async_overrides(num_ranks: int = NUM_RANKS, device: str = "cpu") -> list[str]:
+    """``trainer.v1.trainer_mode=separate_async``: a standalone rollout pool as large as the
+    trainer's (on CPU, ``num_ranks`` more logical GPUs; on CUDA, as many more real ones), weights
+    through the harness's ``ray_store`` checkpoint engine (verl refuses ``naive`` there, and its
+    others need NCCL, NIXL or Mooncake), and one parameter sync per step (verl wants
+    train_batch_size = parameter_sync_step x ppo_mini_batch_size)."""
+    overrides = [
         "trainer.v1.trainer_mode=separate_async",
         "trainer.v1.separate_async.parameter_sync_step=1",
         "actor_rollout_ref.rollout.nnodes=1",
         f"actor_rollout_ref.rollout.n_gpus_per_node={num_ranks}",
         f"actor_rollout_ref.rollout.checkpoint_engine.backend={checkpoint_engine.NAME}",
-        f"ray_kwargs.ray_init.num_gpus={2 * num_ranks}",
     ]
+    return overrides if device == "cuda" else [*overrides, f"ray_kwargs.ray_init.num_gpus={2 * num_ranks}"]
 
 
 @dataclasses.dataclass

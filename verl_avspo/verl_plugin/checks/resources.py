@@ -77,13 +77,19 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
             yield f"{key}={name} does not exist on this machine. Fix the path ({accepted})."
 
 
-def _requested_gpus(config: DictConfig) -> int:
-    """GPUs verl's resource pools ask for: the trainer's, plus a standalone reward model's."""
-    total = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+def _gpu_pools(config: DictConfig) -> dict[str, int]:
+    """The GPUs of each resource pool verl's trainer will ask Ray for, by its config section: the
+    trainer's; ``separate_async``'s standalone rollout pool, which has GPUs of its own
+    (trainer_separate_async.py); a standalone reward model's."""
+    sections = ["trainer"]
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    if OmegaConf.select(config, "trainer.use_v1", default=False) and mode == "separate_async":
+        sections.append("actor_rollout_ref.rollout")
     reward = config.reward.reward_model
     if reward.get("enable", False) and reward.get("enable_resource_pool", False):
-        total += int(reward.n_gpus_per_node) * int(reward.nnodes)
-    return total
+        sections.append("reward.reward_model")
+    pools = {section: OmegaConf.select(config, section) for section in sections}
+    return {section: int(pool.n_gpus_per_node) * int(pool.nnodes) for section, pool in pools.items()}
 
 
 def _ray_address(config: DictConfig) -> str | None:
@@ -126,21 +132,30 @@ def _gpu_problems(config: DictConfig, not_checked: list[str], *, connect: bool) 
         not_checked.append(f"the {device} devices the run needs (trainer.device={device})")
         return
     try:
-        wanted = _requested_gpus(config)
+        pools = _gpu_pools(config)
     except (TypeError, ValueError):  # text for a number: reported by the settings stage
         return
+    wanted = sum(pools.values())
     available, source = cluster_gpus(config, connect=connect)
     if available is None:
         not_checked.append(f"that {source} has the {wanted} GPU(s) the config asks for")
         return
     if available < wanted:
-        nodes = int(config.trainer.nnodes)
+        asked = " plus ".join(
+            f"{section}.n_gpus_per_node={OmegaConf.select(config, section).n_gpus_per_node} x "
+            f"{section}.nnodes={OmegaConf.select(config, section).nnodes}"
+            for section in pools
+        )
+        if len(pools) == 1:
+            fix = "Set trainer.n_gpus_per_node (recipes: N_GPUS) to the GPUs you have"
+        else:
+            keys = " or ".join(f"{section}.n_gpus_per_node" for section in pools)
+            fix = f"Each pool has GPUs of its own: lower {keys} until they add up to the GPUs you have"
+        if int(config.trainer.nnodes) > 1:
+            fix += ", or start a Ray cluster of those nodes and set ray_kwargs.ray_init.address"
         yield (
-            f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node} x trainer.nnodes={nodes} asks for {wanted} "
-            f"GPU(s), but {source} has {available:g}; Ray would wait for them and the run would hang. Set "
-            "trainer.n_gpus_per_node (recipes: N_GPUS) to the GPUs you have"
-            + (", or start a Ray cluster of those nodes and set ray_kwargs.ray_init.address" if nodes > 1 else "")
-            + "."
+            f"{asked} {'asks' if len(pools) == 1 else 'ask'} for {wanted} GPU(s), but {source} has {available:g}; "
+            f"Ray would wait for them and the run would hang. {fix}."
         )
 
 
