@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from verl_avspo.core.alert import ALERT_SIGNALS, stalled_steps  # noqa: E402
 from verl_avspo.core.config import AlertConfig  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
+from verl_avspo.tools.markdown import render_table  # noqa: E402
 from verl_avspo.tools.stats import early_acr  # noqa: E402
 
 MIXES = {"easy": "1+1,2+1,1*1", "default": "1+1,2+1,2+2,2*1", "hard": "2+2,2*1,3+2,1+1"}
@@ -150,45 +151,42 @@ def analyse(args: argparse.Namespace) -> str:
     table.to_csv(args.out / "runs.csv")
 
     lines = [f"{len(table)} GRPO runs, {args.steps} steps each; early window: steps 1–{args.steps // 5}.", ""]
-    lines += ["| outcome | predictor | fit | R² |", "|---|---|---|---|"]
-    fits = {}
+    rows, fits = [], {}
     for outcome, label in (("acc_final", "final accuracy"), ("gain", "accuracy gain")):
         for predictor, name in PREDICTORS.items():
             a, b, r2 = fit(table[predictor].to_numpy(), table[outcome].to_numpy())
             fits[outcome, predictor] = (a, b, r2)
-            where = f"{name}, first {args.steps // 5} steps"
-            lines.append(f"| {label} (points) | {where} | {a:.1f} {b:+.1f}·x | {r2:.3f} |")
-    lines.append(f"| MATH-500 accuracy (paper) | raw ACR_100 | 51.4 − 29.6·x | {PAPER_R2} |")
+            rows.append(
+                [f"{label} (points)", f"{name}, first {args.steps // 5} steps", f"{a:.1f} {b:+.1f}·x", f"{r2:.3f}"]
+            )
+    rows.append(["MATH-500 accuracy (paper)", "raw ACR_100", "51.4 − 29.6·x", f"{PAPER_R2}"])
+    lines.append(render_table(["outcome", "predictor", "fit", "R²"], rows))
     # Within a mix every run starts from the same warmed-up policy, so the gain is the final
     # accuracy less a constant: one R² serves both.
     lines += ["", "Within one difficulty mix: R² of final accuracy (and of the gain), with the slope:", ""]
-    lines += ["| mix | runs | " + " | ".join(PREDICTORS.values()) + " |", "|---|---|" + "---|" * len(PREDICTORS)]
+    rows = []
     for mix, part in table.groupby("mix"):
         cells = []
         for predictor in PREDICTORS:
             _, slope, r2 = fit(part[predictor].to_numpy(), part["acc_final"].to_numpy())
             cells.append(f"{r2:.2f} ({slope:+.1f}·x)")
-        lines.append(f"| {mix} | {len(part)} | " + " | ".join(cells) + " |")
+        rows.append([mix, f"{len(part)}", *cells])
+    lines.append(render_table(["mix", "runs", *PREDICTORS.values()], rows))
     lines += ["", f"Stalled runs (gain < {STALL_GAIN:g} points): {int(table['stalled'].sum())} of {len(table)}.", ""]
-    lines += [
-        f"| rule (threshold {args.threshold:g}, window {window}) | fired | precision | recall | F1 "
-        "| balanced accuracy |",
-        "|---|---|---|---|---|---|",
-    ]
-    scores = {}
+    rows, scores = [], {}
     table["alert_always"] = True  # the reference: a rule that fires on every run
     for rule in [*ALERT_SIGNALS, "always"]:
         pr = precision_recall(table[f"alert_{rule}"], table["stalled"])
         scores[rule] = pr
         name = f"`{rule}`" if rule in ALERT_SIGNALS else "(fires on every run)"
-        lines.append(
-            f"| {name} | {pr['fired']} | {pr['precision']:.2f} | {pr['recall']:.2f} | {pr['f1']:.2f} | "
-            f"{pr['balanced_accuracy']:.2f} |"
+        rows.append(
+            [name, f"{pr['fired']}", *(f"{pr[key]:.2f}" for key in ("precision", "recall", "f1", "balanced_accuracy"))]
         )
+    header = [f"rule (threshold {args.threshold:g}, window {window})", "fired", "precision", "recall", "F1"]
+    lines.append(render_table([*header, "balanced accuracy"], rows))
     thresholds = np.round(np.arange(0.35, 0.951, 0.05), 2)
     lines += ["", f"F1 / balanced accuracy of each rule by threshold (window {window}):", ""]
-    lines += ["| rule | " + " | ".join(f"{t:g}" for t in thresholds) + " |", "|---" * (len(thresholds) + 1) + "|"]
-    sweep = {}
+    rows, sweep = [], {}
     for rule in ALERT_SIGNALS:
         row = []
         for threshold in thresholds:
@@ -199,21 +197,21 @@ def analyse(args: argparse.Namespace) -> str:
             )
             row.append(precision_recall(fired, table["stalled"]))
         sweep[rule] = dict(zip(thresholds.tolist(), row, strict=True))
-        lines.append(f"| `{rule}` | " + " | ".join(f"{v['f1']:.2f} / {v['balanced_accuracy']:.2f}" for v in row) + " |")
+        rows.append([f"`{rule}`", *(f"{v['f1']:.2f} / {v['balanced_accuracy']:.2f}" for v in row)])
+    lines.append(render_table(["rule", *(f"{t:g}" for t in thresholds)], rows))
     lines += ["", "Sensitivity of F1 to the stall definition (gain below N points):", ""]
-    lines += ["| N | stalled | " + " | ".join(f"`{r}`" for r in ALERT_SIGNALS) + " |"]
-    lines += ["|---|---|" + "---|" * len(ALERT_SIGNALS)]
+    rows = []
     for gain in (2.0, 3.0, 5.0):
         stalled = table["gain"] < gain
         f1 = [precision_recall(table[f"alert_{r}"], stalled)["f1"] for r in ALERT_SIGNALS]
-        lines.append(f"| {gain:g} | {int(stalled.sum())} | " + " | ".join(f"{v:.2f}" for v in f1) + " |")
+        rows.append([f"{gain:g}", f"{int(stalled.sum())}", *(f"{v:.2f}" for v in f1)])
+    lines.append(render_table(["N", "stalled", *(f"`{r}`" for r in ALERT_SIGNALS)], rows))
     lines += ["", "Means by factor:", ""]
     for factor in ("mix", "G", "T"):
         columns = ["acr_early", "all_wrong_early", "all_correct_early", "acc_final", "gain"]
         means = table.groupby(factor)[columns].mean()
-        lines += [f"| {factor} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        lines += [f"| {key} | " + " | ".join(f"{v:.3f}" for v in row) + " |" for key, row in means.iterrows()]
-        lines.append("")
+        rows = [[f"{key}", *(f"{v:.3f}" for v in row)] for key, row in means.iterrows()]
+        lines += [render_table([factor, *columns], rows), ""]
     report = "\n".join(lines)
     (args.out / "analysis.md").write_text(report)
     (args.out / "fits.json").write_text(

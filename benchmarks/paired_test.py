@@ -22,6 +22,7 @@ import mpmath
 import numpy as np
 
 from verl_avspo.tools.logs import read_metrics
+from verl_avspo.tools.stats import paired_difference
 
 __all__ = ["final_accuracy", "paired_t", "student_t_sf", "wilcoxon_signed_rank", "sign_test", "report"]
 
@@ -55,8 +56,8 @@ def _t_quantile(q: float, df: int) -> float:
 
 def paired_t(diffs: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
     """One-sided paired t-test of mean(diffs) > 0 and the two-sided CI of the mean difference."""
-    n = len(diffs)
-    mean, se = float(diffs.mean()), float(diffs.std(ddof=1) / math.sqrt(n))
+    difference = paired_difference(diffs)
+    n, mean, se = difference.seeds, difference.mean, difference.standard_error
     t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
     half = _t_quantile(0.5 + confidence / 2, n - 1) * se
     p = student_t_sf(t, n - 1) if math.isfinite(t) else float(t < 0)

@@ -32,6 +32,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from verl_avspo.tools.markdown import render_table  # noqa: E402
+from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).parent))
 from study_plots import load  # noqa: E402
 
@@ -52,15 +55,11 @@ def at_rollouts(frame, budget: float) -> float:
     return float(np.interp(budget, rollouts, accuracy))
 
 
-def _cell(values: np.ndarray) -> str:
-    return f"{values.mean():.1f} ± {values.std(ddof=1):.1f}"
-
-
 def _delta(values: np.ndarray, baseline: np.ndarray) -> str:
     """Paired by seed: both are in seed order from the same first seed, so the first n pair up."""
     n = min(len(values), len(baseline))
-    gain = values[:n] - baseline[:n]
-    return f"{gain.mean():+.1f} ± {gain.std(ddof=1) / np.sqrt(len(gain)):.1f} ({(gain > 0).sum()} of {len(gain)})"
+    difference = paired_difference(values[:n] - baseline[:n])
+    return f"{difference.cell(1)} ({difference.higher} of {difference.seeds})"
 
 
 def finished(runs: dict[str, list]) -> dict[str, list]:
@@ -80,12 +79,16 @@ def table(runs: dict[str, list]) -> tuple[str, float]:
     budget = min(curve(frame)[0][-1] for frames in runs.values() for frame in frames)
     base_steps = np.array([curve(f)[1][-1] for f in runs["grpo"]])
     base_budget = np.array([at_rollouts(f, budget) for f in runs["grpo"]])
-    lines = [
-        "| estimator | accuracy at the last step (%) | Δ vs grpo at equal steps "
-        f"| accuracy at {budget:.0f} rollouts (%) | Δ vs grpo at equal rollouts "
-        "| rollouts per step | steps at the cap |",
-        "|---|---|---|---|---|---|---|",
+    header = [
+        "estimator",
+        "accuracy at the last step (%)",
+        "Δ vs grpo at equal steps",
+        f"accuracy at {budget:.0f} rollouts (%)",
+        "Δ vs grpo at equal rollouts",
+        "rollouts per step",
+        "steps at the cap",
     ]
+    rows = []
     for label, frames in runs.items():
         steps = np.array([curve(f)[1][-1] for f in frames])
         equal = np.array([at_rollouts(f, budget) for f in frames])
@@ -96,12 +99,18 @@ def table(runs: dict[str, list]) -> tuple[str, float]:
             else "—"
         )
         first = label == "grpo"
-        lines.append(
-            f"| `{label}` | {_cell(steps)} | {'—' if first else _delta(steps, base_steps)} | {_cell(equal)} "
-            f"| {'—' if first else _delta(equal, base_budget)} | {per_step.mean():.0f} ± {per_step.std(ddof=1):.0f} "
-            f"| {capped} |"
+        rows.append(
+            [
+                f"`{label}`",
+                mean_std_cell(steps, 1),
+                "—" if first else _delta(steps, base_steps),
+                mean_std_cell(equal, 1),
+                "—" if first else _delta(equal, base_budget),
+                mean_std_cell(per_step, 0),
+                capped,
+            ]
         )
-    return "\n".join(lines), budget
+    return render_table(header, rows), budget
 
 
 def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample") -> str:
@@ -131,7 +140,7 @@ def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
         curves = [curve(f) for f in frames]
         grid = np.linspace(0, min(r[-1] for r, _ in curves), 60)
         values = np.array([np.interp(grid, r, a) for r, a in curves])
-        mean, std = values.mean(axis=0), values.std(axis=0, ddof=1)
+        mean, std = mean_std(values)
         (line,) = ax.plot(grid, mean, label=label)
         ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.15)
     ax.axvline(budget, color="grey", linestyle=":", linewidth=1)

@@ -19,7 +19,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
+from verl_avspo.tools.markdown import render_table  # noqa: E402
 from verl_avspo.tools.plots import plot_metrics  # noqa: E402
+from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
 
 
 def load(mix_dir: Path) -> dict[str, list]:
@@ -49,12 +51,14 @@ def bar_chart(mixes: dict[str, dict[str, list]], path: Path) -> None:
             columns = pass_column(runs[label][0])
             passes.append(np.mean([final(runs[label], c) for c in columns], axis=0))
         x = np.arange(len(labels))
-        ax.bar(x - 0.2, [a.mean() for a in acc], 0.4, yerr=[a.std(ddof=1) for a in acc], label="greedy accuracy")
-        ax.bar(x + 0.2, [p.mean() for p in passes], 0.4, yerr=[p.std(ddof=1) for p in passes], label="pass@k")
+        acc_mean, acc_std = np.array([mean_std(a) for a in acc]).T
+        pass_mean, pass_std = np.array([mean_std(p) for p in passes]).T
+        ax.bar(x - 0.2, acc_mean, 0.4, yerr=acc_std, label="greedy accuracy")
+        ax.bar(x + 0.2, pass_mean, 0.4, yerr=pass_std, label="pass@k")
         ax.set_xticks(x, labels, rotation=40, ha="right", fontsize=8)
         ax.set_title(f"{mix}: final, mean over levels (± std over seeds)")
         ax.set_ylabel("%")
-        ax.set_ylim(0, 1.2 * max(p.mean() + p.std(ddof=1) for p in passes))
+        ax.set_ylim(0, 1.2 * max(pass_mean + pass_std))
         ax.legend(fontsize=8, loc="upper center", ncols=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -66,27 +70,34 @@ def table(runs: dict[str, list]) -> str:
     levels), raw and effective ACR and token entropy (means over steps), and the paired accuracy
     difference to grpo (mean ± standard error over seeds)."""
 
-    def cell(values: np.ndarray, digits: int) -> str:
-        return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
-
     def over_steps(frames: list, column: str) -> np.ndarray:
         return np.array([frame[column].dropna().mean() for frame in frames])
 
     baseline = final(runs["grpo"], "eval/acc_mean")
-    lines = [
-        "| estimator | accuracy (%) | pass@k (%) | Δ accuracy vs grpo (paired) | raw ACR | effective ACR | entropy |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for label, frames in runs.items():
         acc = final(frames, "eval/acc_mean")
         passes = np.mean([final(frames, c) for c in pass_column(frames[0])], axis=0)
-        gain = acc - baseline
-        delta = "—" if label == "grpo" else f"{gain.mean():+.1f} ± {gain.std(ddof=1) / np.sqrt(len(gain)):.1f}"
-        lines.append(
-            f"| `{label}` | {cell(acc, 1)} | {cell(passes, 1)} | {delta} | {cell(over_steps(frames, 'acr/rate'), 3)} "
-            f"| {cell(over_steps(frames, 'acr/effective'), 3)} | {cell(over_steps(frames, 'actor/entropy'), 3)} |"
+        delta = "—" if label == "grpo" else paired_difference(acc - baseline).cell(1)
+        rows.append(
+            [
+                f"`{label}`",
+                mean_std_cell(acc, 1),
+                mean_std_cell(passes, 1),
+                delta,
+                *(mean_std_cell(over_steps(frames, c), 3) for c in ("acr/rate", "acr/effective", "actor/entropy")),
+            ]
         )
-    return "\n".join(lines)
+    header = [
+        "estimator",
+        "accuracy (%)",
+        "pass@k (%)",
+        "Δ accuracy vs grpo (paired)",
+        "raw ACR",
+        "effective ACR",
+        "entropy",
+    ]
+    return render_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """benchmarks/paired_test.py and benchmarks/rollout_plots.py, the statistics of docs/results.md:
 the pre-registered tests against closed forms and brute force, the paired report on written runs,
-and the interpolation at a rollout budget."""
+the interpolation at a rollout budget, and the rollout table's mean ± std and paired ± s.e. cells
+on written runs."""
 
 import importlib.util
 import itertools
@@ -110,3 +111,21 @@ def test_accuracy_at_a_rollout_budget_interpolates_between_evaluations(rollouts,
     assert rollouts.at_rollouts(frame, 800) == pytest.approx(50.0)
     with pytest.raises(ValueError, match="budget 900 is past this run's last evaluation at 800 rollouts"):
         rollouts.at_rollouts(frame, 900)
+
+
+def test_rollout_table_cells_are_mean_std_and_paired_standard_error(rollouts, tmp_path):
+    from verl_avspo.tools.logs import read_metrics
+
+    finals = {"grpo": (0.5, 0.7), "avspo": (0.6, 0.9)}  # per seed; avspo gains 10 and 20 points
+    runs = {}
+    for label, accuracies in finals.items():
+        for seed, acc in enumerate(accuracies):
+            _write_run(tmp_path / label / f"seed{seed}.jsonl", [0.1, acc])
+        runs[label] = [read_metrics(tmp_path / label / f"seed{seed}.jsonl") for seed in range(2)]
+    text, budget = rollouts.table(runs)
+    assert budget == 128
+    # grpo 60 ± sqrt(200); avspo 75 ± sqrt(450); gain 15 ± sqrt(50) / sqrt(2) = 5
+    assert text.splitlines()[2:] == [
+        "| `grpo` | 60.0 ± 14.1 | — | 60.0 ± 14.1 | — | 128 ± 0 | — |",
+        "| `avspo` | 75.0 ± 21.2 | +15.0 ± 5.0 (2 of 2) | 75.0 ± 21.2 | +15.0 ± 5.0 (2 of 2) | 128 ± 0 | — |",
+    ]

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import early_acr
+from verl_avspo.tools.stats import early_acr, mean_std_cell, paired_difference
 
 __all__ = ["first_steps_column", "intrinsic_note", "run_statistics", "summary_tables", "verdicts", "render_summary"]
 
@@ -50,15 +50,6 @@ def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_step
     return {key: float(value) for key, value in stats.items()}
 
 
-def _mean_std(values: Sequence[float], scale: float, digits: int) -> str:
-    if any(math.isnan(v) for v in values):
-        return "n/a"
-    mean = float(np.mean(values)) * scale
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {float(np.std(values, ddof=1)) * scale:.{digits}f}"
-
-
 def intrinsic_note(labels: Collection[str]) -> str:
     """The footnote that says why these estimators' raw ACR cannot be compared ("" if none)."""
     if not labels:
@@ -85,7 +76,7 @@ def summary_tables(
     levels = range(1, len(level_names) + 1)
 
     def row(label: str, keys: Sequence[str], scale: float, digits: int, mark: str = "") -> list[str]:
-        return [f"`{label}`{mark}"] + [_mean_std([run[key] for run in stats[label]], scale, digits) for key in keys]
+        return [f"`{label}`{mark}"] + [mean_std_cell([run[key] for run in stats[label]], digits, scale) for key in keys]
 
     accuracy = render_table(
         ["estimator", *level_names, "mean"],
@@ -137,7 +128,6 @@ def verdicts(stats: Mapping[str, Sequence[dict[str, float]]], intrinsic: Collect
             continue
         ours = [run["acc_mean"] for run in runs]
         gains = 100 * (np.asarray(ours) - np.asarray(baseline))
-        mean_gain = float(gains.mean())
         head = (
             f"**`{label}` vs `{BASELINE}`**: final mean greedy accuracy {100 * np.mean(ours):.1f}% vs "
             f"{100 * np.mean(baseline):.1f}%"
@@ -149,19 +139,18 @@ def verdicts(stats: Mapping[str, Sequence[dict[str, float]]], intrinsic: Collect
         )
         if len(gains) < 2:
             sentences.append(
-                f"{head} ({mean_gain:+.1f} points) from a single seed, which gives no spread to judge a difference "
+                f"{head} ({gains.mean():+.1f} points) from a single seed, which gives no spread to judge a difference "
                 f"by: run more seeds before concluding.{collapse}"
             )
             continue
-        error = float(gains.std(ddof=1)) / math.sqrt(len(gains))
-        wins = int((gains > 0).sum())
+        difference = paired_difference(gains)
         detail = (
-            f" (paired difference {mean_gain:+.1f} ± {error:.1f} points, mean ± standard error over {len(gains)} "
-            f"seeds; higher in {wins} of {len(gains)} seeds)"
+            f" (paired difference {difference.cell(1)} points, mean ± standard error over {difference.seeds} "
+            f"seeds; higher in {difference.higher} of {difference.seeds} seeds)"
         )
-        if mean_gain > 2 * error:
+        if difference.mean > 2 * difference.standard_error:
             outcome = f": `{label}` beat `{BASELINE}` here."
-        elif mean_gain < -2 * error:
+        elif difference.mean < -2 * difference.standard_error:
             outcome = f": `{label}` did worse than `{BASELINE}` here."
         else:
             outcome = f": `{label}` did not beat `{BASELINE}` here; the difference is within twice its standard error."

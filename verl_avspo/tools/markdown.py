@@ -1,4 +1,5 @@
-"""Markdown tables, as ``verl-avspo report``, ``verl-avspo table`` and the sandbox's ``summary.md`` print them."""
+"""Markdown tables, as ``verl-avspo report``, ``verl-avspo table``, the sandbox's ``summary.md`` and the study
+scripts of ``benchmarks/`` print them."""
 
 from __future__ import annotations
 

@@ -1,21 +1,30 @@
 """The numbers read off a run's metric frame (one row per logged step, as :mod:`verl_avspo.tools.logs`
-returns): early ACR, window means, last values and the latest validation. ``verl-avspo report``,
-``verl-avspo table`` and the sandbox's ``summary.md`` all compute them here.
+returns): early ACR, window means, last values and the latest validation; and the numbers over
+seeds: mean ± std and paired differences (mean ± standard error). ``verl-avspo report``,
+``verl-avspo table``, the sandbox's ``summary.md`` and the study scripts of ``benchmarks/`` all
+compute them here.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 __all__ = [
     "EARLY_STEPS",
     "VALIDATION_PREFIX",
     "EarlyACR",
+    "PairedDifference",
     "early_acr",
     "last_value",
     "latest_validation",
+    "mean_std",
+    "mean_std_cell",
+    "paired_difference",
     "window_mean",
 ]
 
@@ -75,3 +84,47 @@ def latest_validation(frame: pd.DataFrame) -> dict[str, float]:
     column order; metrics never logged are left out."""
     found = {column: last_value(frame[column]) for column in frame if column.startswith(VALIDATION_PREFIX)}
     return {column: value for column, value in found.items() if value is not None}
+
+
+def mean_std(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Mean and sample standard deviation (``ddof=1``) over seeds.
+
+    ``values``: shape ``(seeds,)``, or ``(seeds, points)`` for curves. Returns two floats, or two
+    arrays of shape ``(points,)``; the std is NaN for a single seed (numpy warns).
+    """
+    values = np.asarray(values, dtype=float)
+    return values.mean(axis=0), values.std(axis=0, ddof=1)
+
+
+def mean_std_cell(values: Sequence[float] | np.ndarray, digits: int, scale: float = 1.0) -> str:
+    """A table cell ``"mean ± std"`` (:func:`mean_std` of ``values``, shape ``(seeds,)``) times
+    ``scale``, both with ``digits`` decimals. The mean alone for a single seed (no spread to show),
+    and ``"n/a"`` when a value is NaN (a metric that a run did not log)."""
+    if any(math.isnan(value) for value in values):
+        return "n/a"
+    if len(values) < 2:
+        return f"{float(np.mean(values)) * scale:.{digits}f}"
+    mean, std = mean_std(values)
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+class PairedDifference(NamedTuple):
+    """Per-seed differences between two estimators, summarised over seeds."""
+
+    mean: float
+    standard_error: float  # sample std (ddof=1) / sqrt(seeds): NaN for a single seed
+    higher: int  # seeds whose difference is positive
+    seeds: int
+
+    def cell(self, digits: int) -> str:
+        """``"+mean ± standard error"``, both with ``digits`` decimals."""
+        return f"{self.mean:+.{digits}f} ± {self.standard_error:.{digits}f}"
+
+
+def paired_difference(differences: Sequence[float] | np.ndarray) -> PairedDifference:
+    """Mean and standard error over seeds of ``differences`` (shape ``(seeds,)``: one estimator's
+    value less the other's, seed by seed; how to pair the seeds is the caller's choice)."""
+    differences = np.asarray(differences, dtype=float)
+    seeds = len(differences)
+    mean, std = mean_std(differences)
+    return PairedDifference(float(mean), float(std) / math.sqrt(seeds), int((differences > 0).sum()), seeds)
