@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def analyse(args: argparse.Namespace) -> str:
         mix, group, temperature, seed = log.stem.split("_")
         frame = read_metrics(log)
         if frame.index.max() < args.steps:
-            print(f"skipping {log.name}: {frame.index.max()} of {args.steps} steps (unfinished)")
+            logging.warning("skipping %s: %s of %s steps (unfinished)", log.name, frame.index.max(), args.steps)
             continue
         logs[log.stem] = frame
         rows.append(
