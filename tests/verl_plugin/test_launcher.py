@@ -19,6 +19,13 @@ from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 pytestmark = pytest.mark.verl
 
 RUNNABLE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
+# separate_async as verl accepts it: a rollout pool of its own GPUs, and weights sent over NCCL.
+SEPARATE_ASYNC = [
+    "trainer.v1.trainer_mode=separate_async",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +42,7 @@ def on_this_machine(tmp_path_factory):
         f"actor_rollout_ref.model.path={folder / 'model'}",
         "trainer.n_gpus_per_node=1",
         "+ray_kwargs.ray_init.num_gpus=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # verl's default, 2, does not fit one GPU
     ]
 
 
@@ -116,9 +124,8 @@ def test_check_config_refuses_with_the_fix(overrides, message):
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
 def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode):
     # Our trainer replaces verl's in every mode, so nothing is refused and nothing "adds nothing".
-    checked = check_config(
-        compose_config([*RUNNABLE, f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.alert.action=stop"])
-    )
+    trainer_mode = SEPARATE_ASYNC if mode == "separate_async" else [f"trainer.v1.trainer_mode={mode}"]
+    checked = check_config(compose_config([*RUNNABLE, *trainer_mode, "algorithm.avspo.alert.action=stop"]))
     assert checked.warnings == []
 
 
@@ -517,16 +524,7 @@ def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys
 def test_separate_async_counts_its_rollout_pool_beside_the_trainers(capsys, on_this_machine):
     """separate_async's standalone rollout pool has GPUs of its own: 1 for the trainer plus 1 for the
     rollout do not fit in one GPU, and Ray would wait for the second (it did on a one-GPU machine)."""
-    separate = [
-        *RUNNABLE,
-        *on_this_machine,
-        "trainer.v1.trainer_mode=separate_async",
-        "trainer.v1.separate_async.parameter_sync_step=1",
-        "data.train_batch_size=256",  # = parameter_sync_step x ppo_mini_batch_size, as verl requires
-        "actor_rollout_ref.rollout.nnodes=1",
-        "actor_rollout_ref.rollout.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
-    ]
+    separate = [*RUNNABLE, *on_this_machine, *SEPARATE_ASYNC]
     assert dry_run(separate) == 1
     err = capsys.readouterr().err
     assert (
@@ -537,6 +535,52 @@ def test_separate_async_counts_its_rollout_pool_beside_the_trainers(capsys, on_t
     assert dry_run([*separate, "ray_kwargs.ray_init.num_gpus=2"]) == 0, capsys.readouterr().err
     # The rollout's GPUs count only in separate_async: sync and colocate_async share the trainer's.
     assert dry_run([*separate, "trainer.v1.trainer_mode=colocate_async"]) == 0, capsys.readouterr().err
+
+
+def test_separate_async_gets_verls_own_requirements_before_ray(capsys):
+    """verl's separate_async trainer asserts these when it is built, after Ray has started; the
+    launcher names all of them first, each with its key and fix, without importing verl."""
+    overrides = [
+        *RUNNABLE,
+        "trainer.v1.trainer_mode=separate_async",
+        "data.train_batch_size=512",
+        "reward.reward_model.enable=True",
+        "reward.reward_model.rollout.name=vllm",
+    ]
+    assert dry_run(overrides) == 1
+    err = capsys.readouterr().err
+    assert "actor_rollout_ref.rollout.nnodes=0 is invalid with trainer.v1.trainer_mode=separate_async" in err
+    assert "checkpoint_engine.backend=naive cannot send weights to separate_async's rollout pool" in err
+    assert (
+        "data.train_batch_size=512 must equal trainer.v1.separate_async.parameter_sync_step=4 x "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=256 in separate_async: set data.train_batch_size=1024" in err
+    )
+    assert "set reward.reward_model.enable_resource_pool=True" in err
+    assert "Not yet checked, because verl is not imported" in err
+    # The same keys in colocate_async: none of this applies.
+    assert dry_run([*RUNNABLE, "trainer.v1.trainer_mode=colocate_async", "data.train_batch_size=512"]) == 1
+    assert "separate_async" not in capsys.readouterr().err
+
+
+def test_rollout_replicas_that_do_not_fit_their_gpus_are_refused(capsys, on_this_machine):
+    """verl's default rollout TP of 2 on one trainer GPU stops verl after the actor has loaded
+    (engine_workers.py asserts that the replicas divide the pool); a separate_async rollout pool
+    smaller than one replica starts none. Both are refused before anything starts."""
+    tp2 = "actor_rollout_ref.rollout.tensor_model_parallel_size=2"
+    assert dry_run([*RUNNABLE, *on_this_machine, tp2]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2 x data_parallel_size=1 x "
+        "pipeline_model_parallel_size=1 = 2 GPU(s) per rollout replica, which must divide the trainer's "
+        "trainer.n_gpus_per_node x trainer.nnodes = 1 GPU(s)" in err
+    )
+    assert "(recipes: ROLLOUT_TP) to a divisor of 1." in err
+    two_gpus = ["trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=4"]
+    assert dry_run([*RUNNABLE, *on_this_machine, tp2, *two_gpus]) == 0, capsys.readouterr().err
+    assert dry_run([*RUNNABLE, *on_this_machine, tp2, *two_gpus, *SEPARATE_ASYNC]) == 1
+    err = capsys.readouterr().err
+    assert "but separate_async's rollout pool (actor_rollout_ref.rollout.n_gpus_per_node x nnodes) has 1" in err
+    assert "must divide the trainer's" not in err
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ def runnable(tmp_path_factory) -> str:
             f"actor_rollout_ref.model.path={folder / 'model'}",
             "trainer.n_gpus_per_node=1",
             "+ray_kwargs.ray_init.num_gpus=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         ]
     )
 
@@ -85,7 +86,10 @@ def test_v1_routes_and_the_hook_work_without_the_legacy_trainer(runnable):
         config = launcher.compose_config({runnable})
         assert launcher.task_runner_class(config) is trainer_v1.AVSPOTaskRunner
         assert set(trainer_v1.V1_TRAINERS) == {{"sync", "colocate_async", "separate_async"}}
-        assert launcher.main(["--dry-run", *{runnable}, "trainer.v1.trainer_mode=separate_async"]) == 0
+        separate = ["trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.rollout.nnodes=1",
+                    "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2",
+                    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]
+        assert launcher.main(["--dry-run", *{runnable}, *separate]) == 0
         try:
             import verl.trainer.main_ppo_v0
         except ImportError:

@@ -159,8 +159,45 @@ def _gpu_problems(config: DictConfig, not_checked: list[str], *, connect: bool) 
         )
 
 
+def _rollout_replica_problems(config: DictConfig) -> Iterator[str]:
+    """Each rollout replica takes tensor x data x pipeline parallel GPUs of its pool. On the trainer's
+    pool (hybrid replicas) verl asserts that they divide the pool (engine_workers.py, after the actor
+    has loaded); a standalone pool smaller than one replica starts none, and the first generation
+    fails ("No available servers in load balancer")."""
+    rollout = config.actor_rollout_ref.rollout
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.disaggregation.enabled", default=False):
+        return  # prefill and decode replicas of their own sizes: left to verl
+    try:
+        pools = _gpu_pools(config)
+        sizes = [int(rollout[key]) for key in ("tensor_model_parallel_size", "data_parallel_size",
+                                               "pipeline_model_parallel_size")]  # fmt: skip
+    except (TypeError, ValueError):  # text for a number: reported by the settings stage
+        return
+    replica = sizes[0] * sizes[1] * sizes[2]
+    shape = (
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={sizes[0]} x data_parallel_size={sizes[1]} x "
+        f"pipeline_model_parallel_size={sizes[2]} = {replica} GPU(s) per rollout replica"
+    )
+    fix = "Set actor_rollout_ref.rollout.tensor_model_parallel_size (recipes: ROLLOUT_TP) to"
+    separate = "actor_rollout_ref.rollout" in pools
+    if not (separate and not config.actor_rollout_ref.get("hybrid_engine", True)):
+        gpus = pools["trainer"]
+        if gpus % replica:
+            yield (
+                f"{shape}, which must divide the trainer's trainer.n_gpus_per_node x trainer.nnodes = {gpus} "
+                f"GPU(s) (the replicas share them); verl would stop after loading the actor. {fix} a divisor of {gpus}."
+            )
+    if separate and 0 < pools["actor_rollout_ref.rollout"] < replica:  # an empty pool: see the settings stage
+        gpus = pools["actor_rollout_ref.rollout"]
+        yield (
+            f"{shape}, but separate_async's rollout pool (actor_rollout_ref.rollout.n_gpus_per_node x nnodes) has "
+            f"{gpus}: verl would start no standalone replica. {fix} at most {gpus}, or give the pool more GPUs."
+        )
+
+
 def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[list[str], list[str]]:
-    """What the run will find: local data files and model path, and the GPUs of its Ray cluster.
+    """What the run will find: local data files and model path, rollout replicas that fit their GPUs,
+    and the GPUs of its Ray cluster.
 
     Returns:
         (problems, not checked): each problem names the key and the fix; "not checked" lists what
@@ -168,5 +205,6 @@ def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[lis
     """
     not_checked: list[str] = []
     problems = list(_path_problems(config, not_checked))
+    problems += _rollout_replica_problems(config)
     problems += _gpu_problems(config, not_checked, connect=connect)
     return problems, not_checked

@@ -89,6 +89,44 @@ def _number_problems(config: DictConfig) -> Iterator[str]:
             )
 
 
+def _separate_async_problems(config: DictConfig) -> Iterator[str]:
+    """What verl's separate_async trainer asserts when it is built (trainer_separate_async.py:55-76),
+    after Ray has started: a rollout pool of its own, a checkpoint engine that can ship weights to
+    it, and one parameter sync per mini-batch step."""
+    if not (config.trainer.use_v1 and config.trainer.v1.trainer_mode == "separate_async"):
+        return
+    rollout = config.actor_rollout_ref.rollout
+    for key in ("nnodes", "n_gpus_per_node"):
+        value = rollout.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            yield (
+                f"actor_rollout_ref.rollout.{key}={value!r} is invalid with trainer.v1.trainer_mode=separate_async, "
+                "which generates on a rollout pool of its own GPUs: set actor_rollout_ref.rollout.nnodes=1 and "
+                "actor_rollout_ref.rollout.n_gpus_per_node to that pool's GPUs (ray_kwargs.ray_init.num_gpus, or "
+                "the cluster, must hold both pools)."
+            )
+    if rollout.checkpoint_engine.backend == "naive":
+        yield (
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send weights to separate_async's "
+            "rollout pool: set it to nccl (or nixl, mooncake)."
+        )
+    batch, mini_batch = config.data.train_batch_size, config.actor_rollout_ref.actor.ppo_mini_batch_size
+    sync_step = config.trainer.v1.separate_async.parameter_sync_step
+    if all(isinstance(v, int) for v in (batch, mini_batch, sync_step)) and batch != sync_step * mini_batch:
+        yield (
+            f"data.train_batch_size={batch} must equal trainer.v1.separate_async.parameter_sync_step={sync_step} x "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch} in separate_async: set "
+            f"data.train_batch_size={sync_step * mini_batch}, or change the other two."
+        )
+    reward = config.reward.reward_model
+    if reward.enable and not reward.enable_resource_pool:
+        yield (
+            "reward.reward_model.enable=True with enable_resource_pool=False (colocated) is not supported by "
+            "separate_async, whose rollout pool never pauses to free GPU memory: set "
+            "reward.reward_model.enable_resource_pool=True."
+        )
+
+
 def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
     if acr.alert.action == "stop" and not config.trainer.use_v1:
         yield (
@@ -253,6 +291,7 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     problems, warnings = Problems(), []
     problems.messages.extend(_rollout_problems(config))
     problems.messages.extend(_number_problems(config))
+    problems.messages.extend(_separate_async_problems(config))
     # The resolvers take verl's DictConfig sections as they are (they are mappings).
     avspo, acr = problems.check(resolve_settings, algorithm.get("avspo", None)) or (None, None)
     dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
