@@ -22,9 +22,12 @@ Usage: python benchmarks/rollout_plots.py runs/rollout_study/compare --out docs/
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -36,7 +39,7 @@ from verl_avspo.tools.markdown import render_table  # noqa: E402
 from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from study_plots import load  # noqa: E402
+from study_plots import load, paired_by_seed  # noqa: E402
 
 ACC, ROLLOUTS = "eval/acc_mean", "train/rollouts_cumulative"
 
@@ -55,11 +58,14 @@ def at_rollouts(frame, budget: float) -> float:
     return float(np.interp(budget, rollouts, accuracy))
 
 
-def _delta(values: np.ndarray, baseline: np.ndarray) -> str:
-    """Paired by seed: both are in seed order from the same first seed, so the first n pair up."""
-    n = min(len(values), len(baseline))
-    difference = paired_difference(values[:n] - baseline[:n])
+def _delta(frames: list, baseline: list, measure: Callable[[Any], float]) -> str:
+    difference = paired_difference(paired_by_seed(frames, baseline, measure))
     return f"{difference.cell(1)} ({difference.higher} of {difference.seeds})"
+
+
+def last_accuracy(frame) -> float:
+    """Accuracy (points) at the run's last evaluation."""
+    return float(curve(frame)[1][-1])
 
 
 def finished(runs: dict[str, list]) -> dict[str, list]:
@@ -77,8 +83,7 @@ def finished(runs: dict[str, list]) -> dict[str, list]:
 def table(runs: dict[str, list]) -> tuple[str, float]:
     """The mix's markdown table and its rollout budget."""
     budget = min(curve(frame)[0][-1] for frames in runs.values() for frame in frames)
-    base_steps = np.array([curve(f)[1][-1] for f in runs["grpo"]])
-    base_budget = np.array([at_rollouts(f, budget) for f in runs["grpo"]])
+    at_budget = functools.partial(at_rollouts, budget=budget)
     header = [
         "estimator",
         "accuracy at the last step (%)",
@@ -90,8 +95,8 @@ def table(runs: dict[str, list]) -> tuple[str, float]:
     ]
     rows = []
     for label, frames in runs.items():
-        steps = np.array([curve(f)[1][-1] for f in frames])
-        equal = np.array([at_rollouts(f, budget) for f in frames])
+        steps = np.array([last_accuracy(f) for f in frames])
+        equal = np.array([at_budget(f) for f in frames])
         per_step = np.array([f["train/rollouts_generated"].mean() for f in frames])
         capped = (
             f"{np.mean([f['train/resample_capped'].mean() for f in frames]):.3f}"
@@ -103,9 +108,9 @@ def table(runs: dict[str, list]) -> tuple[str, float]:
             [
                 f"`{label}`",
                 mean_std_cell(steps, 1),
-                "—" if first else _delta(steps, base_steps),
+                "—" if first else _delta(frames, runs["grpo"], last_accuracy),
                 mean_std_cell(equal, 1),
-                "—" if first else _delta(equal, base_budget),
+                "—" if first else _delta(frames, runs["grpo"], at_budget),
                 mean_std_cell(per_step, 0),
                 capped,
             ]
@@ -119,17 +124,14 @@ def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample
     if resampler not in runs:
         return ""
     theirs = runs[resampler]
-    steps = np.array([curve(f)[1][-1] for f in theirs])
-    equal = np.array([at_rollouts(f, budget) for f in theirs])
+    at_budget = functools.partial(at_rollouts, budget=budget)
     lines = []
     for label, frames in runs.items():
         if label in ("grpo", resampler):
             continue
-        ours_steps = np.array([curve(f)[1][-1] for f in frames])
-        ours_equal = np.array([at_rollouts(f, budget) for f in frames])
         lines.append(
-            f"- `{label}` − `{resampler}` (paired, ± s.e.): {_delta(ours_steps, steps)} at equal steps, "
-            f"{_delta(ours_equal, equal)} at {budget:.0f} rollouts"
+            f"- `{label}` − `{resampler}` (paired, ± s.e.): {_delta(frames, theirs, last_accuracy)} at equal steps, "
+            f"{_delta(frames, theirs, at_budget)} at {budget:.0f} rollouts"
         )
     return "\n".join(lines)
 

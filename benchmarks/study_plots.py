@@ -10,7 +10,9 @@ Usage: python benchmarks/study_plots.py runs/study --out docs/results
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -25,16 +27,31 @@ from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  #
 
 
 def load(mix_dir: Path) -> dict[str, list]:
-    """Estimator label (``avspo:beta_loo``) -> its per-seed metric frames, in seed order."""
+    """Estimator label (``avspo:beta_loo``) -> its per-seed metric frames, in seed order; each
+    frame's ``attrs["seed"]`` is its seed, for pairing."""
     runs = {}
     for folder in sorted((mix_dir / "runs").iterdir()):
-        seeds = sorted(folder.glob("seed*.jsonl"), key=lambda p: int(p.stem[4:]))
-        runs[folder.name.replace("-", ":", 1)] = [read_metrics(p) for p in seeds]
+        runs[folder.name.replace("-", ":", 1)] = frames = []
+        for path in sorted(folder.glob("seed*.jsonl"), key=lambda p: int(p.stem[4:])):
+            frames.append(read_metrics(path))
+            frames[-1].attrs["seed"] = int(path.stem[4:])
     return dict(sorted(runs.items(), key=lambda item: item[0] != "grpo"))  # grpo, the baseline, first
 
 
+def paired_by_seed(frames: list, baseline: list, measure: Callable[[Any], float]) -> np.ndarray:
+    """(seeds both ran,) ``measure`` of each run minus that of the baseline's run with the same seed,
+    in seed order: a seed that only one side finished is left out rather than paired with another."""
+    base = {frame.attrs["seed"]: measure(frame) for frame in baseline}
+    return np.array([measure(frame) - base[frame.attrs["seed"]] for frame in frames if frame.attrs["seed"] in base])
+
+
+def final_value(frame, column: str) -> float:
+    """``column`` at the run's last step, in points."""
+    return 100 * frame.loc[frame.index.max(), column]
+
+
 def final(frames: list, column: str) -> np.ndarray:
-    return np.array([100 * frame.loc[frame.index.max(), column] for frame in frames])
+    return np.array([final_value(frame, column) for frame in frames])
 
 
 def pass_column(frame) -> list[str]:
@@ -73,12 +90,12 @@ def table(runs: dict[str, list]) -> str:
     def over_steps(frames: list, column: str) -> np.ndarray:
         return np.array([frame[column].dropna().mean() for frame in frames])
 
-    baseline = final(runs["grpo"], "eval/acc_mean")
     rows = []
     for label, frames in runs.items():
         acc = final(frames, "eval/acc_mean")
         passes = np.mean([final(frames, c) for c in pass_column(frames[0])], axis=0)
-        delta = "—" if label == "grpo" else paired_difference(acc - baseline).cell(1)
+        gain = paired_by_seed(frames, runs["grpo"], lambda frame: final_value(frame, "eval/acc_mean"))
+        delta = "—" if label == "grpo" else paired_difference(gain).cell(1)
         rows.append(
             [
                 f"`{label}`",

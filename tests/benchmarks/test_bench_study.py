@@ -114,18 +114,26 @@ def test_accuracy_at_a_rollout_budget_interpolates_between_evaluations(rollouts,
 
 
 def test_rollout_table_cells_are_mean_std_and_paired_standard_error(rollouts, tmp_path):
-    from verl_avspo.tools.logs import read_metrics
-
     finals = {"grpo": (0.5, 0.7), "avspo": (0.6, 0.9)}  # per seed; avspo gains 10 and 20 points
-    runs = {}
     for label, accuracies in finals.items():
         for seed, acc in enumerate(accuracies):
-            _write_run(tmp_path / label / f"seed{seed}.jsonl", [0.1, acc])
-        runs[label] = [read_metrics(tmp_path / label / f"seed{seed}.jsonl") for seed in range(2)]
-    text, budget = rollouts.table(runs)
+            _write_run(tmp_path / "runs" / label / f"seed{seed}.jsonl", [0.1, acc])
+    text, budget = rollouts.table(rollouts.load(tmp_path))
     assert budget == 128
     # grpo 60 ± sqrt(200); avspo 75 ± sqrt(450); gain 15 ± sqrt(50) / sqrt(2) = 5
     assert text.splitlines()[2:] == [
         "| `grpo` | 60.0 ± 14.1 | — | 60.0 ± 14.1 | — | 128 ± 0 | — |",
         "| `avspo` | 75.0 ± 21.2 | +15.0 ± 5.0 (2 of 2) | 75.0 ± 21.2 | +15.0 ± 5.0 (2 of 2) | 128 ± 0 | — |",
     ]
+
+
+def test_paired_cells_pair_runs_by_seed_not_by_position(rollouts, tmp_path):
+    """A seed that one estimator lacks is left out of the pairs: grpo ran seeds 1-3, avspo 2-3."""
+    for seed, acc in {1: 0.1, 2: 0.5, 3: 0.7}.items():
+        _write_run(tmp_path / "runs" / "grpo" / f"seed{seed}.jsonl", [0.1, acc])
+    for seed, acc in {2: 0.6, 3: 0.9}.items():  # +10 and +20 points on the seeds both ran
+        _write_run(tmp_path / "runs" / "avspo" / f"seed{seed}.jsonl", [0.1, acc])
+    runs = rollouts.load(tmp_path)
+    assert [frame.attrs["seed"] for frame in runs["avspo"]] == [2, 3]
+    row = rollouts.table(runs)[0].splitlines()[3]
+    assert row.split(" | ")[2] == "+15.0 ± 5.0 (2 of 2)"  # by position it would be +45.0 ± 5.0
