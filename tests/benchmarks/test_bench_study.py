@@ -1,7 +1,7 @@
 """benchmarks/paired_test.py and benchmarks/rollout_plots.py, the statistics of docs/results.md:
 the pre-registered tests against closed forms and brute force, the paired report on written runs,
 the interpolation at a rollout budget, and the rollout table's mean ± std and paired ± s.e. cells
-on written runs."""
+on written runs, paired by seed (not by position)."""
 
 import importlib.util
 import itertools
