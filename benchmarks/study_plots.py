@@ -68,8 +68,9 @@ def bar_chart(mixes: dict[str, dict[str, list]], path: Path) -> None:
             columns = pass_column(runs[label][0])
             passes.append(np.mean([final(runs[label], c) for c in columns], axis=0))
         x = np.arange(len(labels))
-        acc_mean, acc_std = np.array([mean_std(a) for a in acc]).T
-        pass_mean, pass_std = np.array([mean_std(p) for p in passes]).T
+        # A single seed has no spread: its NaN std is drawn as no error bar.
+        acc_mean, acc_std = np.nan_to_num(np.array([mean_std(a) for a in acc]).T)
+        pass_mean, pass_std = np.nan_to_num(np.array([mean_std(p) for p in passes]).T)
         ax.bar(x - 0.2, acc_mean, 0.4, yerr=acc_std, label="greedy accuracy")
         ax.bar(x + 0.2, pass_mean, 0.4, yerr=pass_std, label="pass@k")
         ax.set_xticks(x, labels, rotation=40, ha="right", fontsize=8)

@@ -1,7 +1,7 @@
 """benchmarks/paired_test.py and benchmarks/rollout_plots.py, the statistics of docs/results.md:
 the pre-registered tests against closed forms and brute force, the paired report on written runs,
-the interpolation at a rollout budget, and the rollout table's mean ± std and paired ± s.e. cells
-on written runs, paired by seed (not by position)."""
+the interpolation at a rollout budget, the rollout table's mean ± std and paired ± s.e. cells
+on written runs, paired by seed (not by position), and benchmarks/study_plots.py on a one-seed study."""
 
 import importlib.util
 import itertools
@@ -35,6 +35,11 @@ def paired():
 @pytest.fixture(scope="module")
 def rollouts():
     return _load("rollout_plots")
+
+
+@pytest.fixture(scope="module")
+def study():
+    return _load("study_plots")
 
 
 def test_t_distribution_matches_known_quantiles(paired):
@@ -137,3 +142,23 @@ def test_paired_cells_pair_runs_by_seed_not_by_position(rollouts, tmp_path):
     assert [frame.attrs["seed"] for frame in runs["avspo"]] == [2, 3]
     row = rollouts.table(runs)[0].splitlines()[3]
     assert row.split(" | ")[2] == "+15.0 ± 5.0 (2 of 2)"  # by position it would be +45.0 ± 5.0
+
+
+def test_study_plots_of_a_single_seed_draw_and_tabulate_without_a_spread(study, tmp_path, capsys):
+    """One seed per estimator (a first look before the full study) has no std: no error bar, the mean alone."""
+    for label, acc in {"grpo": 0.5, "avspo-beta_loo": 0.6}.items():
+        path = tmp_path / "study" / "easy" / "runs" / label / "seed0.jsonl"
+        path.parent.mkdir(parents=True)
+        with path.open("w") as log:
+            for step in range(3):
+                data = {"eval/acc_mean": acc * step / 2, "eval/pass@4_level_1": acc, "acr/rate": 0.5}
+                data.update({"acr/effective": 0.25, "actor/entropy": 1.0})
+                log.write(json.dumps({"step": step, "data": data}) + "\n")
+    with pytest.warns(RuntimeWarning):  # numpy: a std over one seed has zero degrees of freedom
+        assert study.main([str(tmp_path / "study"), "--out", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "final_accuracy.png").stat().st_size > 0
+    rows = capsys.readouterr().out.split("\n\n")[1].splitlines()[2:]
+    assert rows == [
+        "| `grpo` | 50.0 | 50.0 | — | 0.500 | 0.250 | 1.000 |",
+        "| `avspo:beta_loo` | 60.0 | 60.0 | +10.0 | 0.500 | 0.250 | 1.000 |",
+    ]

@@ -134,6 +134,12 @@ def test_paired_difference_of_a_single_seed_has_no_standard_error():
     with pytest.warns(RuntimeWarning):  # numpy: a std over one value has zero degrees of freedom
         difference = paired_difference([2.0])
     assert difference.mean == 2.0 and math.isnan(difference.standard_error) and difference.seeds == 1
+    assert difference.cell(1) == "+2.0"  # no spread to show, not "+2.0 ± nan"
+
+
+def test_paired_difference_without_a_seed_in_common_is_not_available():
+    difference = paired_difference([])
+    assert difference.seeds == 0 and math.isnan(difference.mean) and difference.cell(1) == "n/a"
 
 
 def test_render_table():

@@ -117,7 +117,12 @@ class PairedDifference(NamedTuple):
     seeds: int
 
     def cell(self, digits: int) -> str:
-        """``"+mean ± standard error"``, both with ``digits`` decimals."""
+        """``"+mean ± standard error"``, both with ``digits`` decimals; the mean alone for a single
+        seed (no spread to show, as :func:`mean_std_cell`) and ``"n/a"`` for none (no seed in common)."""
+        if self.seeds == 0:
+            return "n/a"
+        if self.seeds == 1:
+            return f"{self.mean:+.{digits}f}"
         return f"{self.mean:+.{digits}f} ± {self.standard_error:.{digits}f}"
 
 
@@ -126,5 +131,7 @@ def paired_difference(differences: Sequence[float] | np.ndarray) -> PairedDiffer
     value less the other's, seed by seed; how to pair the seeds is the caller's choice)."""
     differences = np.asarray(differences, dtype=float)
     seeds = len(differences)
+    if seeds == 0:
+        return PairedDifference(math.nan, math.nan, 0, 0)
     mean, std = mean_std(differences)
     return PairedDifference(float(mean), float(std) / math.sqrt(seeds), int((differences > 0).sum()), seeds)
