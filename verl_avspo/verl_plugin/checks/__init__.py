@@ -24,8 +24,9 @@ import difflib
 import importlib
 import inspect
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -101,6 +102,17 @@ def is_group_estimator(name: str) -> bool:
     return "index" in inspect.signature(fn).parameters
 
 
+def _unregistered(key: str, value: Any, registered: Iterable[str], what: str) -> str | None:
+    """The problem with ``key=value`` when ``value`` is not in one of verl's registries (None when it
+    is), with the closest registered name when one is close."""
+    known = sorted(registered)
+    if value in known:
+        return None
+    close = difflib.get_close_matches(str(value).lower(), known, n=1)  # AVSPO -> avspo
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"{key}={value!r} is not a registered {what}.{hint} Registered: {', '.join(known)}."
+
+
 def _estimator_problems(name: str) -> Iterator[str]:
     from verl.trainer.ppo import core_algos
 
@@ -113,14 +125,9 @@ def _estimator_problems(name: str) -> Iterator[str]:
                 f"{type(err).__name__}: {err}. Fix that error (run `verl-avspo doctor`), then retry."
             )
             return
-    if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
-        known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
-        close = difflib.get_close_matches(name.lower(), known, n=1)  # AVSPO -> avspo
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        yield (
-            f"algorithm.adv_estimator={name!r} is not a registered advantage estimator.{hint} "
-            f"Registered: {', '.join(known)}."
-        )
+    problem = _unregistered("algorithm.adv_estimator", name, core_algos.ADV_ESTIMATOR_REGISTRY, "advantage estimator")
+    if problem:
+        yield problem
 
 
 def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
@@ -130,14 +137,9 @@ def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
     import verl.trainer.ppo.v1  # noqa: F401  (registers sync, colocate_async, separate_async)
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    mode = config.trainer.v1.trainer_mode
-    if mode not in TRAINER_REGISTRY:
-        close = difflib.get_close_matches(str(mode).lower(), list(TRAINER_REGISTRY), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        yield (
-            f"trainer.v1.trainer_mode={mode!r} is not a registered V1 trainer.{hint} Registered: "
-            f"{', '.join(sorted(TRAINER_REGISTRY))}."
-        )
+    problem = _unregistered("trainer.v1.trainer_mode", config.trainer.v1.trainer_mode, TRAINER_REGISTRY, "V1 trainer")
+    if problem:
+        yield problem
 
 
 def registry_problems(config: DictConfig) -> list[str]:
@@ -157,13 +159,11 @@ def registry_problems(config: DictConfig) -> list[str]:
         )
     problems.extend(_trainer_mode_problems(config))
     loss_mode = str(OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla"))
-    if loss_mode not in core_algos.POLICY_LOSS_REGISTRY:
-        close = difflib.get_close_matches(loss_mode, list(core_algos.POLICY_LOSS_REGISTRY), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        problems.append(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss.{hint} "
-            f"Registered: {', '.join(sorted(core_algos.POLICY_LOSS_REGISTRY))}."
-        )
+    problem = _unregistered(
+        "actor_rollout_ref.actor.policy_loss.loss_mode", loss_mode, core_algos.POLICY_LOSS_REGISTRY, "policy loss"
+    )
+    if problem:
+        problems.append(problem)
     return problems
 
 
