@@ -157,8 +157,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
 _ESTIMATOR_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 # Every key of algorithm.avspo, in the order the docs and the messages list them.
-_KEYS = AVSPO_KEYS = (_ESTIMATOR_KEYS[0], "tau", "reward_range", *_ESTIMATOR_KEYS[1:], "alert")
-_ALERT_KEYS = ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+AVSPO_KEYS = (_ESTIMATOR_KEYS[0], "tau", "reward_range", *_ESTIMATOR_KEYS[1:], "alert")
+ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
 
 
 class SettingsError(ValueError):
@@ -317,9 +317,9 @@ def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
         SettingsError: listing every bad key.
     """
     problems = Problems()
-    example = f"algorithm.avspo.alert.window=50 (allowed: {', '.join(_ALERT_KEYS)})"
+    example = f"algorithm.avspo.alert.window=50 (allowed: {', '.join(ALERT_KEYS)})"
     alert = replace(
-        AlertConfig(), **given_settings(mapping, "algorithm.avspo.alert", _ALERT_KEYS, problems, example=example)
+        AlertConfig(), **given_settings(mapping, "algorithm.avspo.alert", ALERT_KEYS, problems, example=example)
     )
     problems.check(_integer, "alert.window", alert.window, 1)
     threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
@@ -355,7 +355,7 @@ def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOCon
     """
     problems = Problems()
     example = f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
-    given = given_settings(mapping, "algorithm.avspo", _KEYS, problems, example=example)
+    given = given_settings(mapping, "algorithm.avspo", AVSPO_KEYS, problems, example=example)
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **asdict(ACRConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}

@@ -16,7 +16,7 @@ from verl_avspo.core.config import ACR_KEYS, ACRConfig, resolve_settings
 from verl_avspo.openrlhf.alert import StallAlert
 from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 
-__all__ = ["SETTINGS_ENV", "ACR_SETTINGS_ENV", "ACR_KEYS", "AVSPO_ESTIMATORS", "AdvantageStep", "settings_from_env"]
+__all__ = ["SETTINGS_ENV", "ACR_SETTINGS_ENV", "AVSPO_ESTIMATORS", "AdvantageStep", "settings_from_env"]
 
 # JSON of the AVSPO settings (docs/configuration.md); empty or unset: ACR metrics only, OpenRLHF's estimator.
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
