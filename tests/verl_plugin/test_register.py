@@ -108,6 +108,10 @@ def test_through_verl_compute_advantage_on_dataproto():
     metrics = register.pop_last_metrics()
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
     assert register.pop_last_metrics() == {}
+    compute_advantage(data, "avspo", config=config)
+    own = register.pop_last_metrics("avspo/")  # what the trainers add to their own acr/*
+    assert own == {key: value for key, value in metrics.items() if key.startswith("avspo/")} and own
+    assert register.pop_last_metrics() == {}  # a filtered pop clears the rest too
 
 
 MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"

@@ -108,10 +108,11 @@ def get_controller(settings: AVSPOConfig, acr: ACRConfig) -> AdaptiveController:
     return _controllers[settings, acr]
 
 
-def pop_last_metrics() -> dict[str, float]:
-    """Metrics of the latest ``avspo`` call in this process (``acr/*`` and ``avspo/*``), then
-    cleared so a step never logs another step's values. Empty if none ran since the last pop."""
-    metrics = dict(_last_metrics)
+def pop_last_metrics(prefix: str = "") -> dict[str, float]:
+    """Metrics of the latest ``avspo`` call in this process (``acr/*`` and ``avspo/*``; only those
+    whose name starts with ``prefix``), then cleared so a step never logs another step's values.
+    Empty if none ran since the last pop."""
+    metrics = {key: value for key, value in _last_metrics.items() if key.startswith(prefix)}
     _last_metrics.clear()
     return metrics
 

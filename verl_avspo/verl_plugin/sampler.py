@@ -43,7 +43,7 @@ from verl_avspo.core.collapse import DroppedGroups, measure_collapse
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, SAMPLER_NAME, hook_problems, is_group_estimator
 
-__all__ = ["HOOK_TIMING_KEY", "ACRSampler", "dropped_groups"]
+__all__ = ["HOOK_TIMING_KEY", "ACRSampler", "dropped_groups", "read_scores"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,16 @@ def dropped_groups(eviction_metrics: Mapping[str, Any]) -> DroppedGroups | None:
     collapsed = eviction_metrics.get(DAPO_FILTERED_REWARD_COUNTS_KEY) or {}
     surplus = int(eviction_metrics.get(_SURPLUS_KEY, 0))
     return DroppedGroups(dict(collapsed), surplus) if collapsed or surplus else None
+
+
+def read_scores(keys: list, partition_id: str, advantages: bool = False) -> tuple[Any, np.ndarray, Any]:
+    """One TransferQueue read of rows ``keys``: (bs,) raw scores (the reward loop's ``rm_scores``
+    summed over tokens), (bs,) uids and, with ``advantages``, the (bs, L) advantages (else None)."""
+    fields = ["uid", "rm_scores", *(["advantages"] if advantages else [])]
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
+    scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
+    index = np.array(list(data["uid"]), dtype=object)
+    return scores, index, data["advantages"].to_padded_tensor(0.0) if advantages else None
 
 
 def _stock_replay_buffer(trainer: Any) -> Any:
@@ -128,12 +138,10 @@ class ACRSampler:
         that DAPO filtering removed while this batch was sampled."""
         if not batch.keys:
             return {}
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
-        scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
-        index = np.array(list(data["uid"]), dtype=object)
+        scores, index, _ = read_scores(batch.keys, batch.partition_id)
         acr = self.acr_settings
         metrics = measure_collapse(scores, index, None, acr.tau, acr.reward_range, dropped_groups(eviction_metrics))
         if self.reports_avspo:
             # The estimator ran at the previous step's advantage stage, in this process.
-            metrics.update({k: v for k, v in register.pop_last_metrics().items() if k.startswith("avspo/")})
+            metrics.update(register.pop_last_metrics("avspo/"))
         return metrics

@@ -90,7 +90,7 @@ class AVSPOTrainerMixin:
         acr = self.acr_settings
         metrics = measure_collapse(scores, index, advantages, acr.tau, acr.reward_range, dropped)
         if self.uses_avspo:
-            metrics.update({k: v for k, v in register.pop_last_metrics().items() if k.startswith("avspo/")})
+            metrics.update(register.pop_last_metrics("avspo/"))
         return metrics
 
     def _observe_collapse(self, metrics: dict) -> bool:

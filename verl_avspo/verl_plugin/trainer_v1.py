@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import ray
-import transfer_queue as tq
 from omegaconf import DictConfig
 from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1 import trainer_base
@@ -31,7 +29,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1, real_rows
-from verl_avspo.verl_plugin.sampler import dropped_groups
+from verl_avspo.verl_plugin.sampler import dropped_groups, read_scores
 from verl_avspo.verl_plugin.trainer import AVSPOTrainerMixin
 
 __all__ = [
@@ -58,12 +56,7 @@ class AVSPOTrainerV1Mixin(BaselineHooksV1, AVSPOTrainerMixin):
         batch = super()._compute_advantage(batch, metrics)
         if self.measures_collapse:
             keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
-            data = tq.kv_batch_get(
-                keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "advantages"]
-            )
-            scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
-            index = np.array(list(data["uid"]), dtype=object)
-            advantages = data["advantages"].to_padded_tensor(0.0)
+            scores, index, advantages = read_scores(keys, batch.partition_id, advantages=True)
             # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
             metrics.update(self._collapse_metrics(scores, index, advantages, dropped_groups(metrics)))
         return batch
