@@ -1,4 +1,5 @@
-"""Group ids, segment statistics and ACR metrics (docs/method.md §2), against direct per-group computation."""
+"""Group ids, segment statistics and ACR metrics (docs/method.md §2), against direct per-group computation,
+and the warning for non-finite scores."""
 
 import numpy as np
 import pytest
@@ -138,3 +139,17 @@ def test_a_dropped_group_is_split_at_the_reward_range_midpoint():
     # Midpoint 0: 0.5 and 0.9 (3 groups) are all-correct, -0.2 all-wrong, plus the measured mixed group.
     assert (metrics["acr/all_correct"], metrics["acr/all_wrong"], metrics["acr/groups"]) == (3 / 5, 1 / 5, 5.0)
     assert not DroppedGroups() and not DroppedGroups({1.0: 0})
+
+
+def test_non_finite_scores_are_measured_with_a_warning_that_names_the_groups_and_the_fix():
+    # Group a: 1, NaN (not counted as collapsed); b: inf, inf; c: all wrong. Only c is collapsed.
+    scores = torch.tensor([1.0, float("nan"), float("inf"), float("inf"), 0.0, 0.0])
+    with pytest.warns(UserWarning) as caught:
+        metrics = measure_collapse(scores, ["a", "a", "b", "b", "c", "c"])
+    (warning,) = caught
+    assert str(warning.message) == (
+        "3 response score(s) are not finite (1 NaN, 2 inf) in group(s) uid=['a', 'b']: ACR counts their groups as "
+        "not collapsed and acr/reward_mean is NaN. Fix the reward function so it always returns a finite number "
+        "(for example 0.0 for an unparseable answer)."
+    )
+    assert metrics["acr/rate"] == pytest.approx(1 / 3) and np.isnan(metrics["acr/reward_mean"])

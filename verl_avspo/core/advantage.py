@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core.collapse import (
+    FINITE_REWARD_FIX,
     Collapse,
     GroupStats,
     acr_metrics,
@@ -25,6 +26,7 @@ from verl_avspo.core.collapse import (
     effective_collapse_rate,
     group_ids,
     group_stats,
+    non_finite_problem,
 )
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController, Decision
@@ -78,16 +80,9 @@ def response_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tens
             "pass one group id per response"
         )
     scores = token_level_rewards.sum(dim=-1)
-    finite = torch.isfinite(scores)
-    if not bool(finite.all()):
-        bad = (~finite).nonzero().squeeze(1).tolist()
-        num_nan = int(torch.isnan(scores).sum())
-        uids = sorted({str(index[i]) for i in bad})
-        raise ValueError(
-            f"{len(bad)} response score(s) are not finite ({num_nan} NaN, {len(bad) - num_nan} inf) in group(s) "
-            f"uid={uids[:5]}{' ...' if len(uids) > 5 else ''}. Fix the reward function so it always returns a "
-            "finite number (for example 0.0 for an unparseable answer)."
-        )
+    problem = non_finite_problem(scores, index)
+    if problem:
+        raise ValueError(f"{problem}. {FINITE_REWARD_FIX}")
     return scores
 
 

@@ -10,6 +10,7 @@ samples or groups.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,28 @@ __all__ = [
     "effective_collapse_rate",
     "acr_metrics",
     "measure_collapse",
+    "non_finite_problem",
+    "FINITE_REWARD_FIX",
 ]
+
+FINITE_REWARD_FIX = (
+    "Fix the reward function so it always returns a finite number (for example 0.0 for an unparseable answer)."
+)
+
+
+def non_finite_problem(scores: torch.Tensor, index: Any) -> str | None:
+    """What is wrong with (bs,) ``scores`` that hold NaN or inf: how many of each, in which groups
+    (the first 5 of ``index``'s labels); None when every score is finite."""
+    finite = torch.isfinite(scores)
+    if bool(finite.all()):
+        return None
+    bad = (~finite).nonzero().squeeze(1).tolist()
+    num_nan = int(torch.isnan(scores).sum())
+    uids = sorted({str(index[i]) for i in bad})
+    return (
+        f"{len(bad)} response score(s) are not finite ({num_nan} NaN, {len(bad) - num_nan} inf) in group(s) "
+        f"uid={uids[:5]}{' ...' if len(uids) > 5 else ''}"
+    )
 
 
 def group_ids(index: Any, device: torch.device | str | None = None) -> tuple[torch.Tensor, int]:
@@ -258,7 +280,16 @@ def measure_collapse(
             (over this batch); omitted if None.
         dropped: groups generated for the step that a filter removed before this batch; the rates
             and ``acr/groups`` then count them too (ACR before filtering).
+
+    NaN or inf scores are measured as they are (their groups count as not collapsed and
+    ``acr/reward_mean`` is NaN) with a warning: the metrics never stop a run, the estimator decides.
     """
+    problem = non_finite_problem(scores, index)
+    if problem:
+        warnings.warn(
+            f"{problem}: ACR counts their groups as not collapsed and acr/reward_mean is NaN. {FINITE_REWARD_FIX}",
+            stacklevel=2,
+        )
     ids, num_groups = group_ids(index, device=scores.device)
     stats = group_stats(scores, ids, num_groups)
     collapse = detect_collapse(stats, tau, reward_range).including(dropped, reward_range)
