@@ -6,7 +6,7 @@ tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mo
 about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
-- ``avspo``: our launcher, ``sync``, ``avspo``, 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
+- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
 - ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 3 steps with a
@@ -35,6 +35,9 @@ from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.ray]
 
 THREE_STEPS = ["trainer.total_training_steps=3"]
+# The sync AVSPO run and its resume. θ starts at 0.2, not the paper's 0.5: a random policy's step has
+# 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
+AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2"]
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
 # What the hook logs on every step: the rates of the sampled groups' raw scores.
 HOOK_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/groups")
@@ -59,13 +62,11 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         return Outcome(run, run.launch(entry, overrides).returncode)
 
     def lane_one() -> dict[str, Outcome]:
-        avspo = launch(
-            "avspo", AVSPO_ENTRY, ["algorithm.adv_estimator=avspo", "trainer.save_freq=2", *THREE_STEPS], num_ranks=2
-        )
+        avspo = launch("avspo", AVSPO_ENTRY, [*AVSPO_SYNC, *THREE_STEPS], num_ranks=2)
         resumed = launch(
             "resumed",
             AVSPO_ENTRY,
-            ["algorithm.adv_estimator=avspo", "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
+            [*AVSPO_SYNC, "trainer.resume_mode=auto", *THREE_STEPS],
             prepare=lambda run: resume_from(avspo.run, 2, run),
             num_ranks=2,
         )
@@ -162,11 +163,31 @@ def test_avspo_run_logs_acr_avspo_and_actor_metrics_every_step(runs):
         assert 0.0 <= data["acr/effective"] <= data["acr/rate"] <= 1.0
         assert data["acr/groups"] == 4  # 4 prompts x 4 responses per step
         assert math.isfinite(data["actor/pg_loss"]) and data["actor/grad_norm"] > 0
-    thresholds = [record["data"]["avspo/threshold"] for record in records]
-    assert thresholds[0] == 0.5  # the paper's threshold_init, before any update
-    assert len(set(thresholds)) > 1, "the adaptive threshold never moved: the resume comparison would be vacuous"
-    # AVSPO augmented collapsed groups on some step, so their advantages are no longer all zero.
-    assert any(r["data"]["avspo/triggered"] > 0 and r["data"]["acr/effective"] < r["data"]["acr/rate"] for r in records)
+    # θ and the trigger follow docs/method.md §3 on whatever this CPU sampled: θ_1 = threshold_init,
+    # θ_{t+1} = clip(θ_t + eta·sign(J_t − J_{t−1})·(s_t − θ_t)) with s_t the batch ACR and J_t the mean
+    # score (ΔJ = 0 holds θ still); a step with s_t > θ_t augments every collapsed group (apply_to=both),
+    # leaving none with all-zero advantages, and any other step leaves them at zero as GRPO does.
+    state = runs["avspo"].state(3)["controller"]  # holds θ_4 and J_3
+    settings = state["config"]
+    assert settings["acr_signal"] == "batch" and settings["adaptive_threshold"]
+    lo, hi = settings["threshold_bounds"]
+    threshold, previous_score = settings["threshold_init"], None
+    for record in records:
+        data, step = record["data"], record["step"]
+        assert data["avspo/signal"] == pytest.approx(data["acr/rate"]), step
+        assert data["avspo/threshold"] == pytest.approx(threshold, abs=1e-9), step
+        fired = data["avspo/signal"] > threshold
+        assert data["avspo/triggered"] == pytest.approx(data["acr/rate"] if fired else 0.0), step
+        assert data["acr/effective"] == pytest.approx(0.0 if fired else data["acr/rate"]), step
+        score = data["critic/score/mean"]
+        if previous_score is not None and score != previous_score:
+            moved = threshold + math.copysign(settings["eta"], score - previous_score) * (data["acr/rate"] - threshold)
+            threshold = min(max(moved, lo), hi)
+        previous_score = score
+    assert state["threshold"] == pytest.approx(threshold, abs=1e-9)
+    assert state["previous_mean_score"] == pytest.approx(previous_score)
+    # θ_1 = 0.2: one collapsed group of the four fires the trigger (a step without one has only mixed groups).
+    assert any(r["data"]["avspo/triggered"] > 0 for r in records), "no step had a collapsed group to augment"
 
 
 def test_save_freq_writes_checkpoints_with_the_avspo_state(runs):
@@ -192,6 +213,7 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean", "critic/advantages/max", "critic/advantages/min"):
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
+    # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
     assert _same_controller(runs["resumed"].state(3)["controller"], runs["avspo"].state(3)["controller"])
 
 

@@ -11,7 +11,9 @@ drops the newline of this vocabulary.
 
 Half the prompts have a one-digit sum, which a random policy often writes somewhere in its answer,
 and half a two-digit one, which it rarely does: every step then has groups with mixed rewards and
-groups that collapse (all wrong), so ACR, AVSPO's trigger and its threshold all move.
+groups that collapse (all wrong), so ACR and AVSPO's trigger move, and its threshold moves whenever two
+steps' mean scores differ. Which responses a CPU samples can differ with its kind (the e2e tests check
+closed forms on the run they get, not one trajectory).
 """
 
 from __future__ import annotations
