@@ -208,6 +208,13 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
     with pytest.raises(SystemExit, match=r"--smooth must be >= 1 \(1 plots the raw values\); got 0"):
         cli.main(["report", str(log), "--smooth", "0", "--out", str(tmp_path / "out")])
+    # The stall rule's flags get the live alert's checks and words, every bad one at once.
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["report", str(log), "--window", "0", "--threshold", "nan", "--out", str(tmp_path / "out")])
+    message = str(refused.value)
+    assert "--rule, --window and --threshold are algorithm.avspo.alert's keys" in message
+    assert "algorithm.avspo.alert.window=0 is invalid: expected an integer >= 1." in message
+    assert "algorithm.avspo.alert.threshold=nan is invalid: expected a finite number." in message
     assert not (tmp_path / "out").exists()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from verl_avspo.core.alert import describe_rule
-from verl_avspo.core.config import ALERT_RULES, AlertConfig
+from verl_avspo.core.config import ALERT_RULES, AlertConfig, SettingsError, resolve_alert
 from verl_avspo.tools.diagnosis import SCORE, RunDiagnosis, diagnose
 from verl_avspo.tools.logs import collect_runs
 from verl_avspo.tools.markdown import render_table
@@ -122,9 +122,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.window < 1 or not 0.0 <= args.threshold <= 1.0:
-        raise SystemExit(f"--window must be >= 1 and --threshold in [0, 1]; got {args.window} and {args.threshold}")
-    if args.smooth < 1:  # checked before --out is created
+    # The stall rule is the live alert's, checked by the same resolver (before --out is created).
+    try:
+        alert = resolve_alert({"rule": args.rule, "window": args.window, "threshold": args.threshold})
+    except SettingsError as err:
+        flags = "\n".join(f"  {problem}" for problem in err.problems)
+        raise SystemExit(
+            f"verl-avspo report: --rule, --window and --threshold are algorithm.avspo.alert's keys:\n{flags}"
+        ) from None
+    if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise SystemExit(
@@ -133,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         runs = collect_runs(args.logs, args.name)
-        alert = AlertConfig(window=args.window, threshold=args.threshold, rule=args.rule)
         diagnoses, files = write_report(runs, args.out, alert, args.smooth)
     except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
         raise SystemExit(f"verl-avspo report: {err}") from None
