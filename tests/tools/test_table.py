@@ -111,3 +111,5 @@ def test_errors_name_the_problem(tmp_path, capsys):
     export.write_text("_step,acr/rate\n1,0.5\n")
     assert main(["table", str(export)]) == 1
     assert f"use `verl-avspo report {export}`" in capsys.readouterr().err
+    assert main(["table", str(export), "--final-window", "0"]) == 2  # refused before any log is read
+    assert "must be at least 1; got 0 and 100" in capsys.readouterr().err

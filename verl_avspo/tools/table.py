@@ -148,7 +148,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.final_window < 1 or args.early_steps < 1:
-        print("verl-avspo table: --final-window and --early-steps must be at least 1", file=sys.stderr)
+        print(
+            "verl-avspo table: --final-window and --early-steps are step counts and must be at least 1; "
+            f"got {args.final_window} and {args.early_steps}",
+            file=sys.stderr,
+        )
         return 2
     try:
         runs = group_runs(args.paths)
