@@ -45,14 +45,19 @@ def run(args: argparse.Namespace) -> int:
 
     from verl_avspo.verl_plugin import register
 
+    if args.groups < 1 or args.group_size < 2:
+        raise SystemExit(
+            "verl-avspo demo: --groups must be at least 1 and --group-size at least 2 (one response per prompt "
+            f"is a group that can neither collapse nor be normalised); got {args.groups} and {args.group_size}"
+        )
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": args.preset}})
+    batch = synthetic_batch(args.groups, args.group_size, args.seed)
+    scores = batch.batch["token_level_rewards"].sum(-1).view(args.groups, args.group_size)
     results = {}
-    for estimator in ("grpo", "avspo"):
-        data = compute_advantage(synthetic_batch(args.groups, args.group_size, args.seed), estimator, config=config)
-        results[estimator] = data.batch["advantages"][:, -1].view(args.groups, args.group_size)
-    metrics = register.pop_last_metrics()
-    scores = synthetic_batch(args.groups, args.group_size, args.seed).batch["token_level_rewards"].sum(-1)
-    scores = scores.view(args.groups, args.group_size)
+    for estimator in ("grpo", "avspo"):  # each call writes its own advantages into the batch
+        batch = compute_advantage(batch, estimator, config=config)
+        results[estimator] = batch.batch["advantages"][:, -1].view(args.groups, args.group_size).clone()
+    metrics = register.pop_last_metrics()  # AVSPO's step: acr/* and avspo/*
 
     print(f"Synthetic batch: {args.groups} prompts x {args.group_size} responses, binary rewards")
     print(f"AVSPO preset={args.preset}\n")
