@@ -28,6 +28,7 @@ import shutil
 
 import pytest
 import torch
+from closed_forms import next_threshold
 from openrlhf_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, OPENRLHF_ENTRY, TinyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.openrlhf, pytest.mark.ray]
@@ -111,9 +112,8 @@ def _check_every_step(scalars: dict[str, dict[int, float]], keys: tuple[str, ...
 
 
 def _next_threshold(theta: float, signal: float, mean_reward: float, previous_mean_reward: float) -> float:
-    """docs/method.md's threshold update with the runs' eta 0.5 and the default bounds [0.1, 0.9]."""
-    step = 0.5 * math.copysign(1.0, mean_reward - previous_mean_reward) * (signal - theta)
-    return min(max(theta + (step if mean_reward != previous_mean_reward else 0.0), 0.1), 0.9)
+    """θ's update with the runs' eta 0.5 and the default bounds [0.1, 0.9]."""
+    return next_threshold(theta, signal, mean_reward, previous_mean_reward, eta=0.5, bounds=(0.1, 0.9))
 
 
 def test_unmodified_openrlhf_trains_and_syncs_its_weights_to_the_generator(runs):

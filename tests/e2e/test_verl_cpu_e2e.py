@@ -28,6 +28,7 @@ import math
 
 import pytest
 import torch
+from closed_forms import next_threshold
 from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
@@ -170,7 +171,6 @@ def test_avspo_run_logs_acr_avspo_and_actor_metrics_every_step(runs):
     state = runs["avspo"].state(3)["controller"]  # holds θ_4 and J_3
     settings = state["config"]
     assert settings["acr_signal"] == "batch" and settings["adaptive_threshold"]
-    lo, hi = settings["threshold_bounds"]
     threshold, previous_score = settings["threshold_init"], None
     for record in records:
         data, step = record["data"], record["step"]
@@ -180,9 +180,9 @@ def test_avspo_run_logs_acr_avspo_and_actor_metrics_every_step(runs):
         assert data["avspo/triggered"] == pytest.approx(data["acr/rate"] if fired else 0.0), step
         assert data["acr/effective"] == pytest.approx(0.0 if fired else data["acr/rate"]), step
         score = data["critic/score/mean"]
-        if previous_score is not None and score != previous_score:
-            moved = threshold + math.copysign(settings["eta"], score - previous_score) * (data["acr/rate"] - threshold)
-            threshold = min(max(moved, lo), hi)
+        threshold = next_threshold(
+            threshold, data["acr/rate"], score, previous_score, settings["eta"], settings["threshold_bounds"]
+        )
         previous_score = score
     assert state["threshold"] == pytest.approx(threshold, abs=1e-9)
     assert state["previous_mean_score"] == pytest.approx(previous_score)
