@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from verl_avspo.core import baselines, config
-from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"

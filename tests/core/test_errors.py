@@ -102,7 +102,7 @@ def test_a_whole_section_given_a_value_names_its_keys():
 def test_the_baselines_sections_are_read_as_algorithm_avspo_is():
     # One reader for every settings section: an unknown key gets a did-you-mean and is reported
     # with the section's other problems; a section that is not a mapping says how to set a key.
-    from verl_avspo.core.baselines import resolve_dcpo, resolve_intrinsic
+    from verl_avspo.core.baseline_settings import resolve_dcpo, resolve_intrinsic
 
     with pytest.raises(ValueError) as error:
         resolve_dcpo({"epsilon": -1, "promt_key": "index"})

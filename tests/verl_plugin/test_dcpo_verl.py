@@ -23,7 +23,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo.core.baselines import dcpo_settings
+from verl_avspo.core.baseline_settings import dcpo_settings
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds
 from verl_avspo.verl_plugin import register
 from verl_avspo.verl_plugin.launcher import compose_config

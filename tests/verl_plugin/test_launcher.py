@@ -244,7 +244,7 @@ def test_group_estimators_are_those_that_take_the_uid_index():
 
 
 def test_our_config_declares_the_dcpo_and_intrinsic_keys():
-    from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+    from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 
     config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
     assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}

@@ -25,7 +25,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
+from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import inspect
 import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.resources import (
@@ -48,6 +47,7 @@ from verl_avspo.verl_plugin.checks.settings import (
     hook_problems,
     settings_problems,
 )
+from verl_avspo.verl_plugin.estimators import is_group_estimator
 
 __all__ = [
     "ConfigCheckError",
@@ -91,15 +91,6 @@ class ConfigCheckError(ValueError):
                 f"  {number}. {problem}" for number, problem in enumerate(self.problems, 1)
             )
         super().__init__(f"{text}\n{note}" if note else text)
-
-
-def is_group_estimator(name: str) -> bool:
-    """Whether the registered estimator ``name`` normalises within prompt groups: verl passes the
-    uid array only to estimators that take an ``index`` argument (grpo, rloo, avspo, ...)."""
-    from verl.trainer.ppo import core_algos
-
-    fn = core_algos.get_adv_estimator_fn(name)
-    return "index" in inspect.signature(fn).parameters
 
 
 def _unregistered(key: str, value: Any, registered: Iterable[str], what: str) -> str | None:
