@@ -86,10 +86,17 @@ def resolve_alert(mapping: Mapping[str, Any] | None, section: str = f"{ACR_SECTI
     return replace(alert, threshold=threshold)
 
 
+def _is_given(value: Any) -> bool:
+    """Set to something: not None, and for a section (``alert``) some key of it not None."""
+    if isinstance(value, Mapping):
+        return any(_is_given(v) for v in value.values())
+    return value is not None
+
+
 def _legacy_values(legacy: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(legacy, Mapping):
         return {}
-    return {key: legacy[key] for key in ACR_KEYS if legacy.get(key) is not None}
+    return {key: legacy[key] for key in ACR_KEYS if _is_given(legacy.get(key))}
 
 
 def resolve_acr(
