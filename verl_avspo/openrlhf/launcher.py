@@ -22,6 +22,7 @@ import json
 import os
 import runpy
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,9 +100,9 @@ def _example(key: str) -> str | None:
         value = getattr(ACRConfig(), key)
     else:
         value = getattr(AVSPOConfig(), key, None)
-    if isinstance(value, (tuple, list)):
-        return " ".join(map(str, value))
-    return str(value).lower() if isinstance(value, bool) else value if value is None else str(value)
+    if value is None or isinstance(value, (tuple, list)):
+        return value if value is None else " ".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _value(tokens: Sequence[str], prefix: str, key: str) -> Any:
@@ -253,10 +254,15 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
     legacy = {key: avspo.pop(key) for key in ACR_KEYS if key in avspo}
     rest, avspo = choose_estimator(rest, avspo)
     avspo = None if avspo is None else _with_openrlhf_epsilon(avspo)
+    caught: list[warnings.WarningMessage] = []
     try:
-        _, acr_config = resolve_flags(avspo, acr, legacy)
+        with warnings.catch_warnings(record=True) as caught:
+            _, acr_config = resolve_flags(avspo, acr, legacy)
     except SettingsError as error:
         raise UsageError(str(error)) from None
+    finally:  # an old flag's FutureWarning, shown as the command's rather than a source line's
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, "python -m verl_avspo.openrlhf", 0)
     _check_alert_stop(rest, acr_config)
     return rest, avspo, {**legacy, **acr}
 
