@@ -10,7 +10,7 @@ import torch
 
 from verl_avspo.core.collapse import group_ids, measure_collapse
 from verl_avspo.core.config import STRATEGIES
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import register, run_state
 
 pytestmark = pytest.mark.verl
 
@@ -25,7 +25,7 @@ def bench():
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop(spec.name, None)
-    register.reset()
+    run_state.reset()
 
 
 def _table(text):
@@ -83,7 +83,7 @@ def test_batch_has_the_requested_collapse_and_verl_layout(bench, uneven):
 
 def test_rows_compute_what_they_claim(bench):
     batch = bench.make_batch(512, 24, 8, seed=1)
-    register.reset()
+    run_state.reset()
     calls = bench.methods(batch)
     grpo, _ = calls["grpo"]()
     vectorized, _ = calls["grpo_vectorized"]()

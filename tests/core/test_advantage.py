@@ -254,7 +254,7 @@ def test_batch_scope_uses_the_reward_range_and_leaves_other_batches_to_grpo():
 
 
 def test_scores_outside_the_reward_range_warn():
-    with pytest.warns(UserWarning, match=r"outside algorithm.avspo.reward_range=\[0.0, 1.0\]"):
+    with pytest.warns(UserWarning, match=r"outside algorithm.acr.reward_range=\[0.0, 1.0\]"):
         avspo([2.0, 2.0], uids([2]))
 
 

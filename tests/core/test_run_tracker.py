@@ -57,6 +57,14 @@ def test_a_step_measures_its_batch_once_whoever_measures_first(monkeypatch):
     assert report["avspo/triggered"] == pytest.approx(2 / 3) and report["acr/stalled"] == 0.0
 
 
+def test_without_a_host_each_estimator_call_measures_its_own_batch():
+    """Bare verl (no host closes steps): a step's measurement never leaks into the next call."""
+    tracker = avspo_tracker()
+    tracker.avspo_advantages(*outcome(SCORES), INDEX)
+    flat = torch.tensor([1.0, 0, 1, 0] * 3)  # no group collapsed
+    assert tracker.avspo_advantages(*outcome(flat), INDEX).decision.signal == 0.0
+
+
 def test_the_estimator_decides_on_the_hosts_measurement_of_the_step():
     """The host measured the real rows (and the groups a filter dropped); the estimator's batch has
     a padding row more. θ and s_t follow the host's ACR, not the padded batch's."""

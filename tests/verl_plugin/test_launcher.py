@@ -129,7 +129,8 @@ def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode):
     assert checked.warnings == []
 
 
-def test_the_acr_hook_with_a_colocated_reward_model_is_refused_before_ray():
+def test_the_acr_hook_takes_a_colocated_reward_model_and_refuses_the_legacy_trainer():
+    # The adopted trainer measures at the advantage stage, after a colocated reward model scored.
     overrides = [
         *RUNNABLE,
         *HOOK_OVERRIDES,
@@ -137,8 +138,7 @@ def test_the_acr_hook_with_a_colocated_reward_model_is_refused_before_ray():
         "reward.reward_model.rollout.name=vllm",
         "reward.reward_model.enable_resource_pool=False",
     ]
-    with pytest.raises(ConfigCheckError, match="a colocated reward model .* scores only after sampling"):
-        check_config(compose_config(overrides))
+    check_config(compose_config(overrides))
     with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which has none"):
         check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
     check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine

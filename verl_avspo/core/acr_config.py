@@ -117,6 +117,7 @@ def resolve_acr(
     """
     problems = Problems()
     given = given_settings(mapping, section, ACR_KEYS, problems, example=f"{section}.tau=1e-6")
+    given = {key: value for key, value in given.items() if _is_given(value)}  # an all-null alert is not given
     where = dict.fromkeys(given, section)
     for key, value in _legacy_values(legacy).items():
         if key in given:

@@ -124,7 +124,7 @@ def compute_avspo_outcome_advantage(
     batch_low, batch_high = torch.stack([stats.min.min(), stats.max.max()]).tolist()
     if batch_low < lo or batch_high > hi:
         warnings.warn(
-            f"response scores fall outside algorithm.avspo.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
+            f"response scores fall outside algorithm.acr.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
             "split and the virtual rewards assume that range. Set reward_range to your verifier's [low, high].",
             stacklevel=2,
         )

@@ -87,6 +87,7 @@ class RunTracker:
         self.advice = advice
         # This step's: the raw measurement, the estimator's metrics, DCPO's prompt key per uid.
         self.measurement: Measurement | None = None
+        self._host_measured = False  # False: the estimator measured its own batch (no host measured the step)
         self._estimator_metrics: dict[str, float] = {}
         self._prompt_keys: dict[str, Any] = {}
 
@@ -96,9 +97,9 @@ class RunTracker:
         """The step's raw measurement of (bs,) ``scores`` grouped by (bs,) ``index``, with the groups
         ``dropped`` by a filter before this batch. A batch the estimator already measured this step
         is not measured again."""
-        if self.measurement is not None and dropped is None and self.measurement.same_batch(scores, index):
-            return self.measurement
-        self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range, dropped)
+        if self.measurement is None or dropped is not None or not self.measurement.same_batch(scores, index):
+            self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range, dropped)
+        self._host_measured = True
         return self.measurement
 
     def avspo_advantages(
@@ -108,8 +109,9 @@ class RunTracker:
         measurement; the first call of a step without one measures this batch as the step's."""
         if self.controller is None:
             raise ValueError("this run's tracker was built without AVSPO settings: it cannot compute avspo advantages")
-        if self.measurement is None:  # no host measured this step: this batch is the step's
-            self.measure(response_scores(token_level_rewards, response_mask, index), index)
+        if not self._host_measured:  # no host measured this step: this batch is the step's
+            scores = response_scores(token_level_rewards, response_mask, index)
+            self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range)
         with torch.no_grad():
             output = compute_avspo_outcome_advantage(
                 token_level_rewards,
@@ -189,7 +191,7 @@ class RunTracker:
             effective = effective_collapse_rate(advantages, ids, count, self.acr.tau)
         metrics = acr_metrics(measured.step_collapse, effective)
         metrics.update(self._estimator_metrics)
-        self.measurement, self._estimator_metrics = None, {}
+        self.measurement, self._host_measured, self._estimator_metrics = None, False, {}
         return metrics
 
     def observe_step(self, step: int, metrics: dict[str, float]) -> bool:

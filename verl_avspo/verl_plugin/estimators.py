@@ -3,7 +3,8 @@ registry; :mod:`verl_avspo.verl_plugin.register` registers them).
 
 Each is a thin function over the run's :class:`~verl_avspo.core.run_tracker.RunTracker`
 (:mod:`verl_avspo.verl_plugin.run_state`), which holds the state verl's stateless call cannot carry and
-collects the estimator's ``avspo/*`` metrics for the step's log. Imports only ``core_algos`` from verl.
+collects the estimator's ``avspo/*`` metrics for the step's log. Imports nothing from verl at import time
+(the launcher's checks use :func:`is_group_estimator` before verl is loaded).
 
 - ``algorithm.adv_estimator=avspo``: settings from ``algorithm.avspo`` and ``algorithm.acr``
   (``verl_avspo.core.config``) and ``algorithm.norm_adv_by_std_in_grpo``.
@@ -19,7 +20,6 @@ import inspect
 from typing import Any
 
 import torch
-from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.advantage import token_advantages
 from verl_avspo.verl_plugin.run_state import tracker_for
@@ -86,5 +86,7 @@ def compute_dcpo_advantage(
 def is_group_estimator(name: str) -> bool:
     """Whether the registered estimator ``name`` normalises within prompt groups: verl passes the
     uid array only to estimators that take an ``index`` argument (grpo, rloo, avspo, ...)."""
+    from verl.trainer.ppo import core_algos
+
     fn = core_algos.get_adv_estimator_fn(name)
     return "index" in inspect.signature(fn).parameters
