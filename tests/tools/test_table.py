@@ -3,8 +3,6 @@ verl's own V1 ``PPOTrainer._val_metrics_update`` (the function that names them i
 the sandbox's logs and OpenRLHF's TensorBoard; one row per run, named as ``report`` names it; and
 the notes that say what a log lacks (steps, acr/*, validation)."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
@@ -136,34 +134,11 @@ def test_runs_of_the_same_file_name_in_different_folders_are_different_rows(tmp_
     ]
 
 
-def write_sandbox_run(path, acr: float, effective: float, steps: int = 4):
-    """A log as the sandbox writes it (verl_avspo.sandbox.loop): an evaluation at step 0, then
-    per-step training metrics, evaluated again at the last step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    evaluation = {"eval/acc_level_1": 0.5, "eval/pass@4_level_1": 0.75, "eval/acc_mean": 0.5}
-    with path.open("w") as stream:
-        write_record(stream, 0, {**evaluation, "train/rollouts_cumulative": 0})
-        for step in range(1, steps + 1):
-            data = {
-                "acr/rate": acr,
-                "acr/all_correct": acr / 2,
-                "acr/all_wrong": acr / 2,
-                "acr/groups": 16.0,
-                "acr/singletons": 0.0,
-                "acr/reward_mean": 0.4,
-                "acr/effective": effective,
-                "train/reward_mean": 0.4,
-                "actor/pg_loss": 0.1,
-            }
-            write_record(stream, step, {**data, **(evaluation if step == steps else {})})
-    return path
-
-
-def test_the_sandboxs_estimators_with_the_same_seed_are_not_merged(tmp_path, capsys):
+def test_the_sandboxs_estimators_with_the_same_seed_are_not_merged(tmp_path, capsys, sandbox_log):
     # The sandbox writes runs/<estimator>/seed<N>.jsonl: before, both were "seed0" and one row
     # averaged GRPO's and AVSPO's effective ACR (0.28 for runs at 0.54 and 0.07).
-    write_sandbox_run(tmp_path / "runs" / "grpo" / "seed0.jsonl", 0.54, 0.54)
-    write_sandbox_run(tmp_path / "runs" / "avspo" / "seed0.jsonl", 0.54, 0.07)
+    sandbox_log(tmp_path / "runs" / "grpo" / "seed0.jsonl", 0.54, 0.54)
+    sandbox_log(tmp_path / "runs" / "avspo" / "seed0.jsonl", 0.54, 0.07)
     assert main(["table", str(tmp_path / "runs")]) == 0
     printed = capsys.readouterr().out
     rows = printed.split("\n\n")[0].splitlines()[2:]
@@ -171,16 +146,11 @@ def test_the_sandboxs_estimators_with_the_same_seed_are_not_merged(tmp_path, cap
     assert "- grpo/seed0: no pass@1: the log has no validation per benchmark (verl's val-core/" in printed
 
 
-def test_a_tensorboard_directory_reads_and_a_log_without_acr_says_why_its_row_is_empty(tmp_path, capsys):
-    logging_utils = pytest.importorskip("openrlhf.utils.logging_utils", reason="needs OpenRLHF and tensorboard")
-    args = SimpleNamespace(
-        logger=SimpleNamespace(tensorboard_dir=str(tmp_path / "tb"), wandb=SimpleNamespace(run_name="or"))
-    )
-    logger = logging_utils.TensorboardLogger(args)  # OpenRLHF's own logger: train/<key>, eval/<key>
-    for step in range(1, 5):
-        logger.log_train(step, {"reward": 0.5, "acr/rate": 0.25, "acr/effective": 0.25, "policy_loss": 0.1})
-    logger.log_eval(4, {"eval_math500_pass1": 0.75})
-    logger.close()
+def test_a_tensorboard_directory_reads_and_a_log_without_acr_says_why_its_row_is_empty(
+    tmp_path, capsys, openrlhf_tensorboard
+):
+    rows = {step: {"reward": 0.5, "acr/rate": 0.25, "acr/effective": 0.25, "policy_loss": 0.1} for step in range(1, 5)}
+    openrlhf_tensorboard(tmp_path / "tb", "or", rows, {4: {"eval_math500_pass1": 0.75}})
     write_run(tmp_path / "plain" / "metrics.jsonl", [], {1: {"math500": [0.0]}})  # validation only, no acr/*
     assert main(["table", str(tmp_path / "tb"), str(tmp_path / "plain")]) == 0
     table, notes = capsys.readouterr().out.split("\n\n")

@@ -200,7 +200,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "--fail-on conditions (exit status 3 when one holds for a run): "
         + "; ".join(f"{name}: {meaning}" for name, meaning in FAIL_CONDITIONS.items())
-        + f"; NAME>X or NAME<X: the run's figure NAME ({', '.join(FAIL_VALUES)}) above or below X."
+        + f"; 'NAME>X' or 'NAME<X' (quoted in a shell): the run's figure NAME ({', '.join(FAIL_VALUES)}) above or "
+        "below X."
     )
     parser.add_argument("logs", nargs="+", help="verl JSONL logs, TensorBoard event files, wandb CSV exports, or dirs")
     parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
