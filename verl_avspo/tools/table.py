@@ -54,6 +54,9 @@ BENCHMARK_NAMES = {
     "mmlu_pro": "MMLU-Pro",
 }
 OUT_OF_DOMAIN = frozenset({"mmlu_pro"})
+_VALIDATION = (
+    "validation per benchmark (verl's val-core/<data_source>/acc/mean@N, OpenRLHF's eval/eval_<data_source>_pass1)"
+)
 # verl's validation, and OpenRLHF's (wandb and TensorBoard names).
 _PASS_AT_1 = (
     re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$"),
@@ -116,11 +119,6 @@ def table_row(
         else:
             row.notes.append(rate_problem(frame, "acr/effective"))
         row.steps = int(frame["acr/rate"].dropna().index.max())
-    if not row.pass_at_1:
-        row.notes.append(
-            "no pass@1: the log has no validation per benchmark (verl's val-core/<data_source>/acc/mean@N, "
-            "OpenRLHF's eval/eval_<data_source>_pass1)"
-        )
     return row
 
 
@@ -161,6 +159,10 @@ def markdown_table(rows: list[TableRow], early_steps: int = EARLY_STEPS) -> str:
 def notes(rows: list[TableRow]) -> str:
     """What each run's log lacks, a Markdown list ("" when nothing is missing)."""
     lines = [f"- {row.name}: {note}." for row in rows for note in row.notes]
+    lacking = [row.name for row in rows if not row.pass_at_1]
+    if lacking:
+        which = "no run logs" if len(lacking) == len(rows) else f"{', '.join(lacking)}: no"
+        lines.append(f"- {which} {_VALIDATION}, so no pass@1.")
     return "\n".join(["Notes:", *lines]) if lines else ""
 
 
