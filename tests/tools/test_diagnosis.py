@@ -56,8 +56,8 @@ def test_rates_out_of_range_or_all_nan_are_reported_not_diagnosed(tmp_path):
     odd = write_verl_log(tmp_path / "odd.jsonl", {s: {"acr/rate": 5.0, "critic/score/mean": 0.5} for s in (1, 2, 3)})
     diagnosis = diagnose("odd", read_run(odd))
     assert diagnosis.findings == [
-        "odd: acr/rate holds 3 value(s) outside [0, 1] (5 at step 1, 5 at step 2, 5 at step 3): it is a fraction of "
-        "groups as verl-avspo logs it, so this column is from something else and is not used."
+        "odd: acr/rate holds 3 value(s) outside [0, 1] (5 at step 1, 5 at step 2, 5 at step 3): verl-avspo logs it "
+        "as a fraction of groups, so this column comes from something else and is not used."
     ]
     assert "mean ACR" not in diagnosis.row and diagnosis.values["unusable_columns"].keys() == {"acr/rate"}
 
@@ -78,7 +78,9 @@ def test_a_resumed_log_says_which_steps_are_missing_and_the_findings_carry_it(tm
     # Stock main_ppo resumed after step 3: verl's FileLogger rewrote the file, steps 4-5 remain.
     avspo = {"acr/rate": 0.4, "acr/all_correct": 0.1, "acr/all_wrong": 0.3, "acr/effective": 0.4}
     avspo |= {"avspo/triggered": 0.0, "avspo/threshold": 0.5, "critic/score/mean": 0.5}
-    diagnosis = diagnose("resumed", read_run(write_verl_log(tmp_path / "r.jsonl", {4: avspo, 5: avspo})))
+    validation = {"val-core/math/acc/mean@1": 0.5}  # verl validates at the step it resumes from
+    rows = {3: validation, 4: avspo, 5: avspo}
+    diagnosis = diagnose("resumed", read_run(write_verl_log(tmp_path / "r.jsonl", rows)))
     assert diagnosis.findings[0] == (
         "resumed: the log starts at step 4: steps 1–3 are not in it (a resumed run whose earlier rows were lost; "
         "verl's file logger rewrites its file when a run resumes)."

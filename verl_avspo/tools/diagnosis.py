@@ -165,7 +165,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
                 f"{name}: AVSPO augmented {triggered:.1%} of the groups per step on average; groups left with zero "
                 f"advantage went from {acr.mean():.3f} (raw ACR) to {effective:.3f} (effective){caveat}."
             )
-    else:
+    elif "avspo/triggered" not in problems:
         diagnosis.findings.append(
             f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
             "To try AVSPO on the same setup: algorithm.adv_estimator=avspo."

@@ -341,7 +341,9 @@ def read_run_logs(
                 unreadable.append(str(err))
                 continue
             for panel_run, frame in found.items():
-                name = label if panel_run is None else panel_run if panel_run not in grouped else f"{label}/{panel_run}"
+                name = label if panel_run is None else panel_run
+                if panel_run is not None and panel_run in grouped:  # a panel's run named like another log's
+                    name = f"{label}/{panel_run}"
                 runs.setdefault(name, []).append(frame)
     if unreadable and not runs:
         raise ValueError("no log could be read: " + " | ".join(unreadable))

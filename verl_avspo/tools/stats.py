@@ -140,7 +140,7 @@ def rate_problem(frame: pd.DataFrame, column: str) -> str | None:
     shown = ", ".join(f"{value:g} at step {step}" for step, value in outside.iloc[:3].items())
     return (
         f"{column} holds {len(outside)} value(s) outside [0, 1] ({shown}{', ...' if len(outside) > 3 else ''}): "
-        "it is a fraction of groups as verl-avspo logs it, so this column is from something else and is not used"
+        "verl-avspo logs it as a fraction of groups, so this column comes from something else and is not used"
     )
 
 
@@ -213,10 +213,12 @@ def _and(parts: list[str]) -> str:
 
 
 def step_coverage(frame: pd.DataFrame) -> StepCoverage:
-    """Which steps ``frame`` (a run's metrics, indexed by step) holds. Rows are at the most common
+    """Which training steps ``frame`` (a run's metrics, indexed by step) holds. Rows are at the most common
     step apart (its stride); a larger step between two rows is a gap, unless more than a tenth of
     them differ from the stride (an unevenly sampled export: ``irregular``)."""
-    steps = np.asarray(sorted(frame.index), dtype=int)
+    # Training rows only: verl logs a validation at the step a run starts or resumes from.
+    training = frame.drop(columns=validation_columns(frame)).dropna(how="all")
+    steps = np.asarray(sorted((training if len(training) else frame).index), dtype=int)
     repeated = tuple(frame.attrs.get("repeated_steps", ()))
     differences = np.diff(steps)
     if differences.size == 0:
