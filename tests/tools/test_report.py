@@ -213,9 +213,10 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         cli.main(["report", str(log), "--window", "0", "--threshold", "nan", "--out", str(tmp_path / "out")])
     message = str(refused.value)
-    assert "--rule, --window and --threshold are algorithm.avspo.alert's keys" in message
-    assert "algorithm.avspo.alert.window=0 is invalid: expected an integer >= 1." in message
-    assert "algorithm.avspo.alert.threshold=nan is invalid: expected a finite number." in message
+    assert "--rule, --window and --threshold are the live stall alert's settings" in message
+    # Named by the alert's own keys (algorithm.acr.alert.*, algorithm.avspo.alert.* before).
+    assert "alert.window=0 is invalid: expected an integer >= 1." in message
+    assert "alert.threshold=nan is invalid: expected a finite number." in message
     assert not (tmp_path / "out").exists()
 
 

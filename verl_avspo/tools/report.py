@@ -213,7 +213,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--rule",
         choices=ALERT_RULES,
         default=defaults.rule,
-        help=f"stall rule, as algorithm.avspo.alert.rule (default {defaults.rule}; acr is the paper's)",
+        help=f"stall rule, as the live alert's rule setting (default {defaults.rule}; acr is the paper's)",
     )
     parser.add_argument(
         "--window", type=int, default=defaults.window, help=f"stall rule: consecutive steps (default {defaults.window})"
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as err:
         flags = "\n".join(f"  {problem}" for problem in err.problems)
         raise SystemExit(
-            f"verl-avspo report: --rule, --window and --threshold are algorithm.avspo.alert's keys:\n{flags}"
+            f"verl-avspo report: --rule, --window and --threshold are the live stall alert's settings:\n{flags}"
         ) from None
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
