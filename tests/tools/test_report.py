@@ -201,6 +201,26 @@ def test_wandb_history_csv(tmp_path):
         read_run(path)
 
 
+def test_openrlhf_wandb_history_is_read_by_its_global_step(tmp_path):
+    # OpenRLHF's WandbLogger: train/<key> with train/global_step, evaluations as eval/<key> in their own
+    # log calls, so wandb's _step runs ahead of the training step.
+    path = tmp_path / "openrlhf.csv"
+    pd.DataFrame(
+        {
+            "_step": [0, 1, 2, 3],
+            "train/global_step": [1, 2, None, 3],
+            "train/reward": [0.25, 0.5, None, 0.75],
+            "train/acr/rate": [0.5, 0.4, None, 0.3],
+            "eval/eval_math500_pass1": [None, None, 0.5, None],
+            "eval/global_step": [None, None, 2, None],
+        }
+    ).to_csv(path, index=False)
+    frame = read_run(path)
+    assert frame["acr/rate"].to_dict() == {1: 0.5, 2: 0.4, 3: 0.3}
+    assert diagnose("openrlhf", frame).row["final score"] == "0.750"
+    assert frame["eval/eval_math500_pass1"].dropna().to_dict() == {2: 0.5}
+
+
 def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no logs .* found in"):
         cli.main(["report", str(tmp_path)])

@@ -202,6 +202,9 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return _as_metrics_frame(pd.DataFrame(columns), path)
 
 
+# The training step of a wandb export, preferred first: OpenRLHF logs its own step as
+# train/global_step (wandb's _step counts its log calls, evaluations included).
+_STEP_COLUMNS = ("step", "train/global_step", "_step", "Step", "global_step")
 # A wandb chart panel's CSV export: "Step", then "<run> - <metric>" with its "__MIN"/"__MAX" bands.
 _PANEL_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
 
@@ -214,9 +217,11 @@ def _read_csv(path: Path) -> dict[str | None, pd.DataFrame]:
         frame = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a readable CSV: {str(err).splitlines()[0]}") from None
-    step = next((name for name in ("step", "_step", "Step", "global_step") if name in frame), None)
+    step = next((name for name in _STEP_COLUMNS if name in frame), None)
     if step is None:
-        raise ValueError(f"{path} has no step column (step, _step, Step or global_step); columns: {list(frame)[:8]}")
+        raise ValueError(f"{path} has no step column ({', '.join(_STEP_COLUMNS)}); columns: {list(frame)[:8]}")
+    if step == "train/global_step" and "eval/global_step" in frame:  # OpenRLHF's evaluation rows
+        frame[step] = frame[step].fillna(frame["eval/global_step"])
     numeric = frame.set_index(step).apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
     numeric = numeric[numeric.index.notna()]
     panel = {column: _PANEL_COLUMN.match(column) for column in numeric}
