@@ -363,6 +363,10 @@ def test_fail_on_incomplete_and_no_acr(tmp_path):
     assert cli.main(["report", str(resumed), *out, "--fail-on", "incomplete"]) == 3
     assert cli.main(["report", str(resumed), *out, "--fail-on", "no-acr"]) == 3
     assert cli.main(["report", str(resumed), *out, "--fail-on", "unusable"]) == 0
+    assert cli.main(["report", str(resumed), *out, "--json", str(tmp_path / "r.json")]) == 0
+    (run,) = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert run["stalled"] is None and run["mean_acr"] is None and run["stalls"] == []
+    assert run["coverage"]["starts_late"] is True and run["coverage"]["missing"] == "steps 1–3 missing"
 
 
 def test_json_refuses_to_overwrite_a_log(tmp_path):

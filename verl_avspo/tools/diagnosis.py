@@ -33,6 +33,7 @@ from verl_avspo.tools.stats import (
 
 __all__ = ["PAPER_FIT", "RunDiagnosis", "diagnose"]
 
+_ACR_FIGURES = ("mean_acr", "acr_100", "acr_100_steps", "all_correct", "all_wrong", "effective", "avspo_triggered")
 PAPER_FIT = (51.4, -29.6)  # MATH-500 accuracy (%) ≈ 51.4 − 29.6·ACR_100, the paper's own regression
 
 
@@ -94,6 +95,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
             "final_validation": validation,
         }
     )
+    # Every run has every key (null when the log cannot give it), for report --json.
+    values.update(dict.fromkeys(_ACR_FIGURES), stalled=None, stalls=[], longest_streak=None)
     if (said := coverage.describe()) is not None:
         diagnosis.findings.append(f"{name}: {said}.")
     problems = {column: problem for column in RATES if (problem := rate_problem(frame, column)) is not None}
@@ -194,7 +197,6 @@ def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: d
     of high values (stalls within one streak, or touching, as one), or the longest such streak if
     it never stalled. Records ``stalled`` (None: not checked), ``stalls`` and ``longest_streak``."""
     signal = ALERT_SIGNALS[alert.rule]
-    values["stalled"] = None
     # The rule's reward: our acr/reward_mean (the live alert's), else the framework's mean score.
     reward = REWARD_KEY if REWARD_KEY in frame and frame[REWARD_KEY].notna().any() else score_column(frame)
     needed = [signal] + ([reward or REWARD_KEY] if alert.rule == "acr_no_gain" else [])

@@ -138,7 +138,7 @@ def _holds(condition: str, diagnosis: RunDiagnosis) -> bool:
         coverage = values["coverage"]
         return bool(coverage["starts_late"] or coverage["gaps"] or coverage["repeated"])
     if condition == "no-acr":
-        return "mean_acr" not in values
+        return values["mean_acr"] is None
     if condition == "unusable":
         return bool(values["unusable_columns"])
     match = _FAIL_COMPARISON.match(condition)
