@@ -134,7 +134,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     )
 
     stall = _stall_finding(name, frame.loc[acr.index], alert, values)
-    diagnosis.findings.append(stall if values["stalled"] else _with(stall, caveat))
+    diagnosis.findings.append(_with(stall, caveat) if values["stalled"] is False else stall)
 
     intercept, slope = PAPER_FIT
     diagnosis.findings.append(
