@@ -1,5 +1,6 @@
 """The package's layers, read from the source: the core imports no framework, no module imports
-another in a cycle, and the old public module paths lead to the new ones."""
+another in a cycle (across subpackages, or inside one: a module reading back from its own package's
+``__init__``), and the old public module paths lead to the new ones."""
 
 import ast
 import os
