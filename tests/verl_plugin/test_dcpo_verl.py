@@ -3,59 +3,37 @@ trainer's advantage stage (real TransferQueue on a local Ray cluster), its histo
 and the ``dcpo`` policy loss through verl's policy-loss registry.
 
 Nothing here needs a GPU except the actor worker group's checkpoint save/load, which is stubbed
-(``RecordingWorkerGroup`` from tests/verl_plugin/test_trainer_v1.py's pattern).
+(``RecordingWorkerGroup``, tests/support/helpers.py).
 """
 
 import logging
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf
-from torchdata.stateful_dataloader import StatefulDataLoader
-from verl import DataProto
+from helpers import TRAINER_BASE, grouped_data, make_trainer, put_groups, with_checkpoint_parts
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds
 from verl_avspo.verl_plugin import dcpo_loss, estimators, run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
-from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
 
 pytestmark = [pytest.mark.usefixtures("fresh_estimator_state"), pytest.mark.verl]
 
-BASE = [
-    "actor_rollout_ref.rollout.name=vllm",
-    "actor_rollout_ref.rollout.n=4",
-    "trainer.logger=[console]",
-    "algorithm.adv_estimator=dcpo",
-]
+DCPO = "algorithm.adv_estimator=dcpo"
 
 
 def algorithm_config(*overrides):
-    return compose_config([*BASE, *overrides]).algorithm  # the DictConfig verl's trainers pass
+    return compose_config([*TRAINER_BASE, DCPO, *overrides]).algorithm  # the DictConfig verl's trainers pass
 
 
 # ---- verl's registry and compute_advantage ------------------------------------------------------
-
-
-def outcome_batch(groups, uid_tag):
-    """A DataProto with one group per list of scores (score on each response's last of 3 tokens)."""
-    scores = torch.tensor([s for group in groups for s in group], dtype=torch.float32)
-    rewards = torch.zeros(len(scores), 3)
-    rewards[:, -1] = scores
-    uid = np.array([f"{uid_tag}{g}" for g, group in enumerate(groups) for _ in group], dtype=object)
-    return DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(len(scores), 3)},
-        non_tensors={"uid": uid},
-    )
 
 
 def test_dcpo_is_registered_in_verls_registry():
@@ -73,7 +51,7 @@ def test_compute_advantage_scripted_visits_match_the_reward_history():
     ]
     reference = PromptRewardHistory(epsilon=1e-6)
     for step, (groups, prompts) in enumerate(steps):
-        data = outcome_batch(groups, f"s{step}_")
+        data = grouped_data(groups, f"s{step}_")
         run_state.tracker_for(config, "dcpo").set_prompt_keys({f"s{step}_{g}": key for g, key in enumerate(prompts)})
         data = compute_advantage(data, adv_estimator="dcpo", config=config)
         advantages = data.batch["advantages"]
@@ -105,12 +83,12 @@ def test_compute_advantage_scripted_visits_match_the_reward_history():
 def test_the_config_reaches_the_history(overrides, expected):
     config = algorithm_config(*overrides)
     run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
-    data = compute_advantage(outcome_batch([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=config)
+    data = compute_advantage(grouped_data([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=config)
     assert data.batch["advantages"][:, -1].tolist() == pytest.approx(expected, rel=1e-6)
 
 
 def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
-    data = outcome_batch([[1, 0, 1, 0]], "x")
+    data = grouped_data([[1, 0, 1, 0]], "x")
     with pytest.raises(ValueError, match=r"no prompt identity for any uid.*python -m verl_avspo\.main_ppo"):
         compute_advantage(data, adv_estimator="dcpo", config=algorithm_config())
 
@@ -118,15 +96,15 @@ def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
 def test_keys_are_consumed_by_one_call():
     config = algorithm_config()
     run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
-    compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+    compute_advantage(grouped_data([[1, 0]], "x"), adv_estimator="dcpo", config=config)
     with pytest.raises(ValueError, match="no prompt identity"):
-        compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+        compute_advantage(grouped_data([[1, 0]], "x"), adv_estimator="dcpo", config=config)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
     config = algorithm_config()
-    data = outcome_batch([[1, 0, 1, 0]], "x")
+    data = grouped_data([[1, 0, 1, 0]], "x")
     data.batch["token_level_rewards"][1, -1] = bad
     run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
     with pytest.raises(ValueError, match=r"1 response score\(s\) are not finite.*uid=\['x0'\]"):
@@ -135,7 +113,7 @@ def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
 
 
 def test_a_mask_of_the_wrong_shape_is_refused():
-    data = outcome_batch([[1, 0]], "x")
+    data = grouped_data([[1, 0]], "x")
     run_state.tracker_for(algorithm_config(), "dcpo").set_prompt_keys({"x0": 1})
     with pytest.raises(ValueError, match=r"response_mask shape \(2, 2\) does not match"):
         estimators.compute_dcpo_advantage(
@@ -146,35 +124,15 @@ def test_a_mask_of_the_wrong_shape_is_refused():
 # ---- the V1 trainer's advantage stage -----------------------------------------------------------
 
 
-def make_trainer(*overrides):
-    config = compose_config([*BASE, *overrides])
-    OmegaConf.resolve(config)  # as TaskRunnerV1.run does
-    return AVSPOTrainerSync(config=config)
-
-
 def put_prompts(tag, groups, indices, texts=None):
-    """One group per list of scores, each with the dataset ``index`` verl stores with every
-    response and a ``raw_prompt`` (``problem <index>`` unless ``texts`` are given); score on the
-    last of 2 + i tokens as verl's reward loop writes it."""
-    keys, fields = [], []
+    """:func:`helpers.put_groups` with the dataset ``index`` verl stores with every response and a
+    ``raw_prompt`` (``problem <index>`` unless ``texts`` are given)."""
     texts = texts or [f"problem {index}" for index in indices]
-    for g, (scores, index, text) in enumerate(zip(groups, indices, texts, strict=True)):
-        for s, score in enumerate(scores):
-            rm_scores = torch.zeros(2 + s)
-            rm_scores[-1] = score
-            keys.append(f"{tag}g{g}_{s}_0")
-            fields.append(
-                {
-                    "uid": f"{tag}g{g}",
-                    "index": index,
-                    "raw_prompt": [{"role": "user", "content": text}],
-                    "response_mask": torch.ones(2 + s, dtype=torch.int64),
-                    "rm_scores": rm_scores,
-                }
-            )
-    return tq.kv_batch_put(
-        keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=[{} for _ in keys]
-    )
+    prompts = [
+        {"index": index, "raw_prompt": [{"role": "user", "content": text}]}
+        for index, text in zip(indices, texts, strict=True)
+    ]
+    return put_groups(tag, groups, group_fields=prompts)
 
 
 def run_steps(trainer, tag, steps):
@@ -209,7 +167,7 @@ def reference_advantages(steps):
 @pytest.mark.usefixtures("transfer_queue_cluster")
 @pytest.mark.parametrize("prompt_key", ["index", "raw_prompt"])
 def test_trainer_passes_prompt_keys_from_the_batch(prompt_key):
-    trainer = make_trainer(f"algorithm.dcpo.prompt_key={prompt_key}")
+    trainer = make_trainer(DCPO, f"algorithm.dcpo.prompt_key={prompt_key}")
     got = run_steps(trainer, f"k{prompt_key}", STEPS)
     for step, (a, b) in enumerate(zip(got, reference_advantages(STEPS), strict=True)):
         assert torch.allclose(a, b, atol=1e-6), step
@@ -221,7 +179,7 @@ def test_trainer_passes_prompt_keys_from_the_batch(prompt_key):
 @pytest.mark.usefixtures("transfer_queue_cluster")
 def test_trainer_refuses_different_prompts_that_share_an_index():
     # As with two train files that each number extra_info.index from 0.
-    trainer = make_trainer()
+    trainer = make_trainer(DCPO)
     batch = put_prompts("same", [[1, 0], [0, 1], [1, 1]], [0, 0, 1], ["2+2", "3*4", "1+1"])
     with pytest.raises(ValueError, match="2 different prompts of this batch have the same index 0"):
         trainer._compute_advantage(batch, {})
@@ -230,7 +188,7 @@ def test_trainer_refuses_different_prompts_that_share_an_index():
 
 @pytest.mark.usefixtures("transfer_queue_cluster")
 def test_the_same_prompt_twice_in_a_batch_is_two_visits():
-    trainer = make_trainer()
+    trainer = make_trainer(DCPO)
     batch = trainer._compute_advantage(put_prompts("twice", [[1, 0], [1, 1]], [6, 6]), {})
     assert trainer.tracker.dcpo_history.stats(6) == pytest.approx({"visits": 2, "count": 4, "mean": 0.75, "std": 0.5})
     tq.kv_clear(keys=batch.keys, partition_id="train")
@@ -238,7 +196,7 @@ def test_the_same_prompt_twice_in_a_batch_is_two_visits():
 
 @pytest.mark.usefixtures("transfer_queue_cluster")
 def test_padding_rows_get_zero_and_stay_out_of_the_history():
-    trainer = make_trainer()
+    trainer = make_trainer(DCPO)
     batch = upsample_batch_to_divisible_size(put_prompts("pad", [[1, 0, 1]], [4]), 4, eos_token_id=0)
     batch = trainer._compute_advantage(batch, {})
     data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
@@ -248,32 +206,13 @@ def test_padding_rows_get_zero_and_stay_out_of_the_history():
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
-class RecordingWorkerGroup:
-    """Stands in for the FSDP actor worker group (it needs GPUs)."""
-
-    def __init__(self):
-        self.loaded = []
-
-    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
-        os.makedirs(local_path, exist_ok=True)
-
-    def load_checkpoint(self, local_path, del_local_after_load=False):
-        self.loaded.append(local_path)
-
-
-def with_checkpoint_parts(trainer):
-    trainer.actor_rollout_wg = RecordingWorkerGroup()
-    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
-    return trainer
-
-
 @pytest.mark.usefixtures("transfer_queue_cluster")
 def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_path, caplog):
     overrides = [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto"]
-    uninterrupted = run_steps(make_trainer(*overrides), "u", STEPS)
+    uninterrupted = run_steps(make_trainer(DCPO, *overrides), "u", STEPS)
 
     run_state.reset()
-    first = with_checkpoint_parts(make_trainer(*overrides))
+    first = with_checkpoint_parts(make_trainer(DCPO, *overrides))
     before = run_steps(first, "f", STEPS[:2])
     first.global_steps = 2
     first._save_checkpoint()
@@ -281,7 +220,7 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
     assert state["dcpo"] is not None and state["controller"] is None
 
     run_state.reset()  # a new process: the history survives only through the checkpoint
-    resumed = with_checkpoint_parts(make_trainer(*overrides))
+    resumed = with_checkpoint_parts(make_trainer(DCPO, *overrides))
     resumed._load_checkpoint()
     assert resumed.global_steps == 2 and len(resumed.tracker.dcpo_history) == 4
     after = run_steps(resumed, "r", STEPS[2:])
@@ -289,7 +228,7 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
         assert torch.equal(a, b)
 
     run_state.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
-    other = with_checkpoint_parts(make_trainer(*overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
+    other = with_checkpoint_parts(make_trainer(DCPO, *overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
     with caplog.at_level(logging.WARNING, logger="verl_avspo.core.run_tracker"):
         other._load_checkpoint()
     assert len(other.tracker.dcpo_history) == 0
@@ -299,7 +238,7 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
     assert len(other.tracker.dcpo_history) == 4
 
     run_state.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
-    fresh = run_steps(make_trainer(), "c", STEPS[2:3])
+    fresh = run_steps(make_trainer(DCPO), "c", STEPS[2:3])
     assert not torch.equal(fresh[0], uninterrupted[2])
 
 

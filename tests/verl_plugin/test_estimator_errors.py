@@ -5,6 +5,7 @@ estimator's entry point (``verl_plugin.register``) and through verl's own ``comp
 import numpy as np
 import pytest
 import torch
+from helpers import group_uids, outcome_batch, outcome_data
 from omegaconf import OmegaConf
 
 from verl_avspo.verl_plugin.register import compute_avspo_advantage
@@ -12,12 +13,10 @@ from verl_avspo.verl_plugin.register import compute_avspo_advantage
 pytestmark = pytest.mark.verl
 
 
-def batch(scores, uids=None, length=4):
-    scores = torch.as_tensor(scores, dtype=torch.float32)
-    rewards = torch.zeros(len(scores), length)
-    rewards[:, -1] = scores
-    uids = np.array([f"q{i // 2}" for i in range(len(scores))], dtype=object) if uids is None else uids
-    return {"token_level_rewards": rewards, "response_mask": torch.ones_like(rewards), "index": uids}
+def batch(scores):
+    """The estimator's inputs for groups of two responses of 4 tokens (uids q0, q1, ...)."""
+    rewards, mask = outcome_batch(scores, length=4)
+    return {"token_level_rewards": rewards, "response_mask": mask, "index": group_uids([2] * (len(scores) // 2), "q")}
 
 
 CONFIG = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper"}})
@@ -57,14 +56,10 @@ def test_malformed_batches(mutate, message):
 
 
 def test_bad_setting_through_verl_compute_advantage():
-    from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     inputs = batch([1.0, 0.0, 1.0, 1.0])
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": inputs["token_level_rewards"], "response_mask": inputs["response_mask"]},
-        non_tensors={"uid": inputs["index"]},
-    )
+    data = outcome_data(inputs["token_level_rewards"], inputs["response_mask"], inputs["index"])
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"strategy": "oposite"}})
     with pytest.raises(ValueError, match="strategy='oposite' is invalid: allowed values are stratified, opposite"):
         compute_advantage(data, "avspo", config=config)

@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
+from helpers import group_uids, outcome_batch, outcome_data
 from omegaconf import OmegaConf
 
 from verl_avspo.verl_plugin import estimators, run_state
@@ -80,19 +80,13 @@ def test_a_foreign_avspo_registration_is_refused():
 
 
 def test_through_verl_compute_advantage_on_dataproto():
-    from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     run_state.reset()
     scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
-    rewards = torch.zeros(8, 5)
-    rewards[:, -1] = scores
-    mask = torch.ones(8, 5)
+    rewards, mask = outcome_batch(scores, length=5)
     mask[0, 3:] = 0
-    uid = np.array(["q0"] * 4 + ["q1"] * 4, dtype=object)
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid}
-    )
+    data = outcome_data(rewards, mask, group_uids([4, 4], "q"))
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}})
     out = compute_advantage(data, "avspo", config=config)
     adv = out.batch["advantages"]

@@ -10,27 +10,25 @@ response ``uid`` and ``rm_scores``).
 """
 
 import pytest
-import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf
+from helpers import make_trainer, put_groups
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
-from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.sampler import ACRSampler
-from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerV1Mixin
+from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerV1Mixin, adopt, adopted_class
 
 pytestmark = [pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state"), pytest.mark.verl]
 
-BASE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=4", "trainer.logger=[console]"]
 DAPO = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward"]
 
 
-class RefillRecorder:
+class RefillRecorder(PPOTrainer):
     """verl's trainer with the rollout dispatch replaced by a record of the prompts asked for."""
 
     def _add_prompts_to_generate(self, count):
@@ -47,10 +45,8 @@ class ColocateAsyncTrainer(RefillRecorder, PPOTrainerColocateAsync):
 
 def build(trainer_cls, *overrides):
     mode = "colocate_async" if trainer_cls is ColocateAsyncTrainer else "sync"
-    config = compose_config([*BASE, *HOOK_OVERRIDES, f"trainer.v1.trainer_mode={mode}", *overrides])
-    OmegaConf.resolve(config)  # as TaskRunnerV1.run does
     trainer_cls.refills = []
-    return trainer_cls(config=config)
+    return make_trainer(*HOOK_OVERRIDES, f"trainer.v1.trainer_mode={mode}", *overrides, trainer_cls=trainer_cls)
 
 
 def put_finished_groups(tag, groups):
@@ -61,14 +57,7 @@ def put_finished_groups(tag, groups):
         partition_id="train",
         tags=[{"is_prompt": True, "status": "finished", "global_steps": 1} for _ in uids],
     )
-    keys, fields = [], []
-    for uid, scores in zip(uids, groups, strict=True):
-        for s, score in enumerate(scores):
-            rm_scores = torch.zeros(3)
-            rm_scores[-1] = score
-            keys.append(f"{uid}_{s}_0")
-            fields.append({"uid": uid, "response_mask": torch.ones(3, dtype=torch.int64), "rm_scores": rm_scores})
-    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=[{}] * len(keys))
+    put_groups(tag, groups, length=3)
 
 
 def clear(batch):
@@ -105,6 +94,23 @@ def test_the_hook_adopts_verls_trainer_as_the_launchers():
         assert isinstance(trainer, AVSPOTrainerV1Mixin) and isinstance(trainer, trainer_cls)
         assert type(trainer).__name__ == trainer_cls.__name__  # verl's own checks of the class still hold
         assert run_state.bound_tracker() is trainer.tracker and trainer.tracker.controller is not None
+
+
+@pytest.mark.parametrize("cls", [PPOTrainerSync, PPOTrainerColocateAsync, PPOTrainerSeparateAsync])
+def test_an_object_of_each_of_verls_own_trainer_classes_can_take_the_adopted_class(cls):
+    # What stock main_ppo builds: verl's class itself (the CPU e2e once failed here with "object layout differs").
+    trainer = object.__new__(cls)
+    trainer.__class__ = adopted_class(cls)
+    assert isinstance(trainer, AVSPOTrainerV1Mixin) and isinstance(trainer, cls)
+
+
+def test_a_class_python_cannot_change_is_refused_with_the_fix():
+    class PlainMixin:  # adds its own instance layout, unlike verl's ABC-based trainers
+        pass
+
+    cls = type("Custom", (PlainMixin, PPOTrainerSync), {})
+    with pytest.raises(TypeError, match=r"Base your mixins on abc\.ABC .*python -m verl_avspo\.main_ppo"):
+        adopt(object.__new__(cls))
 
 
 def test_a_sampled_batch_is_measured_at_the_advantage_stage():

@@ -2,17 +2,16 @@
 
 ``RayPPOTrainer.__init__`` needs a tokenizer, datasets and GPU worker classes, so the trainer is
 created with ``__new__`` and given only what the tested methods read; the FSDP actor worker group
-(GPU) is a recorder. The batch goes through verl's real ``compute_advantage``.
+(GPU) is a recorder (``helpers.RecordingWorkerGroup``). The batch goes through verl's real
+``compute_advantage``.
 """
 
 import logging
 
-import numpy as np
 import pytest
 import torch
+from helpers import grouped_batch, outcome_data, with_checkpoint_parts
 from omegaconf import OmegaConf
-from torchdata.stateful_dataloader import StatefulDataLoader
-from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from verl_avspo.verl_plugin import run_state
@@ -23,41 +22,19 @@ from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
 pytestmark = [pytest.mark.usefixtures("fresh_estimator_state"), pytest.mark.verl]
 
 
-class RecordingWorkerGroup:
-    """Stands in for the FSDP actor worker group, which needs GPUs."""
-
-    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
-        self.saved = local_path
-
-    def load_checkpoint(self, local_path, del_local_after_load=False):
-        self.loaded = local_path
-
-
 def legacy_trainer(*overrides):
     config = compose_config(["actor_rollout_ref.rollout.name=vllm", "trainer.use_v1=False", *overrides])
     OmegaConf.resolve(config)
     trainer = AVSPORayPPOTrainer.__new__(AVSPORayPPOTrainer)
     trainer.config, trainer.global_steps, trainer.use_critic = config, 0, False
-    trainer.actor_rollout_wg = RecordingWorkerGroup()
-    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
-    trainer._init_avspo()
+    with_checkpoint_parts(trainer)._init_avspo()
     return trainer
 
 
 def legacy_batch(groups, trainer):
     """A batch as the legacy fit loop has it after compute_advantage."""
-    scores = torch.tensor([s for group in groups for s in group], dtype=torch.float32)
-    rewards = torch.zeros(len(scores), 3)
-    rewards[:, -1] = scores
-    uid = np.array([f"q{g}" for g, group in enumerate(groups) for _ in group], dtype=object)
-    batch = DataProto.from_dict(
-        tensors={
-            "token_level_scores": rewards,
-            "token_level_rewards": rewards,
-            "response_mask": torch.ones(len(scores), 3),
-        },
-        non_tensors={"uid": uid},
-    )
+    rewards, mask, uids = grouped_batch(groups)
+    batch = outcome_data(rewards, mask, uids, token_level_scores=rewards)
     algorithm = trainer.config.algorithm
     return compute_advantage(batch, algorithm.adv_estimator, num_repeat=4, config=algorithm)
 
@@ -106,7 +83,7 @@ def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):
     run_state.reset()  # a new process
     resumed = legacy_trainer(*overrides)
     resumed._load_checkpoint()
-    assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == str(tmp_path / "global_step_2" / "actor")
+    assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == [str(tmp_path / "global_step_2" / "actor")]
     controller = resumed.tracker.controller
     assert controller.step == 2 and controller.threshold == pytest.approx(0.8)
     # Restored, θ_3 = 0.8 > ACR_3 and nothing is augmented; a fresh controller (θ = 0.5) would augment.

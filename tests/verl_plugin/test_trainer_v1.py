@@ -1,21 +1,19 @@
 """The V1 trainer subclass against a real TransferQueue on a local Ray cluster.
 
-``AVSPOTrainerSync(config)`` is built with verl's real ``PPOTrainer.__init__`` (it needs no GPU).
-What does need GPUs is stubbed, and only that: the FSDP actor worker group (``actor_rollout_wg``,
-whose save/load we record, and whose ``compute_log_prob`` output ``LogProbWorkerGroup`` writes)
-and, for ``step()``, the per-iteration GPU pipeline ``_step_once`` and the rollout dispatch
-``prepare_step``.
+``AVSPOTrainerSync(config)`` is built with verl's real ``PPOTrainer.__init__`` (it needs no GPU;
+``helpers.make_trainer``). What does need GPUs is stubbed, and only that: the FSDP actor worker
+group (``actor_rollout_wg``, whose save/load ``helpers.RecordingWorkerGroup`` records, and whose
+``compute_log_prob`` output ``LogProbWorkerGroup`` writes) and, for ``step()``, the per-iteration
+GPU pipeline ``_step_once`` and the rollout dispatch ``prepare_step``.
 """
 
 import logging
-import os
 
 import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf
-from torchdata.stateful_dataloader import StatefulDataLoader
+from helpers import make_trainer, put_groups, with_checkpoint_parts
 from transfer_queue.metadata import KVBatchMeta
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
@@ -26,42 +24,12 @@ from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.verl_plugin import run_state
-from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
 
 pytestmark = [pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state"), pytest.mark.verl]
 
-BASE = [
-    "actor_rollout_ref.rollout.name=vllm",
-    "actor_rollout_ref.rollout.n=4",
-    "trainer.logger=[console]",
-]
 REDUCING = ("max", "min", "sum", "total")
-
-
-def make_trainer(*overrides, trainer_cls=AVSPOTrainerSync):
-    config = compose_config([*BASE, *overrides])
-    OmegaConf.resolve(config)  # as TaskRunnerV1.run does
-    return trainer_cls(config=config)
-
-
-def put_groups(tag, groups):
-    """One prompt group per list of scores; response i of a group has 2 + i tokens and its score
-    on the last token, as verl's reward loop writes rm_scores. Returns the batch meta."""
-    keys, fields = [], []
-    for g, scores in enumerate(groups):
-        for s, score in enumerate(scores):
-            length = 2 + s
-            rm_scores = torch.zeros(length)
-            rm_scores[-1] = score
-            keys.append(f"{tag}g{g}_{s}_0")
-            fields.append(
-                {"uid": f"{tag}g{g}", "response_mask": torch.ones(length, dtype=torch.int64), "rm_scores": rm_scores}
-            )
-    return tq.kv_batch_put(
-        keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=[{} for _ in keys]
-    )
 
 
 def read_back(batch):
@@ -159,27 +127,6 @@ def test_with_filter_groups_acr_is_the_rate_before_filtering():
     tq.kv_clear(keys=[*meta.keys, *prompts], partition_id="train")
 
 
-class RecordingWorkerGroup:
-    """Stands in for the FSDP actor worker group (it needs GPUs): records save/load and writes a
-    marker so the folder layout is verl's."""
-
-    def __init__(self):
-        self.saved, self.loaded = [], []
-
-    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
-        os.makedirs(local_path, exist_ok=True)
-        self.saved.append((local_path, global_step))
-
-    def load_checkpoint(self, local_path, del_local_after_load=False):
-        self.loaded.append(local_path)
-
-
-def attach_checkpoint_parts(trainer):
-    trainer.actor_rollout_wg = RecordingWorkerGroup()
-    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
-    return trainer
-
-
 def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
     overrides = [
         "algorithm.avspo.strategy=random",  # its RNG state must survive too
@@ -209,7 +156,7 @@ def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
     assert len({threshold for threshold, _ in uninterrupted}) > 2  # θ really moves
 
     run_state.reset()
-    first = attach_checkpoint_parts(make_trainer(*overrides))
+    first = with_checkpoint_parts(make_trainer(*overrides))
     before = run_steps(first, "f", steps[:2])
     first.global_steps = 2
     first.tracker.alert.streak = 2
@@ -219,7 +166,7 @@ def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "2"
 
     run_state.reset()  # a new process: no controller state survives except through the checkpoint
-    resumed = attach_checkpoint_parts(make_trainer(*overrides))
+    resumed = with_checkpoint_parts(make_trainer(*overrides))
     resumed._load_checkpoint()
     assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == [str(folder / "actor")]
     assert resumed.tracker.alert.streak == 2
@@ -233,7 +180,7 @@ def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
 def test_resume_from_a_checkpoint_without_avspo_state_warns(tmp_path, caplog):
     (tmp_path / "global_step_3").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
-    trainer = attach_checkpoint_parts(make_trainer(f"trainer.default_local_dir={tmp_path}"))
+    trainer = with_checkpoint_parts(make_trainer(f"trainer.default_local_dir={tmp_path}"))
     with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         trainer._load_checkpoint()
     assert trainer.global_steps == 3
@@ -298,7 +245,7 @@ def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
     )
-    attach_checkpoint_parts(trainer)
+    with_checkpoint_parts(trainer)
     trainer.total_training_steps = 100
     with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         stalled = run_scripted(trainer, [0.1, 0.6, 0.7, 0.8, 0.9])
@@ -321,7 +268,7 @@ def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
     )
-    attach_checkpoint_parts(trainer)
+    with_checkpoint_parts(trainer)
     trainer.total_training_steps = 3
     assert run_scripted(trainer, [0.1, 0.6, 0.7]) == [0, 0, 1]
     assert trainer.total_training_steps == 3 and trainer.actor_rollout_wg.saved == []
@@ -332,7 +279,7 @@ def test_the_default_rule_needs_high_acr_and_no_reward_gain(caplog):
     # reward keeps rising (window 2: the last 2 steps' mean reward against the 2 before).
     high = [0.9] * 6
     flat = make_trainer("algorithm.adv_estimator=grpo", "algorithm.acr.alert.window=2", trainer_cls=ScriptedTrainer)
-    assert flat.stagnation.config.rule == "acr_no_gain"
+    assert flat.tracker.alert.config.rule == "acr_no_gain"
     flat.total_training_steps = 100
     with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         assert run_scripted(flat, high, [0.3] * 6) == [0, 0, 0, 1, 1, 1]

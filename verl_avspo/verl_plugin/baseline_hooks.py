@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC
 from typing import Any
 
 import numpy as np
@@ -79,8 +80,9 @@ def intrinsic_rewards(
     )
 
 
-class BaselineHooksV1:
-    """Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
+class BaselineHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
+    """(Based on ``ABC`` for the reason :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin` gives.)
+    Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
     which sets ``tracker``, ``intrinsic``, ``uses_dcpo`` and ``dcpo_settings``."""
 
     def _apply_baselines(self, batch, metrics: dict) -> None:

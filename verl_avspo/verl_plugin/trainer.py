@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import ABC
 from typing import Any
 
 import torch
@@ -69,10 +70,13 @@ def load_run_state(tracker, folder: str) -> bool:
     return True
 
 
-class AVSPOTrainerMixin:
+class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
     """What both trainers add: the run's tracker (ACR metrics, the stagnation alert) and its checkpointed state.
 
-    Mixed in before a verl trainer class; relies on its ``config`` and ``global_steps``.
+    Mixed in before a verl trainer class; relies on its ``config`` and ``global_steps``. Based on ``ABC``,
+    as verl's V1 ``PPOTrainer`` is: CPython lets an object change its class only to one with the same
+    layout base, and the stock hook turns an already built verl trainer into one with this mixin in front
+    (:func:`verl_avspo.verl_plugin.trainer_v1.adopt`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any):

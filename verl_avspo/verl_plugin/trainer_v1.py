@@ -140,13 +140,31 @@ class AVSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
         return super().run(config)
 
 
+def adopted_class(cls: type) -> type:
+    """``cls`` (a verl V1 trainer class, or a subclass of one) with :class:`AVSPOTrainerV1Mixin` in front,
+    under ``cls``'s own name and module: verl logs the class and compares the mode, not the class."""
+    return type(cls.__name__, (AVSPOTrainerV1Mixin, cls), {"__module__": cls.__module__})
+
+
 def adopt(trainer) -> None:
-    """Make an already built V1 trainer (any mode, any subclass) behave as the launcher's: its class
-    becomes a subclass with :class:`AVSPOTrainerV1Mixin` first, and the run's tracker is started.
-    The stock hook does this from verl's replay-buffer construction, which runs in the trainer's
-    ``__init__`` before ``init_workers`` resumes a checkpoint, so the restore is the launcher's too."""
-    cls = type(trainer)
+    """Make an already built V1 trainer (any mode) behave as the launcher's: its class becomes
+    :func:`adopted_class` of its class, and the run's tracker is started. The stock hook does this from
+    verl's replay-buffer construction, which runs in the trainer's ``__init__`` before ``init_workers``
+    resumes a checkpoint, so the restore is the launcher's too.
+
+    Raises:
+        TypeError: the trainer's class has another object layout than verl's (a subclass with a mixin
+            of its own that is not based on ``ABC``), so Python cannot change it.
+    """
     if isinstance(trainer, AVSPOTrainerV1Mixin):
         return
-    trainer.__class__ = type(cls.__name__, (AVSPOTrainerV1Mixin, cls), {"__module__": cls.__module__})
+    cls = type(trainer)
+    try:
+        trainer.__class__ = adopted_class(cls)
+    except TypeError as err:
+        raise TypeError(
+            f"the ACR hook cannot turn trainer class {cls.__module__}.{cls.__qualname__} into the launcher's ({err}): "
+            "its bases add another object layout than verl's PPOTrainer. Base your mixins on abc.ABC as verl's "
+            "trainers are, or train with `python -m verl_avspo.main_ppo`."
+        ) from None
     trainer._init_avspo()
