@@ -89,6 +89,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         resumed_code = hook_run.launch(
             VERL_ENTRY,
             [*STOCK_AVSPO_EVERY_STEP, "trainer.resume_mode=auto", "trainer.total_training_steps=5"],
+            console="resumed",
         ).returncode
         dcpo = launch(
             "dcpo",
@@ -105,7 +106,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             "avspo": avspo,
             "resumed": resumed,
             "hook_avspo": hook_avspo,
-            "hook_avspo_resumed": Outcome(hook_run, resumed_code),
+            "hook_avspo_resumed": Outcome(hook_run, resumed_code, console="resumed"),
             "dcpo": dcpo,
         }
 

@@ -158,10 +158,17 @@ class TinyRun:
         return [sys.executable, "-m", entry, *base, *overrides]
 
     def launch(
-        self, entry: str, overrides: Sequence[str] = (), *, metrics: str = "metrics", timeout: float = 600
+        self,
+        entry: str,
+        overrides: Sequence[str] = (),
+        *,
+        metrics: str = "metrics",
+        console: str | None = None,
+        timeout: float = 600,
     ) -> subprocess.CompletedProcess:
-        """Run one job to its end; its console output goes to ``<metrics>.log`` in the work folder."""
-        log = self.workdir / f"{metrics}.log"
+        """Run one job to its end; its console output goes to ``<console>.log`` in the work folder
+        (``<metrics>.log`` by default; a resumed attempt that logs to the same metrics file names its own)."""
+        log = self.workdir / f"{console or metrics}.log"
         with log.open("w") as out:
             return subprocess.run(
                 self.command(entry, overrides),
@@ -197,10 +204,11 @@ class Outcome:
     run: TinyRun
     returncode: int
     name: str = "metrics"
+    console: str | None = None  # the console log's name, when it is not the metrics file's
 
     @property
     def log(self) -> str:
-        return (self.run.workdir / f"{self.name}.log").read_text()
+        return (self.run.workdir / f"{self.console or self.name}.log").read_text()
 
     def records(self) -> list[dict]:
         """verl's file-logger records, checked to come from a run that ended well."""
