@@ -1,4 +1,4 @@
-"""One floating-point code path for the sandbox on every x86-64 CPU.
+"""One floating-point code path for the sandbox on every x86-64 CPU with AVX2.
 
 torch's CPU wheel picks its kernels when it runs, from the CPU's instruction sets: ATen's
 vectorized kernels (AVX-512, AVX2 or plain C++), MKL's matrix products and oneDNN's. Each path
@@ -11,8 +11,8 @@ float32 probabilities whatever the model's dtype.
 The sandbox therefore runs ATen and MKL on one code path each (``PINNED_KERNELS``): ATen's AVX2
 kernels, which every x86-64 CPU with AVX2 runs the same way (Intel's since 2013, AMD's since 2015),
 and MKL's ``COMPATIBLE`` reproducibility branch, the only one that MKL keeps the same on Intel's and
-AMD's CPUs. Measured on the development machine: the sandbox takes about 1.7 times as long (MKL's
-branch; ATen's plain C++ kernels, which would cover CPUs without AVX2 too, cost another 20%). Each
+AMD's CPUs. On the development machine ``make demo`` takes 1.4 times the CPU time, the warm-up 1.7
+times; ATen's plain C++ kernels, which would cover CPUs without AVX2 too, cost another 20%. Each
 library reads its setting once, when torch loads or first calls it, so the ``verl-avspo sandbox``
 command sets them before it imports torch. Called from Python after torch was imported, the sandbox
 cannot, and says so (:func:`describe`). The numbers still depend on the thread count (``--threads``,
