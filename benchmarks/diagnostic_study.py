@@ -27,6 +27,9 @@ from pathlib import Path
 
 import matplotlib
 
+from verl_avspo.sandbox.kernels import pin_kernels
+
+pin_kernels()  # the sandbox's one code path (verl_avspo/sandbox/kernels.py): before torch loads
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

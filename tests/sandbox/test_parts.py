@@ -107,7 +107,7 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--temperature", "0"])
 
 
-def test_cli_refuses_an_unwritable_out_before_the_warm_up(tmp_path, monkeypatch):
+def test_cli_refuses_unwritable_folders_before_creating_any(tmp_path, monkeypatch):
     import verl_avspo.sandbox.loop as loop
 
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("the warm-up must not start"))
@@ -115,8 +115,12 @@ def test_cli_refuses_an_unwritable_out_before_the_warm_up(tmp_path, monkeypatch)
     blocker.write_text("")
     with pytest.raises(SystemExit, match=r"--out .*a_file/sandbox cannot be written .*for example --out runs/sandbox"):
         main(["sandbox", "--out", str(blocker / "sandbox"), "--cache-dir", str(tmp_path / "cache")])
+    # A bad --cache-dir is refused before --out is created, and both bad folders are named at once.
     with pytest.raises(SystemExit, match=r"--cache-dir .*a_file/cache cannot be written"):
-        main(["sandbox", "--out", str(tmp_path / "out"), "--cache-dir", str(blocker / "cache")])
+        main(["sandbox", "--out", str(tmp_path / "new" / "out"), "--cache-dir", str(blocker / "cache")])
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(SystemExit, match=r"(?s)--out .*a_file/out cannot be written.*\n.*--cache-dir .*a_file/cache"):
+        main(["sandbox", "--out", str(blocker / "out"), "--cache-dir", str(blocker / "cache")])
 
 
 def _stats(accuracies):

@@ -8,7 +8,9 @@ writes ``summary.md`` and PNG curves of ACR and accuracy. See ``verl_avspo.sandb
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import tempfile
 import time
 from dataclasses import replace
@@ -20,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from verl_avspo.sandbox.kernels import pin_kernels
+
+    pin_kernels()  # before the first import of torch (sandbox.config imports it): torch reads them as it loads
     from verl_avspo.sandbox.config import SandboxConfig
     from verl_avspo.sandbox.estimators import SUPPORTED
 
@@ -168,17 +173,23 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
     )
 
 
-def _check_writable(folder: Path, flag: str, example: str) -> None:
-    """Refuse a folder that cannot be written now, not after the warm-up and the runs."""
+def _write_problem(folder: Path, flag: str, example: str) -> str | None:
+    """Why ``folder`` cannot be written (None if it can), found by writing a temporary file into its
+    nearest existing ancestor: nothing is created, so a refusal leaves no empty folder behind."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        with tempfile.NamedTemporaryFile(dir=existing):
             pass
     except OSError as err:
-        raise SystemExit(
-            f"verl-avspo sandbox: {flag} {folder} cannot be written ({err.strerror or err}); give a folder you can "
-            f"write to, for example {flag} {example}"
-        ) from None
+        return (
+            f"{flag} {folder} cannot be written ({err.strerror or err}); give a folder you can write to, for example "
+            f"{flag} {example}"
+        )
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,18 +222,27 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
-    _check_writable(args.out, "--out", "runs/sandbox")
+    # Both folders checked before either is created: a refusal must not leave the other behind.
+    folders = [(args.out, "--out", "runs/sandbox")]
     if not args.no_cache:
-        _check_writable(args.cache_dir, "--cache-dir", "runs/sandbox_cache")
+        folders.append((args.cache_dir, "--cache-dir", "runs/sandbox_cache"))
+    problems = [problem for problem in (_write_problem(*folder) for folder in folders) if problem]
+    if problems:
+        raise SystemExit("\n".join(f"verl-avspo sandbox: {problem}" for problem in problems))
+    for folder, _, _ in folders:
+        folder.mkdir(parents=True, exist_ok=True)
 
     import torch
 
+    from verl_avspo.sandbox import kernels
     from verl_avspo.sandbox.loop import train
     from verl_avspo.sandbox.summary import render_summary, run_statistics
     from verl_avspo.tools.logs import read_metrics
     from verl_avspo.tools.plots import plot_metrics
     from verl_avspo.tools.stats import early_window
 
+    if not kernels.pinned():
+        logger.warning("%s", kernels.describe())
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     level_names = [level.name for level in parse_levels(config.levels)]
@@ -261,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         label: [run_statistics(f, len(level_names), config.pass_k, first_steps) for f in runs]
         for label, runs in frames.items()
     }
-    setup = _setup_text(config, estimators, seeds, first_steps)
+    setup = f"{_setup_text(config, estimators, seeds, first_steps)}\n{kernels.describe()}"
     intrinsic = [spec.label for spec in estimators if spec.intrinsic]
     summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic)
     (args.out / "summary.md").write_text(summary)

@@ -1,0 +1,76 @@
+"""One floating-point code path for the sandbox on every x86-64 CPU with AVX2.
+
+torch's CPU wheel picks its kernels when it runs, from the CPU's instruction sets: ATen's
+vectorized kernels (AVX-512, AVX2 or plain C++), MKL's matrix products and oneDNN's. Each path
+rounds differently (a sum over 16 lanes is not a sum over 8), and the sandbox amplifies the last
+bit: the 1000-step warm-up and every sampled token turn it into another policy. Before this
+module, the same ``make demo`` printed GRPO at 57.9% on an AVX-512 Xeon and 31.5% on an AVX2
+EPYC. Computing in float64 would not remove it: ``transformers``' ``generate`` samples from
+float32 probabilities whatever the model's dtype.
+
+The sandbox therefore runs ATen and MKL on one code path each (``PINNED_KERNELS``): ATen's AVX2
+kernels, which every x86-64 CPU with AVX2 runs the same way (Intel's since 2013, AMD's since 2015),
+and MKL's ``COMPATIBLE`` reproducibility branch, the only one that MKL keeps the same on Intel's and
+AMD's CPUs. On the development machine ``make demo`` takes 1.4 times the CPU time, the warm-up 1.7
+times; ATen's plain C++ kernels, which would cover CPUs without AVX2 too, cost another 20%. Each
+library reads its setting once, when torch loads or first calls it, so the ``verl-avspo sandbox``
+command sets them before it imports torch. Called from Python after torch was imported, the sandbox
+cannot, and says so (:func:`describe`). The numbers still depend on the thread count (``--threads``,
+1 by default) and differ on other architectures (ARM CPUs run other libraries).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["PINNED_KERNELS", "pin_kernels", "pinned", "describe"]
+
+PINNED_KERNELS = {
+    # ATen's vectorized kernels for AVX2, whatever wider ones the CPU has.
+    "ATEN_CPU_CAPABILITY": "avx2",
+    # MKL's conditional numerical reproducibility, COMPATIBLE branch (SSE2 without the approximate
+    # rcpps/rsqrtps instructions): the same results on every Intel and AMD CPU; it overrides
+    # MKL_ENABLE_INSTRUCTIONS. MKL's other branches hold only on Intel's CPUs.
+    "MKL_CBWR": "COMPATIBLE",
+    # oneDNN (torch.backends.mkldnn) capped at AVX2, for any operation that reaches it.
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+_PINNED_CAPABILITY = "AVX2"  # torch.backends.cpu.get_cpu_capability() on the pinned path
+
+
+def pin_kernels() -> None:
+    """Set ``PINNED_KERNELS`` in this process's environment, overriding the user's values, if torch
+    is not imported yet; otherwise leave the environment alone (it would reach only child processes)."""
+    if "torch" not in sys.modules:
+        os.environ.update(PINNED_KERNELS)
+
+
+def pinned() -> bool:
+    """Whether this process runs on the pinned path: ATen's capability as torch resolved it (lower on
+    a CPU without AVX2), and the environment that MKL and oneDNN read."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability() == _PINNED_CAPABILITY and all(
+        os.environ.get(name) == value for name, value in PINNED_KERNELS.items() if name != "ATEN_CPU_CAPABILITY"
+    )
+
+
+def describe() -> str:
+    """One sentence for ``summary.md``: which kernels computed the numbers."""
+    import torch
+
+    if pinned():
+        return (
+            "Kernels: ATen's AVX2 kernels and MKL's `COMPATIBLE` branch, the same numbers on any x86-64 CPU with "
+            "AVX2, whatever else it has."
+        )
+    capability = torch.backends.cpu.get_cpu_capability()
+    if os.environ.get("ATEN_CPU_CAPABILITY") == PINNED_KERNELS["ATEN_CPU_CAPABILITY"]:
+        why = f"this CPU has no AVX2 (ATen runs `{capability}`)"
+    else:
+        why = (
+            f"torch was imported before the sandbox could pin its kernels (ATen runs `{capability}`); the "
+            "`verl-avspo sandbox` command pins them"
+        )
+    return f"Kernels: {why}. The numbers depend on this CPU."
