@@ -1,5 +1,7 @@
-"""Suite-wide settings, the fixtures several test files share, and the ``ray`` marker on every test
-that uses a Ray fixture (the ``verl``, ``ray`` and ``openrlhf`` markers are listed in pyproject.toml).
+"""Suite-wide settings, the fixtures several test files share, the shared set-up module
+(``tests/support/helpers.py``, imported as ``helpers``) on the path, and the ``ray`` marker on every
+test that uses a Ray fixture (the ``verl``, ``ray`` and ``openrlhf`` markers are listed in
+pyproject.toml).
 
 The tests build every model, tokenizer and dataset they use locally, so the Hugging Face hubs are
 switched off; a test that reached for the network would fail loudly here instead of passing only
@@ -7,11 +9,19 @@ where the network happens to be reachable.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+# Only the support folder goes on the path: with tests/ itself there, its folders (tests/openrlhf, ...)
+# would import as namespace packages where the framework is not installed.
+SUPPORT = str(Path(__file__).resolve().parent / "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 
 @pytest.fixture(scope="module")

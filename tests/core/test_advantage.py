@@ -5,9 +5,9 @@ import dataclasses
 import io
 import math
 
-import numpy as np
 import pytest
 import torch
+from helpers import group_uids, outcome_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,23 +17,6 @@ from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.core.virtual import closed_form_advantage, virtual_counts, virtual_rewards
-
-
-def outcome_batch(scores, length=3, lengths=None):
-    """verl-shaped inputs: the score on the last valid token of each response. Continuous scores
-    are compared with verl in float64, where neither side's rounding hides a difference in the math
-    (verl's float32 two-pass std loses digits on close values); binary rewards are exact in float32."""
-    scores = torch.as_tensor(scores)
-    scores = scores if scores.dtype == torch.float64 else scores.float()
-    lengths = torch.full((len(scores),), length) if lengths is None else torch.as_tensor(lengths)
-    mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).to(scores.dtype)
-    rewards = torch.zeros(len(scores), length, dtype=scores.dtype)
-    rewards[torch.arange(len(scores)), lengths - 1] = scores
-    return rewards, mask
-
-
-def uids(sizes):
-    return np.array([f"uid-{g}" for g, n in enumerate(sizes) for _ in range(n)], dtype=object)
 
 
 def avspo(scores, index, norm=True, controller=None, **settings):
@@ -72,7 +55,7 @@ def test_preset_grpo_equals_verl_grpo(sizes, binary, norm, seed):
     lengths = torch.randint(1, 6, (n,), generator=gen)
     rewards, mask = outcome_batch(scores, length=5, lengths=lengths)
     order = torch.randperm(n, generator=gen)  # groups interleaved, as after verl's balancing
-    index = uids(sizes)[order.numpy()]
+    index = group_uids(sizes)[order.numpy()]
     rewards, mask = rewards[order], mask[order]
     cfg, acr = resolve_settings({"preset": "grpo", "reward_range": [-10, 10]})
     ours = compute_avspo_outcome_advantage(rewards, mask, index, cfg, acr, AdaptiveController(cfg, acr), norm)
@@ -92,8 +75,8 @@ def test_batch_without_collapse_equals_verl_grpo_under_paper_preset(sizes, seed)
     scores = torch.randn(sum(sizes), generator=gen).double()  # continuous: no group of n >= 2 collapses
     rewards, mask = outcome_batch(scores)
     cfg, acr = resolve_settings({"preset": "paper", "threshold_init": 0.1, "reward_range": [-10, 10]})
-    ours = compute_avspo_outcome_advantage(rewards, mask, uids(sizes), cfg, acr, AdaptiveController(cfg, acr))
-    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, uids(sizes))
+    ours = compute_avspo_outcome_advantage(rewards, mask, group_uids(sizes), cfg, acr, AdaptiveController(cfg, acr))
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, group_uids(sizes))
     torch.testing.assert_close(ours.advantages, theirs, atol=1e-6, rtol=1e-6)
     assert ours.collapse.rate == 0.0
 
@@ -105,7 +88,7 @@ def test_batch_without_collapse_equals_verl_grpo_under_paper_preset(sizes, seed)
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_identical_virtual_values_give_the_closed_form(n, k):
     # `fixed` puts all K virtual values at the same point (lo + hi) / 2, away from c.
-    out = avspo([1.0] * n + [0.0] * n, uids([n, n]), strategy="fixed", k=k, threshold_init=0.1)
+    out = avspo([1.0] * n + [0.0] * n, group_uids([n, n]), strategy="fixed", k=k, threshold_init=0.1)
     expected = math.sqrt(k * (n + k - 1) / (n * (n + k)))
     assert expected == pytest.approx(closed_form_advantage(n, k))
     torch.testing.assert_close(first_token(out)[:n], torch.full((n,), expected), atol=1e-5, rtol=1e-5)
@@ -116,20 +99,22 @@ def test_identical_virtual_values_give_the_closed_form(n, k):
 def test_push_size_does_not_depend_on_distance_under_std_normalisation(gap):
     n = 6
     # A tiny epsilon shows the pure algebra; with verl's 1e-6 the size is the same once |c - v| >> 1e-6.
-    out = avspo([1.0] * n, uids([n]), strategy="stratified", k=1, gap=gap, threshold_init=0.1, epsilon=1e-12)
+    out = avspo([1.0] * n, group_uids([n]), strategy="stratified", k=1, gap=gap, threshold_init=0.1, epsilon=1e-12)
     torch.testing.assert_close(first_token(out), torch.full((n,), 1 / math.sqrt(n + 1)), atol=1e-5, rtol=1e-5)
 
 
 def test_gap_sets_the_push_without_std_normalisation():
     n, gap = 4, 0.2
-    out = avspo([1.0] * n, uids([n]), norm=False, strategy="stratified", k=1, gap=gap, threshold_init=0.1)
+    out = avspo([1.0] * n, group_uids([n]), norm=False, strategy="stratified", k=1, gap=gap, threshold_init=0.1)
     # mu' = (n * 1 + (1 - gap)) / (n + 1), so A = 1 - mu' = gap / (n + 1)
     torch.testing.assert_close(first_token(out), torch.full((n,), gap / (n + 1)))
 
 
 @pytest.mark.parametrize("strategy", ["stratified", "opposite", "random", "fixed", "exp_decay", "www"])
 def test_all_correct_pushes_up_and_all_wrong_pushes_down(strategy):
-    out = avspo([1.0] * 4 + [0.0] * 4 + [1.0, 0.0, 1.0], uids([4, 4, 3]), strategy=strategy, k=3, threshold_init=0.1)
+    out = avspo(
+        [1.0] * 4 + [0.0] * 4 + [1.0, 0.0, 1.0], group_uids([4, 4, 3]), strategy=strategy, k=3, threshold_init=0.1
+    )
     adv = first_token(out)
     assert torch.all(adv[:4] > 0.1)
     if strategy == "www":
@@ -149,7 +134,7 @@ def test_all_correct_pushes_up_and_all_wrong_pushes_down(strategy):
     [("both", True, True), ("all_correct", True, False), ("all_wrong", False, True), ("none", False, False)],
 )
 def test_apply_to_isolates_the_two_halves(apply_to, correct_moves, wrong_moves):
-    out = avspo([1.0] * 4 + [0.0] * 4, uids([4, 4]), apply_to=apply_to, threshold_init=0.1)
+    out = avspo([1.0] * 4 + [0.0] * 4, group_uids([4, 4]), apply_to=apply_to, threshold_init=0.1)
     adv = first_token(out)
     assert bool(torch.all(adv[:4] > 0)) is correct_moves and bool(torch.all(adv[:4] == 0)) is not correct_moves
     assert bool(torch.all(adv[4:] < 0)) is wrong_moves and bool(torch.all(adv[4:] == 0)) is not wrong_moves
@@ -161,7 +146,7 @@ def test_paper_code_is_one_opposite_label_sample_with_unbiased_std_always_on():
     # ACR = 1/10: far below the paper threshold, but paper_code triggers always (θ = 0).
     scores = [1.0] * n + [1.0, 0.0] * 9 * 1
     sizes = [n] + [2] * 9
-    out = avspo(scores, uids(sizes), preset="paper_code")
+    out = avspo(scores, group_uids(sizes), preset="paper_code")
     augmented = torch.tensor([1.0] * n + [0.0])
     expected = (1.0 - augmented.mean()) / (augmented.std() + 1e-4)  # the released code's epsilon
     torch.testing.assert_close(first_token(out)[:n], expected.expand(n))
@@ -196,7 +181,7 @@ def test_paper_code_reproduces_the_released_rule_with_one_prompt_per_step(group_
         cfg, acr = resolve_settings({"preset": "paper_code"})
         controller = controller or AdaptiveController(cfg, acr)
         rewards, mask = outcome_batch(scores)
-        out = compute_avspo_outcome_advantage(rewards, mask, uids([group_size]), cfg, acr, controller)
+        out = compute_avspo_outcome_advantage(rewards, mask, group_uids([group_size]), cfg, acr, controller)
         torch.testing.assert_close(out.scalar_advantages, released_code_rule(scores, group_size))
 
 
@@ -221,7 +206,7 @@ def test_paper_code_with_batch_scope_reproduces_the_released_rule_on_multi_promp
     batch_cfg, acr = resolve_settings({"preset": "paper_code", "trigger_scope": "batch"})
     group_cfg, acr = resolve_settings({"preset": "paper_code"})
     batch_controller, group_controller = AdaptiveController(batch_cfg, acr), AdaptiveController(group_cfg, acr)
-    index = uids([group_size] * prompts)
+    index = group_uids([group_size] * prompts)
     fired_differently = 0
     for scores in steps:
         rewards, mask = outcome_batch(scores)
@@ -244,22 +229,22 @@ def test_batch_scope_uses_the_reward_range_and_leaves_other_batches_to_grpo():
     """With reward_range [-1, 1] the batch is "all wrong" at -1; a batch all at the midpoint, or a
     collapsed group beside a mixed one, is not augmented."""
     settings = {"preset": "paper_code", "trigger_scope": "batch", "reward_range": [-1.0, 1.0]}
-    all_wrong = avspo([-1.0] * 4, uids([2, 2]), **settings)
+    all_wrong = avspo([-1.0] * 4, group_uids([2, 2]), **settings)
     augmented = torch.tensor([-1.0, -1.0, 1.0])  # one virtual sample at the other end
     expected = (-1.0 - augmented.mean()) / (augmented.std() + 1e-4)
     torch.testing.assert_close(first_token(all_wrong), expected.expand(4))
     for scores in ([0.0] * 4, [-1.0, -1.0, -1.0, 1.0]):
-        out = avspo(scores, uids([2, 2]), **settings)
+        out = avspo(scores, group_uids([2, 2]), **settings)
         assert out.metrics["avspo/triggered"] == 0.0 and bool(out.virtual_k.eq(0).all())
 
 
 def test_scores_outside_the_reward_range_warn():
     with pytest.warns(UserWarning, match=r"outside algorithm.acr.reward_range=\[0.0, 1.0\]"):
-        avspo([2.0, 2.0], uids([2]))
+        avspo([2.0, 2.0], group_uids([2]))
 
 
 def test_singletons_get_verl_mean_zero_std_one():
-    out = avspo([0.7, 1.0, 1.0], uids([1, 2]), threshold_init=0.1)
+    out = avspo([0.7, 1.0, 1.0], group_uids([1, 2]), threshold_init=0.1)
     assert first_token(out)[0].item() == pytest.approx(0.7 / (1 + 1e-6))
     assert out.metrics["acr/singletons"] == 1.0
 
@@ -324,7 +309,7 @@ def test_fixed_k_and_opposite_forces_one():
 def test_adaptive_k_is_used_per_group():
     # 3 of 4 groups collapsed: s = 0.75. n = 8 -> K = 7, n = 4 -> K = ceil(4 * 0.866) = 4
     scores = [1.0] * 8 + [0.0] * 4 + [1.0] * 4 + [1.0, 0.0]
-    out = avspo(scores, uids([8, 4, 4, 2]))
+    out = avspo(scores, group_uids([8, 4, 4, 2]))
     assert out.virtual_k.tolist() == [7, 4, 4, 0]
     assert out.metrics["avspo/virtual_k"] == pytest.approx(5.0)
 
@@ -341,7 +326,7 @@ def test_scripted_threshold_trajectory():
     controller = AdaptiveController(cfg, acr)
     thresholds, triggered = [], []
     for scores, sizes in (HIGH, LOW, MID, HIGH, HIGH):
-        out = avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
+        out = avspo(scores, group_uids(sizes), controller=controller, **cfg.to_dict())
         thresholds.append(out.metrics["avspo/threshold"])
         triggered.append(out.metrics["avspo/triggered"] > 0)
         assert (out.metrics["acr/effective"] == 0.0) == triggered[-1]
@@ -357,7 +342,7 @@ def test_threshold_is_clipped_to_its_bounds():
     cfg, acr = resolve_settings({"eta": 1.0, "threshold_init": 0.5, "threshold_bounds": [0.4, 0.6]})
     controller = AdaptiveController(cfg, acr)
     for scores, sizes in (HIGH, LOW):  # LOW raises J: θ moves to s = 0.25, clipped at 0.4
-        avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
+        avspo(scores, group_uids(sizes), controller=controller, **cfg.to_dict())
     assert controller.threshold == 0.4
 
 
@@ -365,7 +350,7 @@ def test_fixed_threshold_never_moves():
     cfg, acr = resolve_settings({"adaptive_threshold": False, "threshold_init": 0.6, "eta": 1.0})
     controller = AdaptiveController(cfg, acr)
     for scores, sizes in (HIGH, LOW, MID):
-        out = avspo(scores, uids(sizes), controller=controller, **cfg.to_dict())
+        out = avspo(scores, group_uids(sizes), controller=controller, **cfg.to_dict())
         assert out.metrics["avspo/threshold"] == 0.6
     assert controller.threshold == 0.6
 
@@ -375,7 +360,7 @@ def test_ema_signal():
         {"acr_signal": "ema", "ema_beta": 0.5, "threshold_init": 0.55, "adaptive_threshold": False}
     )
     controller = AdaptiveController(cfg, acr)
-    signals = [avspo(s, uids(z), controller=controller, **cfg.to_dict()).metrics for s, z in (HIGH, LOW, LOW)]
+    signals = [avspo(s, group_uids(z), controller=controller, **cfg.to_dict()).metrics for s, z in (HIGH, LOW, LOW)]
     assert [m["avspo/signal"] for m in signals] == pytest.approx([0.75, 0.5, 0.375])
     # The batch ACR is 0.25 on step 2, but the EMA (0.5) decides: still below θ = 0.55, no trigger.
     assert [m["avspo/triggered"] > 0 for m in signals] == [True, False, False]
@@ -386,18 +371,18 @@ def test_state_round_trip_continues_bit_identically():
     cfg, acr = resolve_settings(settings)
     steps = [HIGH, LOW, MID, HIGH, MID, HIGH]
     reference = AdaptiveController(cfg, acr)
-    expected = [avspo(s, uids(z), controller=reference, **settings) for s, z in steps]
+    expected = [avspo(s, group_uids(z), controller=reference, **settings) for s, z in steps]
 
     first = AdaptiveController(cfg, acr)
     for s, z in steps[:3]:
-        avspo(s, uids(z), controller=first, **settings)
+        avspo(s, group_uids(z), controller=first, **settings)
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
     resumed = AdaptiveController(cfg, acr)
     resumed.load_state_dict(torch.load(buffer, weights_only=False))
     for (s, z), want in zip(steps[3:], expected[3:], strict=True):
-        got = avspo(s, uids(z), controller=resumed, **settings)
+        got = avspo(s, group_uids(z), controller=resumed, **settings)
         assert torch.equal(got.advantages, want.advantages)
         assert got.metrics == want.metrics
 
@@ -418,7 +403,7 @@ def test_resuming_with_other_acr_settings_is_refused_but_another_alert_is_not(ch
     cfg, acr = resolve_settings({"gap": 0.1})
     first = AdaptiveController(cfg, acr)
     for s, z in (HIGH, LOW):
-        avspo(s, uids(z), controller=first)
+        avspo(s, group_uids(z), controller=first)
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
@@ -441,7 +426,7 @@ def test_with_rollout_n_1_each_advantage_is_the_raw_score_in_verl_grpo_and_avspo
 
     scores = torch.tensor([1.0, 0.0, 1.0, 0.5])
     rewards, mask = outcome_batch(scores)
-    index = uids([1, 1, 1, 1])
+    index = group_uids([1, 1, 1, 1])
     verl, _ = compute_grpo_outcome_advantage(rewards, mask, index)
     ours = avspo(scores.tolist(), index).advantages
     torch.testing.assert_close(verl[:, 0], scores / (1 + 1e-6))

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import group_uids, outcome_batch, outcome_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,12 +23,9 @@ EPS = 1e-6
 def beta(scores, sizes, norm=True, **settings):
     """Run the estimator on one batch: ``scores`` (bs,), consecutive groups of ``sizes``."""
     cfg, acr = resolve_settings({"preset": "beta_loo", **settings})
-    scores = torch.as_tensor(scores, dtype=torch.float64)
-    index = np.repeat(np.arange(len(sizes)), sizes)
-    rewards = torch.zeros(len(scores), 3, dtype=torch.float64)
-    rewards[:, -1] = scores
+    rewards, mask = outcome_batch(torch.as_tensor(scores, dtype=torch.float64))
     tracker = RunTracker(acr, cfg)  # the run's step owner, so that metrics hold acr/* too
-    output = tracker.avspo_advantages(rewards, torch.ones_like(rewards), index, norm)
+    output = tracker.avspo_advantages(rewards, mask, group_uids(sizes), norm)
     return dataclasses.replace(output, metrics=tracker.end_step(1, output.scalar_advantages))
 
 
@@ -252,7 +250,6 @@ def test_the_fitted_prior_cap_is_accepted_where_it_applies():
 @pytest.mark.verl
 def test_through_verl_compute_advantage_with_the_sandbox_spec():
     """verl's own dispatch (registry, DataProto) with the config the sandbox builds for avspo:beta_loo."""
-    from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from verl_avspo.sandbox.estimators import parse_estimators
@@ -260,15 +257,9 @@ def test_through_verl_compute_advantage_with_the_sandbox_spec():
 
     (spec,) = parse_estimators("avspo:beta_loo")
     run_state.reset()
-    scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
-    rewards = torch.zeros(8, 5)
-    rewards[:, -1] = scores
-    mask = torch.ones(8, 5)
+    rewards, mask = outcome_batch([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0], length=5)
     mask[0, 3:] = 0
-    uid = np.array(["q0"] * 4 + ["q1"] * 4, dtype=object)
-    data = DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid}
-    )
+    data = outcome_data(rewards, mask, group_uids([4, 4], "q"))
     out = compute_advantage(data, spec.adv_estimator, config=spec.algorithm_config(seed=0))
     adv = out.batch["advantages"]
     # q0 collapsed all correct, n = 4, Jeffreys: A = sqrt(b/(a + n - 1)) = sqrt(0.5/3.5).

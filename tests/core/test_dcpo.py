@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import group_uids, outcome_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,7 @@ def _step(history, groups):
     """groups: [(prompt key, [rewards])] -> advantages per group, one uid per group."""
     scores = torch.tensor([r for _, rewards in groups for r in rewards], dtype=torch.float32)
     keys = [key for key, rewards in groups for _ in rewards]
-    uids = np.array([f"g{g}" for g, (_, rewards) in enumerate(groups) for _ in rewards], dtype=object)
-    advantages = history.advantages(scores, keys, uids)
+    advantages = history.advantages(scores, keys, group_uids([len(rewards) for _, rewards in groups], "g"))
     return advantages.split([len(rewards) for _, rewards in groups])
 
 
@@ -81,12 +81,10 @@ def test_first_visit_is_verls_grpo():
 
     generator = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 3, (48,), generator=generator).float() / 2  # many collapsed groups of 4
-    uids = np.array([f"u{i // 4}" for i in range(48)], dtype=object)
+    uids = group_uids([4] * 12, "u")
     keys = torch.arange(48) // 4 + 100
     ours = PromptRewardHistory().advantages(scores, keys, uids)
-    token_rewards = torch.zeros(48, 3)
-    token_rewards[:, -1] = scores
-    grpo, _ = compute_grpo_outcome_advantage(token_rewards, torch.ones(48, 3), uids)
+    grpo, _ = compute_grpo_outcome_advantage(*outcome_batch(scores), uids)
     torch.testing.assert_close(ours, grpo[:, 0], rtol=1e-5, atol=1e-6)
     assert (ours == 0).any()
 
