@@ -42,6 +42,12 @@ def _runs(out):
     return {label: read_metrics(out / "runs" / label / "seed0.jsonl") for label in LABELS}
 
 
+def _sandbox_again(comparison, out, estimators, *flags) -> int:
+    """``verl-avspo sandbox`` again from the comparison's warmed-up policy (its cache), into ``out``."""
+    cache = comparison / "cache"
+    return main(["sandbox", "--estimators", estimators, "--out", str(out), "--cache-dir", str(cache), *TINY, *flags])
+
+
 def test_outputs_exist(comparison):
     for name in ("summary.md", "acr.png", "accuracy.png"):
         assert (comparison / name).stat().st_size > 0, name
@@ -138,8 +144,7 @@ def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(com
 
     monkeypatch.setattr(RunTracker, "set_prompt_keys", record_keys)
     monkeypatch.setattr(core_algos, "get_policy_loss_fn", record_loss)
-    cache = comparison / "cache"  # the warm-up of the comparison above
-    assert main(["sandbox", "--estimators", "dcpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]) == 0
+    assert _sandbox_again(comparison, tmp_path, "dcpo") == 0
     assert len(keys) == 4 and all(len(step) == 16 for step in keys)  # one key per group, every step
     for step, keys_by_uid in enumerate(keys, start=1):
         assert all(uid.startswith(f"{step}-") for uid in keys_by_uid)
@@ -166,10 +171,8 @@ def test_same_seed_same_metrics(comparison, tmp_path):
 
 def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):
     """--seed-start 0 reproduces the default seeds; --seed-start 1 runs seed 1, a different run."""
-    cache = comparison / "cache"
     for start in (0, 1):
-        argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path / str(start)), "--cache-dir", str(cache)]
-        assert main([*argv, *TINY, "--seed-start", str(start)]) == 0
+        assert _sandbox_again(comparison, tmp_path / str(start), "grpo", "--seed-start", str(start)) == 0
     seed0 = (tmp_path / "0" / "runs" / "grpo" / "seed0.jsonl").read_text()
     assert seed0 == (comparison / "runs" / "grpo" / "seed0.jsonl").read_text()
     assert sorted(p.name for p in (tmp_path / "1" / "runs" / "grpo").iterdir()) == ["seed1.jsonl"]
@@ -274,24 +277,20 @@ def test_warm_up_is_deterministic_and_cached_by_settings(tmp_path, torch_setting
 
 def test_the_loss_aggregation_is_a_setting(comparison, tmp_path):
     # The same step-1 samples as the comparison's grpo run, aggregated per sequence: another loss.
-    cache = comparison / "cache"
-    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
-    assert main([*argv, "--loss-agg-mode", "seq-mean-token-sum"]) == 0
+    assert _sandbox_again(comparison, tmp_path, "grpo", "--loss-agg-mode", "seq-mean-token-sum") == 0
     summed = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
     grpo = _runs(comparison)["grpo"]
     assert summed.loc[1, "acr/rate"] == grpo.loc[1, "acr/rate"]  # same rollouts
     assert summed.loc[1, "actor/pg_loss"] != grpo.loc[1, "actor/pg_loss"]
     assert "`seq-mean-token-sum` aggregation" in (tmp_path / "summary.md").read_text()
     with pytest.raises(SystemExit, match=r"loss_agg_mode='token-sum-norm' is invalid: expected one of token-mean"):
-        main([*argv, "--loss-agg-mode", "token-sum-norm"])
+        _sandbox_again(comparison, tmp_path, "grpo", "--loss-agg-mode", "token-sum-norm")
 
 
 def test_the_sampling_temperature_is_a_setting(comparison, tmp_path):
     # Hotter rollouts from the same warmed-up policy and seed: other samples, more token entropy,
     # and the summary says which temperature trained.
-    cache = comparison / "cache"
-    argv = ["sandbox", "--estimators", "grpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]
-    assert main([*argv, "--temperature", "2.0"]) == 0
+    assert _sandbox_again(comparison, tmp_path, "grpo", "--temperature", "2.0") == 0
     hot = read_metrics(tmp_path / "runs" / "grpo" / "seed0.jsonl")
     grpo = _runs(comparison)["grpo"]
     assert hot.loc[1, "actor/entropy"] > grpo.loc[1, "actor/entropy"]
