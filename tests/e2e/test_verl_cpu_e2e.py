@@ -83,7 +83,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         hook_avspo = launch(
             "hook_avspo",
             VERL_ENTRY,
-            [*HOOK_OVERRIDES, *AVSPO_EVERY_STEP, "+algorithm.avspo.preset=paper", *THREE_STEPS],
+            [*STOCK_AVSPO_EVERY_STEP, *THREE_STEPS],
         )
         hook_run = hook_avspo.run
         resumed_code = hook_run.launch(
