@@ -212,9 +212,9 @@ def _number(key: str, value: Any, low: float, high: float, *, low_open=False, hi
     return float(value)
 
 
-def _integer(key: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        _fail(key, value, f"expected an integer >= {low}")
+def _integer(key: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        _fail(key, value, f"expected an integer >= {low}" if high is None else f"expected an integer in [{low}, {high}]")
     return int(value)
 
 
@@ -375,7 +375,8 @@ def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOCon
     values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)
     values["eta"] = check(_number, "eta", values["eta"], 0.0, 1.0)
     values["threshold_bounds"] = check(_threshold_bounds, "threshold_bounds", values["threshold_bounds"])
-    values["seed"] = check(_integer, "seed", values["seed"], 0)
+    # torch.Generator.manual_seed takes at most 2**64 - 1 (it fails at the first advantage step otherwise).
+    values["seed"] = check(_integer, "seed", values["seed"], 0, 2**64 - 1)
     values["epsilon"] = check(_number, "epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
     values["prior"] = check(_choice, "prior", values["prior"], PRIORS)
     values["baseline"] = check(_choice, "baseline", values["baseline"], BASELINES)
