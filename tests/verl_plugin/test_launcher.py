@@ -613,3 +613,61 @@ def test_a_real_launch_without_the_gpus_stops_before_ray(monkeypatch, capsys, on
     with pytest.raises(SystemExit):
         launcher.train(no_gpus)
     assert "asks for 8 GPU(s), but this machine (torch.cuda.device_count()) has 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["Flase", "maybe", "yes", "0"])
+def test_text_for_a_boolean_is_refused_not_read_as_true(value, capsys):
+    """``trainer.use_v1=Flase`` is a non-empty string: verl's ``if config.trainer.use_v1`` took it as
+    True. Every key whose default in verl's YAML is a boolean is checked, before verl is imported."""
+    assert dry_run([*RUNNABLE, f"trainer.use_v1={value}", f"reward.reward_model.enable={value}"]) == 1
+    err = capsys.readouterr().err
+    shown = repr(int(value)) if value.isdigit() else repr(value)
+    read_as = "False" if value == "0" else "True"
+    for key in ("trainer.use_v1", "reward.reward_model.enable"):
+        assert f"{key}={shown} is not a boolean, and verl would read it as {read_as}" in err, err
+    assert ("Did you mean trainer.use_v1=False?" in err) == (value == "Flase")
+    assert "Not yet checked, because verl is not imported" in err
+    assert dry_run([*RUNNABLE, "trainer.use_v1=false", "reward.reward_model.enable=False"]) == 1  # real booleans
+    assert "is not a boolean" not in capsys.readouterr().err
+
+
+def test_the_boolean_keys_are_those_verl_reads_as_booleans():
+    from verl_avspo.verl_plugin.checks.values import boolean_keys
+
+    keys = boolean_keys()
+    launcher_reads = (
+        "trainer.use_v1",
+        "reward.reward_model.enable",
+        "reward.reward_model.enable_resource_pool",
+        "algorithm.filter_groups.enable",
+        "actor_rollout_ref.hybrid_engine",
+        "actor_rollout_ref.model.use_fused_kernels",
+        "actor_rollout_ref.actor.use_dynamic_bsz",
+        "critic.enable",
+    )
+    assert set(launcher_reads) <= set(keys)
+    assert "actor_rollout_ref.rollout.n" not in keys and "algorithm.adv_estimator" not in keys
+
+
+@pytest.mark.parametrize(
+    ("overrides", "given"),
+    [
+        (["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1", "algorithm.avspo.k=4"], "algorithm.avspo.k=4"),
+        (
+            ["algorithm.adv_estimator=grpo", "algorithm.avspo.preset=paper_code", "algorithm.avspo.strategy=www"],
+            "algorithm.avspo.preset=paper_code, algorithm.avspo.strategy=www",
+        ),
+    ],
+)
+def test_avspo_settings_with_another_estimator_are_refused(overrides, given, capsys):
+    assert dry_run([*RUNNABLE, *overrides]) == 1
+    err = capsys.readouterr().err
+    estimator = overrides[0]
+    assert f"{given}: " in err and f"read only by the AVSPO estimator, and {estimator}, so" in err, err
+    assert "Set algorithm.adv_estimator=avspo" in err
+
+
+def test_the_acr_settings_go_with_any_estimator():
+    # tau, reward_range and alert are the ACR metrics' and the alert's: every group estimator reads them.
+    overrides = ["algorithm.adv_estimator=grpo", "algorithm.avspo.tau=0.01", "algorithm.avspo.alert.window=5"]
+    check_config(compose_config([*RUNNABLE, *overrides]))

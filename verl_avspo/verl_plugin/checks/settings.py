@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, Problems, resolve_settings
-from verl_avspo.verl_plugin.checks import resources
+from verl_avspo.verl_plugin.checks import resources, values
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 
 __all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]
@@ -289,6 +289,8 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     resolved. Logs nothing."""
     algorithm = config.algorithm
     problems, warnings = Problems(), []
+    problems.messages.extend(values.boolean_problems(config))
+    problems.messages.extend(values.avspo_keys_without_avspo(algorithm.adv_estimator, algorithm.get("avspo", None)))
     problems.messages.extend(_rollout_problems(config))
     problems.messages.extend(_number_problems(config))
     problems.messages.extend(_separate_async_problems(config))
