@@ -652,7 +652,10 @@ def test_the_boolean_keys_are_those_verl_reads_as_booleans():
 @pytest.mark.parametrize(
     ("overrides", "given"),
     [
-        (["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1", "algorithm.avspo.k=4"], "algorithm.avspo.k=4"),
+        (
+            ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1", "algorithm.avspo.k=4"],
+            "algorithm.avspo.k=4",
+        ),
         (
             ["algorithm.adv_estimator=grpo", "algorithm.avspo.preset=paper_code", "algorithm.avspo.strategy=www"],
             "algorithm.avspo.preset=paper_code, algorithm.avspo.strategy=www",

@@ -214,7 +214,9 @@ def _number(key: str, value: Any, low: float, high: float, *, low_open=False, hi
 
 def _integer(key: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        _fail(key, value, f"expected an integer >= {low}" if high is None else f"expected an integer in [{low}, {high}]")
+        _fail(
+            key, value, f"expected an integer >= {low}" if high is None else f"expected an integer in [{low}, {high}]"
+        )
     return int(value)
 
 
