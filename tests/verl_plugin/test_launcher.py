@@ -674,3 +674,42 @@ def test_the_acr_settings_go_with_any_estimator():
     # tau, reward_range and alert are the ACR metrics' and the alert's: every group estimator reads them.
     overrides = ["algorithm.adv_estimator=grpo", "algorithm.avspo.tau=0.01", "algorithm.avspo.alert.window=5"]
     check_config(compose_config([*RUNNABLE, *overrides]))
+
+
+def test_a_misspelt_hook_or_custom_class_is_imported_and_refused_before_ray(tmp_path, capsys, on_this_machine):
+    """Stock main_ppo failed 40 s into the run, inside Ray, on a misspelt custom_sampler; the dry run
+    imports what each path/name pair names, as verl's loader will."""
+    hook_path, hook_name = HOOK_OVERRIDES
+    base = [*RUNNABLE, *on_this_machine]
+    assert dry_run([*base, hook_path, hook_name]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert dry_run([*base, hook_path, "trainer.v1.sampler.custom_sampler.name=ACRSamplr"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "trainer.v1.sampler.custom_sampler.name=ACRSamplr: trainer.v1.sampler.custom_sampler.path="
+        "pkg://verl_avspo.verl_plugin.sampler has no ACRSamplr. Did you mean "
+        "trainer.v1.sampler.custom_sampler.name=ACRSampler?" in err
+    ), err
+    assert (
+        dry_run([*base, "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr", hook_name]) == 1
+    )
+    err = capsys.readouterr().err
+    assert "custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr cannot be imported: No module named" in err, err
+    # A file, as verl takes it: the class must be there, and be a class; a path without a name is ignored by verl.
+    (tmp_path / "my_data.py").write_text("class MathDataset:\n    pass\n\nhelper = 3\n")
+    custom = f"data.custom_cls.path={tmp_path / 'my_data.py'}"
+    assert dry_run([*base, custom, "data.custom_cls.name=MathDataset"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert dry_run([*base, custom, "data.custom_cls.name=MathDatset"]) == 1
+    assert "Did you mean data.custom_cls.name=MathDataset?" in capsys.readouterr().err
+    assert dry_run([*base, custom, "data.custom_cls.name=helper"]) == 1
+    assert "defines helper, but not as a class (int)" in capsys.readouterr().err
+    assert dry_run([*base, custom]) == 1
+    assert (
+        f"data.custom_cls.path={tmp_path / 'my_data.py'} is set without data.custom_cls.name" in capsys.readouterr().err
+    )
+    # A module whose own code fails shows its error.
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    assert dry_run([*base, f"reward.custom_reward_function.path={tmp_path / 'broken.py'}"]) == 1
+    err = capsys.readouterr().err
+    assert "broken.py fails to import: ModuleNotFoundError: No module named 'not_a_module_anywhere'" in err, err

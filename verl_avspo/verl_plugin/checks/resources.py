@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_avspo.verl_plugin.checks.extern import extern_object_problems
+
 __all__ = ["verl_package_dir", "verl_has_self_certainty", "cluster_gpus", "resource_problems"]
 
 
@@ -196,8 +198,8 @@ def _rollout_replica_problems(config: DictConfig) -> Iterator[str]:
 
 
 def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[list[str], list[str]]:
-    """What the run will find: local data files and model path, rollout replicas that fit their GPUs,
-    and the GPUs of its Ray cluster.
+    """What the run will find: local data files and model path, the classes and functions it names
+    (imported), rollout replicas that fit their GPUs, and the GPUs of its Ray cluster.
 
     Returns:
         (problems, not checked): each problem names the key and the fix; "not checked" lists what
@@ -205,6 +207,7 @@ def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[lis
     """
     not_checked: list[str] = []
     problems = list(_path_problems(config, not_checked))
+    problems += extern_object_problems(config)
     problems += _rollout_replica_problems(config)
     problems += _gpu_problems(config, not_checked, connect=connect)
     return problems, not_checked
