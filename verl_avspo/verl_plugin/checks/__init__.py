@@ -23,9 +23,11 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import re
 import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
+from verl_avspo.verl_plugin.checks.hub import hub_offline
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.resources import (
     cluster_gpus,
@@ -167,6 +170,16 @@ def registry_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def _unloadable_model_section(config: DictConfig, error: str) -> str | None:
+    """The model section (``critic.model``, ...) whose config verl failed to build, when its path is
+    not a local directory (a placeholder, a typo or a hub id: reported by the path checks)."""
+    match = re.search(r"full_key: (\S+\.model)\b", error)
+    if match is None:
+        return None
+    path = OmegaConf.select(config, f"{match.group(1)}.path", default=None)
+    return match.group(1) if path is None or not Path(str(path)).expanduser().is_dir() else None
+
+
 def _verl_validate_problems(config: DictConfig) -> list[str]:
     """verl's own launcher-side validation (batch sizes, micro batches, ...), which needs no GPU.
     verl stops at its first complaint, so this gives at most one."""
@@ -177,12 +190,18 @@ def _verl_validate_problems(config: DictConfig) -> list[str]:
 
     try:
         auto_set_device(config)
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        with hub_offline():  # hub ids are checked with the resources; verl would retry for a minute
+            validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except hydra.errors.InstantiationException as err:
+        model = _unloadable_model_section(config, str(err))
+        if model is not None:  # the path checks name it, with the fix
+            return []
+        return [f"verl's validate_config rejected the config: {err}"]
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         fix = f" Set it on the command line: {key}=<value>." if key else ""
         return [f"verl's config is incomplete: {str(err).splitlines()[0]}.{fix}"]
-    except (AssertionError, ValueError, hydra.errors.InstantiationException) as err:
+    except (AssertionError, ValueError) as err:
         return [f"verl's validate_config rejected the config: {err}"]
     except TypeError as err:  # verl's YAML is untyped, so text given for a number fails in its arithmetic
         where = traceback.extract_tb(err.__traceback__)[-1].line
