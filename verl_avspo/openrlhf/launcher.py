@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import ACR_KEYS, AVSPO_KEYS, PRESETS, ACRConfig, AVSPOConfig, resolve_settings
+from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, PRESETS, ACRConfig, AVSPOConfig, resolve_settings
 from verl_avspo.openrlhf.advantage_step import ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
 from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 
@@ -33,9 +33,11 @@ __all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "ru
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
-_ESTIMATOR_PREFIX = "--algo.advantage.e"
 _PREFIX = "--avspo."
 _ASYNC_FLAG = "--train.async_enable"
+_GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
+# The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
+OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
 
@@ -85,6 +87,12 @@ def _value(tokens: Sequence[str], flag: str) -> Any:
             raise UsageError(f"{flag} needs a value, and {key!r} is not an AVSPO setting (docs/configuration.md)")
         raise UsageError(f"{flag} needs a value, for example {flag} {_example(key)}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
+    if any(value is None for value in values):  # "--avspo.k=", "--avspo.k null": not "the preset's default"
+        key = flag[len(_PREFIX) :]
+        raise UsageError(
+            f"{flag} got {' '.join(tokens)!r}, which is no value. To keep the preset's default, leave {flag} out; "
+            f"to set it, give a value, for example {flag} {_example(key)}"
+        )
     return values[0] if len(values) == 1 else values
 
 
@@ -115,6 +123,11 @@ def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any
             values, i = list(argv[i + 1 : end]), end
         if not key:
             raise UsageError(f"{flag} is not an AVSPO setting: give a key, for example --avspo.preset paper")
+        if key == "alert":
+            raise UsageError(
+                f"{flag} is a group of settings, not one: give its keys, for example {flag}.window 50 (keys: "
+                f"{', '.join(ALERT_KEYS)})"
+            )
         section, dot, alert_key = key.partition(".")
         # --avspo.alert.KEY: the stall alert's settings, nested as in algorithm.avspo.alert.KEY.
         target = settings.setdefault("alert", {}) if section == "alert" and dot else settings
@@ -133,7 +146,7 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     for i, token in enumerate(argv):
         flag, has_value, inline = token.partition("=")
         # argparse also takes an unambiguous prefix; no other OpenRLHF option starts like this one.
-        if flag == _LEGACY_ESTIMATOR_FLAG or (flag.startswith(_ESTIMATOR_PREFIX) and _ESTIMATOR_FLAG.startswith(flag)):
+        if flag == _LEGACY_ESTIMATOR_FLAG or _names(flag, _ESTIMATOR_FLAG):
             if has_value:
                 position, estimator = i, inline
                 argv[i] = f"{_ESTIMATOR_FLAG}={inline}"
@@ -156,11 +169,46 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     return argv, settings
 
 
+def _names(token: str, flag: str) -> bool:
+    """Whether ``token`` (before any ``=``) is ``flag`` as OpenRLHF's argparse reads it: the flag itself,
+    or an abbreviation of it (a prefix that goes past its section, ``--train.async_e``); an ambiguous
+    one argparse refuses itself."""
+    name = token.partition("=")[0]
+    return flag.startswith(name) and len(name) > flag.rindex(".") + 1
+
+
+def _option_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--flag VALUE``, ``--flag=VALUE``, or an abbreviation), or None."""
+    value = None
+    for i, token in enumerate(argv):
+        if token.startswith("--") and _names(token, flag):
+            name, has_value, inline = token.partition("=")
+            value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def _check_group_size(argv: Sequence[str], avspo: bool) -> None:
+    """OpenRLHF asserts a group size above 1 for its group estimators (a bare AssertionError, after
+    its imports); AVSPO runs as group_norm."""
+    estimator = _option_value(argv, _ESTIMATOR_FLAG) or "gae"
+    if estimator not in OPENRLHF_GROUP_ESTIMATORS:
+        return
+    given = _option_value(argv, _GROUP_SIZE_FLAG)
+    size = _number(given) if given is not None else 1
+    if isinstance(size, int) and size < 2:
+        what = "AVSPO" if avspo else f"{_ESTIMATOR_FLAG} {estimator}"
+        shown = f"{_GROUP_SIZE_FLAG} {given}" if given is not None else f"no {_GROUP_SIZE_FLAG} (OpenRLHF's default: 1)"
+        raise UsageError(
+            f"{what} compares the responses sampled for one prompt, so it needs at least 2 per prompt, and this "
+            f"command has {shown}. Set {_GROUP_SIZE_FLAG} 8 (the paper's group size) or more."
+        )
+
+
 def _check_alert_stop(argv: Sequence[str], alert: Any) -> None:
     """``--avspo.alert.action stop`` ends the synchronous trainer's loop; the asynchronous one
     generates in another actor, which the alert cannot stop."""
     stops = isinstance(alert, dict) and alert.get("action") == "stop"
-    if stops and any(token.partition("=")[0] == _ASYNC_FLAG for token in argv):
+    if stops and any(token.startswith("--") and _names(token, _ASYNC_FLAG) for token in argv):
         raise UsageError(
             f"--avspo.alert.action stop needs OpenRLHF's synchronous trainer; with {_ASYNC_FLAG} the alert can only "
             f"warn. Drop {_ASYNC_FLAG} or use --avspo.alert.action warn."
@@ -214,6 +262,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(token in ("-h", "--help") for token in argv):
         print(USAGE)
+        try:
+            check_openrlhf()
+        except OpenRLHFIncompatibleError as error:  # ours are shown; OpenRLHF's need OpenRLHF importable
+            print(f"\nOpenRLHF's own options cannot be listed here: {error}")
+            return 0
     try:
         rest, given = split_avspo_arguments(argv)
         rest, settings = choose_estimator(rest, given)
@@ -222,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if settings is None:
             _validated(acr)
         _check_alert_stop(rest, given.get("alert"))
+        _check_group_size(rest, avspo=settings is not None)
         version = check_openrlhf()
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)
