@@ -611,6 +611,13 @@ def test_rollout_replicas_that_do_not_fit_their_gpus_are_refused(capsys, on_this
         ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
         ("data.train_batch_size=-8", "data.train_batch_size=-8 is invalid: expected an integer >= 1"),
         ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 is invalid"),
+        # verl compares these with 0 after the first step (a TypeError there) or divides by it.
+        ("trainer.save_freq=abc", "trainer.save_freq='abc' is invalid: expected an integer >= -1"),
+        ("trainer.test_freq=5.5", "trainer.test_freq=5.5 is invalid: expected an integer >= -1"),
+        (
+            "actor_rollout_ref.actor.ppo_mini_batch_size=0",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=0 is invalid: expected an integer >= 1",
+        ),
     ],
 )
 def test_recipe_values_of_the_wrong_kind_are_refused_before_verl(override, message, capsys):
@@ -827,3 +834,21 @@ def test_gae_without_a_critic_model_says_what_to_set(capsys, on_this_machine):
     assert dry_run([*gae, f"critic.{actor.removeprefix('actor_rollout_ref.')}"]) == 1
     err = capsys.readouterr().err
     assert "does not exist" not in err and "verl's validate_config rejected the config" in err, err
+
+
+def test_json_lines_data_and_an_empty_file_list_are_checked_too(tmp_path, capsys, on_this_machine):
+    """verl's dataset also reads .json/.jsonl: their first row's keys are its columns."""
+    base = [*RUNNABLE, *on_this_machine]
+    (tmp_path / "raw.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+    (tmp_path / "text.jsonl").write_text("question,answer\n")
+    (tmp_path / "rows.json").write_text('[{"question": "1 + 1"}]')  # an array: not read here
+    good = '{"data_source": "openai/gsm8k", "prompt": [], "reward_model": {"ground_truth": "2"}}\n'
+    (tmp_path / "good.jsonl").write_text(good)
+    assert dry_run([*base, f"data.train_files=[{tmp_path / 'raw.jsonl'},{tmp_path / 'text.jsonl'}]"]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'raw.jsonl'} has no column prompt, data_source, reward_model (it has: question, answer)" in err
+    assert f"{tmp_path / 'text.jsonl'} does not start with a JSON object (one row per line), but with 'question" in err
+    for name in ("good.jsonl", "rows.json"):
+        assert dry_run([*base, f"data.train_files={tmp_path / name}"]) == 0, capsys.readouterr().err
+    assert dry_run([*base, "data.train_files=[]"]) == 1
+    assert "data.train_files is an empty list: give the training files" in capsys.readouterr().err

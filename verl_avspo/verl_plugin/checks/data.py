@@ -9,6 +9,7 @@ Pure: problems are returned, and what could not be checked is added to ``not_che
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,34 @@ def _reward_scorer(config: DictConfig, not_checked: list[str]):
     return None
 
 
+def _first_record_keys(path: Path) -> list[str] | None:
+    """The keys of a JSON-lines file's first row (a .json file is read the same way, as verl's json
+    loader takes both); None for a JSON array, whose columns are not read here.
+
+    Raises:
+        ValueError: the file does not start with a JSON object or array.
+    """
+    with path.open(encoding="utf-8", errors="replace") as file:
+        first = next((line for line in file if line.strip()), "")
+    if first.lstrip().startswith("["):
+        return None
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        raise ValueError(first[:80])
+    return list(record)
+
+
+def _missing_columns(key: str, path: Path, missing: list[str], names: list[str], writer: str) -> str:
+    return (
+        f"{key}: {path} has no column {', '.join(missing)} (it has: {', '.join(names) or 'none'}). verl reads the "
+        f"prompt, the data source and reward_model.ground_truth from each row: write the file with {writer}, or set "
+        "data.prompt_key / data.reward_fn_key to the columns that hold them."
+    )
+
+
 def _file_problems(key: str, path: Path, columns: list[str], scores, source_key: str) -> Iterator[str]:
     writer = DATA_WRITERS[key]
     if path.suffix not in _FORMATS or not path.is_file():
@@ -68,6 +97,17 @@ def _file_problems(key: str, path: Path, columns: list[str], scores, source_key:
         )
         return
     if path.suffix != ".parquet":
+        try:
+            names = _first_record_keys(path)
+        except ValueError as err:
+            yield (
+                f"{key}: {path} does not start with a JSON object (one row per line), but with {str(err)!r}. Write "
+                f"it again (with {writer}), or give the right file."
+            )
+            return
+        missing = [column for column in columns if names is not None and column not in names]
+        if missing:
+            yield _missing_columns(key, path, missing, names, writer)
         return
     try:
         schema = pq.read_schema(path)
@@ -79,11 +119,7 @@ def _file_problems(key: str, path: Path, columns: list[str], scores, source_key:
         return
     missing = [column for column in columns if column not in schema.names]
     if missing:
-        yield (
-            f"{key}: {path} has no column {', '.join(missing)} (it has: {', '.join(schema.names) or 'none'}). verl "
-            f"reads the prompt, the data source and reward_model.ground_truth from each row: write the file with "
-            f"{writer}, or set data.prompt_key / data.reward_fn_key to the columns that hold them."
-        )
+        yield _missing_columns(key, path, missing, schema.names, writer)
         return
     reward_type = schema.field("reward_model").type
     if pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") < 0:
@@ -127,4 +163,6 @@ def data_problems(config: DictConfig, not_checked: list[str]) -> list[str]:
     problems = []
     for key, path in files:
         problems += _file_problems(key, path, [prompt_key, source_key, "reward_model"], scores, source_key)
+        if scores is not None and path.suffix != ".parquet":
+            not_checked.append(f"the {source_key} values of {path} (of a JSON file only the first row's keys are read)")
     return problems

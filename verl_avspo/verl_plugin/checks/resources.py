@@ -49,6 +49,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
+    if OmegaConf.select(config, "data.train_files", default=None) is not None and not local_data_files(
+        config, "data.train_files"
+    ):
+        writer = DATA_WRITERS["data.train_files"]
+        yield f"data.train_files is an empty list: give the training files (written by {writer})."
     for key in DATA_KEYS:
         for name in local_data_files(config, key):
             if _REMOTE.match(name):

@@ -69,6 +69,10 @@ _NUMBERS = (
     ("trainer.n_gpus_per_node", True, 1, False, math.inf),
     ("trainer.nnodes", True, 1, False, math.inf),
     ("trainer.total_epochs", True, 1, False, math.inf),
+    # Compared with 0 after the first step (-1 or 0: off); text fails there with a TypeError.
+    ("trainer.save_freq", True, -1, False, math.inf),
+    ("trainer.test_freq", True, -1, False, math.inf),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", True, 1, False, math.inf),
 )
 
 
