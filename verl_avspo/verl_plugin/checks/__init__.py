@@ -8,14 +8,16 @@ once. They come in two stages:
 - :func:`settings_problems` (:mod:`.settings`) needs no verl import (about a second): the group
   size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and
   ``algorithm.intrinsic`` value, and how they combine with the trainer, the data (DCPO's prompt
-  indices, :mod:`.prompt_index`) and the policy loss. The launcher runs it first, so a typo is
-  refused in seconds rather than after verl's imports.
+  indices, :mod:`.prompt_index`) and the policy loss; text given for a boolean, and AVSPO settings
+  given to another estimator (:mod:`.values`). The launcher runs it first, so a typo is refused in
+  seconds rather than after verl's imports.
 - :func:`registry_problems` (here) imports verl: the estimator, the policy loss and the V1 trainer
   mode against verl's registries, and verl's own ``validate_config``.
 
 :func:`resource_problems` (:mod:`.resources`) checks what the run will find on the machine: local
-data files, a local model path, and whether the Ray cluster can supply the GPUs the config asks
-for; it also says what it could not check.
+data files with their columns and data sources (:mod:`.data`), a local model path or a hub id that
+can load (:mod:`.hub`), the classes and functions the config names (:mod:`.extern`), and whether
+the Ray cluster can supply the GPUs the config asks for; it also says what it could not check.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """What a run will find on this machine: the installed verl (found without importing it), local
-data files, a local model path, and whether the Ray cluster can supply the GPUs the config asks
-for (verl otherwise waits for them). Pure: problems and what could not be checked are returned.
+data files (read by :mod:`.data`), a local model path or a hub id that loads (:mod:`.hub`), the
+classes the config names (:mod:`.extern`), and whether the Ray cluster can supply the GPUs the
+config asks for (verl otherwise waits for them). Pure: problems and what could not be checked are
+returned.
 """
 
 from __future__ import annotations
