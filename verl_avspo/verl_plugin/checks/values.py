@@ -21,6 +21,18 @@ __all__ = ["boolean_keys", "boolean_problems", "avspo_keys_without_avspo"]
 
 # Keys read as booleans whose default in verl's YAML is null (so not found by their default's type).
 _NULL_DEFAULT_BOOLEANS = ("critic.enable",)
+# The booleans the launcher's checks and trainers read themselves: checked even if a verl release
+# stops shipping its generated full config.
+_READ_HERE = (
+    "trainer.use_v1",
+    "reward.reward_model.enable",
+    "reward.reward_model.enable_resource_pool",
+    "algorithm.filter_groups.enable",
+    "algorithm.rollout_correction.bypass_mode",
+    "actor_rollout_ref.hybrid_engine",
+    "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.rollout.disaggregation.enabled",
+)
 
 
 def _walk_booleans(node: DictConfig, prefix: str) -> list[str]:
@@ -36,11 +48,11 @@ def _walk_booleans(node: DictConfig, prefix: str) -> list[str]:
 
 @functools.cache
 def boolean_keys() -> tuple[str, ...]:
-    """Every key of verl's PPO config whose default is True or False: verl's generated full config
-    (``_generated_ppo_trainer.yaml``, read as a file) and ours (``avspo_trainer.yaml``)."""
-    folder = resources.verl_package_dir() / "trainer" / "config"
-    keys = _walk_booleans(OmegaConf.load(folder / "_generated_ppo_trainer.yaml"), "")
-    return (*keys, *_NULL_DEFAULT_BOOLEANS)
+    """Every key of verl's PPO config whose default is True or False (verl's generated full config,
+    ``_generated_ppo_trainer.yaml``, read as a file), and those read here."""
+    generated = resources.verl_package_dir() / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    keys = _walk_booleans(OmegaConf.load(generated), "") if generated.is_file() else []
+    return tuple(dict.fromkeys([*keys, *_READ_HERE, *_NULL_DEFAULT_BOOLEANS]))
 
 
 def boolean_problems(config: DictConfig) -> list[str]:
