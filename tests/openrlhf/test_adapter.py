@@ -149,6 +149,11 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
         ),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
+        # What torch.Generator.manual_seed refuses, refused here rather than at the first advantage step.
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.seed", str(2**64)],
+            r"--avspo\.seed=18446744073709551616 is invalid: expected an integer in \[0, 18446744073709551615\]",
+        ),
         # A value that is no value is not "the preset's default".
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.k="],

@@ -108,6 +108,10 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
         (["algorithm.avspo.k=0"], "algorithm.avspo.k=0 is invalid: expected a positive integer or 'adaptive'"),
         (["algorithm.avspo.alert.action=halt"], "algorithm.avspo.alert.action='halt' is invalid"),
         (
+            ["algorithm.avspo.strategy=random", f"algorithm.avspo.seed={2**64}"],
+            "algorithm.avspo.seed=18446744073709551616 is invalid: expected an integer in [0, 18446744073709551615]",
+        ),
+        (
             ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
             "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=rloo: a group estimator",
         ),
