@@ -834,6 +834,9 @@ def test_gae_without_a_critic_model_says_what_to_set(capsys, on_this_machine):
     ), err
     assert f"usually to the actor's model (critic.{actor.removeprefix('actor_rollout_ref.')})" in err
     assert "HFModelConfig" not in err and err.startswith("verl-avspo: critic.model.path=")
+    model_file = actor.removeprefix("actor_rollout_ref.model.path=") + "/../train.parquet"
+    assert dry_run([*gae, f"critic.model.path={model_file}"]) == 1
+    assert f"critic.model.path={model_file} is a file; give the model's folder" in capsys.readouterr().err
     # A local folder passes the path check; what is in it is verl's to judge (this one is empty).
     assert dry_run([*gae, f"critic.{actor.removeprefix('actor_rollout_ref.')}"]) == 1
     err = capsys.readouterr().err

@@ -67,6 +67,9 @@ def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
                 )
     for key in (*model_path_keys(config), "reward.custom_reward_function.path"):
         name = OmegaConf.select(config, key, default=None)
+        if name is not None and key in _MODEL_KEYS and Path(str(name)).expanduser().is_file():
+            yield f"{key}={name} is a file; give the model's folder (the one that holds its config.json)."
+            continue
         if name is None or Path(str(name)).expanduser().exists():
             continue
         name = str(name)
