@@ -9,11 +9,11 @@ reorders the batch), binary rewards and a chosen fraction of collapsed groups.
 Rows:
     grpo             verl's ``compute_grpo_outcome_advantage`` (a Python loop over samples)
     grpo_vectorized  verl's ``compute_grpo_vectorized_outcome_advantage``
-    avspo paper      ``verl_avspo.verl_plugin.register.compute_avspo_advantage`` with ``preset: paper``; its
+    avspo paper      ``verl_avspo.verl_plugin.estimators.compute_avspo_advantage`` with ``preset: paper``; its
                      threshold starts at 0.5, so at an ACR of 0.4 it computes GRPO plus ACR
     avspo <strategy> the paper preset with that strategy and ``threshold_init: 0.1``, so every
                      collapsed group is augmented (the most work AVSPO can do)
-    dcpo             ``verl_avspo.verl_plugin.register.compute_dcpo_advantage`` (DCPO's smooth advantage
+    dcpo             ``verl_avspo.verl_plugin.estimators.compute_dcpo_advantage`` (DCPO's smooth advantage
                      standardization), each call preceded by the trainer's ``set_prompt_keys``;
                      every call revisits the same prompts, so from the second on every group is
                      blended with its history
@@ -57,7 +57,7 @@ from verl.trainer.ppo import core_algos
 from verl_avspo.core.collapse import measure_collapse
 from verl_avspo.core.config import STRATEGIES
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import estimators, run_state
 
 COLUMNS = ("N", "L", "G", "method", "median ms", "IQR ms", "min ms")
 COLUMNS += ("x grpo", "x grpo_vec", "x floor", "peak extra MiB")
@@ -160,7 +160,7 @@ def methods(batch: Batch) -> dict[str, Callable[[], object]]:
     }
 
     def avspo(config):
-        return lambda: register.compute_avspo_advantage(**inputs, index=batch.index, config=config)
+        return lambda: estimators.compute_avspo_advantage(**inputs, index=batch.index, config=config)
 
     rows["avspo paper"] = avspo(algorithm_config(preset="paper"))
     for strategy in STRATEGIES:
@@ -169,8 +169,9 @@ def methods(batch: Batch) -> dict[str, Callable[[], object]]:
     dcpo_config = OmegaConf.create({"adv_estimator": "dcpo", "norm_adv_by_std_in_grpo": True})
 
     def dcpo():
-        register.set_prompt_keys(prompt_keys)  # what the trainer does before verl's advantage stage
-        return register.compute_dcpo_advantage(**inputs, index=batch.index, config=dcpo_config)
+        # What the trainer does before verl's advantage stage.
+        run_state.tracker_for(dcpo_config, "dcpo").set_prompt_keys(prompt_keys)
+        return estimators.compute_dcpo_advantage(**inputs, index=batch.index, config=dcpo_config)
 
     rows["dcpo"] = dcpo
     rows["acr metrics"] = lambda: measure_collapse(batch.scores, batch.index)
@@ -250,7 +251,7 @@ def benchmark(
                 batch = make_batch(num_responses, length, group_size, collapsed, uneven, device, seed)
                 acr = measure_collapse(batch.scores, batch.index)["acr/rate"]
                 print(f"N={num_responses} L={length} G={group_size}: ACR={acr:.3f}", file=sys.stderr, flush=True)
-                register.reset()
+                run_state.reset()
                 calls = methods(batch)
                 timed = {}
                 for name, ms in time_calls(calls, repeats, warmup, sync).items():

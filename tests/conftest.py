@@ -35,12 +35,12 @@ def transfer_queue_cluster():
 
 @pytest.fixture
 def fresh_estimator_state():
-    """The registered estimators keep per-process state (AVSPO's controller, DCPO's history)."""
-    from verl_avspo.verl_plugin import register
+    """The registered estimators use the run tracker bound in this process (AVSPO's controller, DCPO's history)."""
+    from verl_avspo.verl_plugin import run_state
 
-    register.reset()
+    run_state.reset()
     yield
-    register.reset()
+    run_state.reset()
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_avspo.core import baselines, config
-from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+from verl_avspo.core import acr_config, baseline_settings, config
+from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -43,8 +43,8 @@ def documented_defaults() -> dict[str, object]:
 def code_defaults() -> dict[str, object]:
     """Every field of the config dataclasses under the key a user types, with its default."""
     keys: dict[str, object] = {}
-    for cls, prefix in ((AVSPOConfig, ""), (ACRConfig, ""), (AlertConfig, "alert."), (DCPOConfig, "algorithm.dcpo."),
-                        (IntrinsicConfig, "algorithm.intrinsic.")):  # fmt: skip
+    for cls, prefix in ((AVSPOConfig, ""), (ACRConfig, "algorithm.acr."), (AlertConfig, "algorithm.acr.alert."),
+                        (DCPOConfig, "algorithm.dcpo."), (IntrinsicConfig, "algorithm.intrinsic.")):  # fmt: skip
         instance = cls()
         for field in dataclasses.fields(cls):
             if field.name != "alert" or cls is not ACRConfig:
@@ -53,7 +53,7 @@ def code_defaults() -> dict[str, object]:
     return keys
 
 
-def test_the_acr_settings_are_algorithm_avspos_tau_reward_range_and_alert():
+def test_a_flat_mapping_holds_both_configs_side_by_side():
     avspo, acr = config.resolve_settings({"tau": 1e-3, "reward_range": [-1, 1], "alert": {"window": 7}, "gap": 0.2})
     assert acr == ACRConfig(tau=1e-3, reward_range=(-1.0, 1.0), alert=AlertConfig(window=7))
     assert avspo == AVSPOConfig(gap=0.2)
@@ -72,7 +72,7 @@ def test_configuration_md_lists_exactly_the_fields_with_their_defaults():
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
 def test_every_config_field_has_a_one_line_docstring(cls):
-    module = config if cls in (AVSPOConfig, ACRConfig, AlertConfig) else baselines
+    module = {AVSPOConfig: config, ACRConfig: acr_config, AlertConfig: acr_config}.get(cls, baseline_settings)
     tree = ast.parse(inspect.getsource(module))
     (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
     documented = {}

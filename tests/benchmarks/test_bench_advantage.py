@@ -10,7 +10,7 @@ import torch
 
 from verl_avspo.core.collapse import group_ids, measure_collapse
 from verl_avspo.core.config import STRATEGIES
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import run_state
 
 pytestmark = pytest.mark.verl
 
@@ -25,7 +25,7 @@ def bench():
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop(spec.name, None)
-    register.reset()
+    run_state.reset()
 
 
 def _table(text):
@@ -83,19 +83,19 @@ def test_batch_has_the_requested_collapse_and_verl_layout(bench, uneven):
 
 def test_rows_compute_what_they_claim(bench):
     batch = bench.make_batch(512, 24, 8, seed=1)
-    register.reset()
+    run_state.reset()
     calls = bench.methods(batch)
     grpo, _ = calls["grpo"]()
     vectorized, _ = calls["grpo_vectorized"]()
     torch.testing.assert_close(vectorized, grpo)
     # At ACR 0.4 the paper preset (threshold 0.5) does not trigger: it is GRPO plus the ACR metrics.
     paper, _ = calls["avspo paper"]()
-    assert register.pop_last_metrics()["avspo/triggered"] == 0.0
+    assert run_state.bound_tracker().end_step(1, paper)["avspo/triggered"] == 0.0
     torch.testing.assert_close(paper, grpo)
     # The strategy rows augment every collapsed group, so they time AVSPO's full path.
     for strategy in STRATEGIES:
         augmented, _ = calls[f"avspo {strategy}"]()
-        metrics = register.pop_last_metrics()
+        metrics = run_state.bound_tracker().end_step(1, augmented)
         assert metrics["avspo/triggered"] == metrics["acr/rate"] == 0.40625, strategy
         if strategy != "www":  # www leaves all-wrong groups at c = 0 where they were
             assert metrics["acr/effective"] == 0.0, strategy

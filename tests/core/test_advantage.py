@@ -1,6 +1,7 @@
 """The AVSPO advantage (docs/method.md §3-§5): closed forms, signs, isolation, K, threshold, state, presets,
 and exact equivalence with verl's own ``compute_grpo_outcome_advantage``."""
 
+import dataclasses
 import io
 import math
 
@@ -11,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
+from verl_avspo.core.collapse import measure_collapse
 from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.core.virtual import closed_form_advantage, virtual_counts, virtual_rewards
 
 
@@ -34,10 +37,15 @@ def uids(sizes):
 
 
 def avspo(scores, index, norm=True, controller=None, **settings):
+    """One AVSPO step through the run's step owner, as every host runs it; ``metrics`` holds the
+    tracker's whole step report (acr/* and avspo/*). ``controller`` carries θ across calls."""
     cfg, acr = resolve_settings(settings)
-    controller = controller or AdaptiveController(cfg, acr)
+    tracker = RunTracker(acr, cfg)
+    if controller is not None:
+        tracker.controller = controller
     rewards, mask = outcome_batch(scores)
-    return compute_avspo_outcome_advantage(rewards, mask, index, cfg, acr, controller, norm)
+    output = tracker.avspo_advantages(rewards, mask, index, norm)
+    return dataclasses.replace(output, metrics=tracker.end_step(1, output.scalar_advantages))
 
 
 def first_token(output):
@@ -70,7 +78,8 @@ def test_preset_grpo_equals_verl_grpo(sizes, binary, norm, seed):
     ours = compute_avspo_outcome_advantage(rewards, mask, index, cfg, acr, AdaptiveController(cfg, acr), norm)
     theirs, returns = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
     torch.testing.assert_close(ours.advantages, theirs, atol=1e-6, rtol=1e-6)
-    assert ours.metrics["acr/effective"] == ours.metrics["acr/rate"]
+    measured = measure_collapse(rewards.sum(dim=-1), index, ours.advantages, reward_range=(-10, 10))
+    assert measured["acr/effective"] == measured["acr/rate"]
 
 
 @pytest.mark.verl
@@ -86,7 +95,7 @@ def test_batch_without_collapse_equals_verl_grpo_under_paper_preset(sizes, seed)
     ours = compute_avspo_outcome_advantage(rewards, mask, uids(sizes), cfg, acr, AdaptiveController(cfg, acr))
     theirs, _ = compute_grpo_outcome_advantage(rewards, mask, uids(sizes))
     torch.testing.assert_close(ours.advantages, theirs, atol=1e-6, rtol=1e-6)
-    assert ours.metrics["acr/rate"] == 0.0
+    assert ours.collapse.rate == 0.0
 
 
 # --- closed forms and signs -----------------------------------------------------------------------
@@ -245,7 +254,7 @@ def test_batch_scope_uses_the_reward_range_and_leaves_other_batches_to_grpo():
 
 
 def test_scores_outside_the_reward_range_warn():
-    with pytest.warns(UserWarning, match=r"outside algorithm.avspo.reward_range=\[0.0, 1.0\]"):
+    with pytest.warns(UserWarning, match=r"outside algorithm.acr.reward_range=\[0.0, 1.0\]"):
         avspo([2.0, 2.0], uids([2]))
 
 

@@ -3,6 +3,7 @@ baseline. Closed forms for Jeffreys and Laplace, the fitted prior, the errors, v
 ``compute_advantage``, and a Monte Carlo check on a toy bandit that its expected policy gradient is
 the true one where the paper's estimator's is not."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,10 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.config import PRESETS, resolve_settings
-from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.prior import BetaPrior, fit_beta_prior
+from verl_avspo.core.run_tracker import RunTracker
 
 EPS = 1e-6
 
@@ -26,9 +26,9 @@ def beta(scores, sizes, norm=True, **settings):
     index = np.repeat(np.arange(len(sizes)), sizes)
     rewards = torch.zeros(len(scores), 3, dtype=torch.float64)
     rewards[:, -1] = scores
-    return compute_avspo_outcome_advantage(
-        rewards, torch.ones_like(rewards), index, cfg, acr, AdaptiveController(cfg, acr), norm
-    )
+    tracker = RunTracker(acr, cfg)  # the run's step owner, so that metrics hold acr/* too
+    output = tracker.avspo_advantages(rewards, torch.ones_like(rewards), index, norm)
+    return dataclasses.replace(output, metrics=tracker.end_step(1, output.scalar_advantages))
 
 
 def reference(x, sizes, a, b, baseline):
@@ -256,10 +256,10 @@ def test_through_verl_compute_advantage_with_the_sandbox_spec():
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from verl_avspo.sandbox.estimators import parse_estimators
-    from verl_avspo.verl_plugin import register
+    from verl_avspo.verl_plugin import run_state
 
     (spec,) = parse_estimators("avspo:beta_loo")
-    register.reset()
+    run_state.reset()
     scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
     rewards = torch.zeros(8, 5)
     rewards[:, -1] = scores
@@ -278,7 +278,7 @@ def test_through_verl_compute_advantage_with_the_sandbox_spec():
     b_right, b_wrong = 0.5 / 4, 1.5 / 4
     assert adv[5, 0].item() == pytest.approx((1 - b_right) / math.sqrt(b_right * (1 - b_right)), rel=1e-5)
     assert adv[4, 0].item() == pytest.approx(-b_wrong / math.sqrt(b_wrong * (1 - b_wrong)), rel=1e-5)
-    metrics = register.pop_last_metrics()
+    metrics = run_state.bound_tracker().end_step(1, adv)
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
     assert metrics["avspo/prior_strength"] == 1.0 and metrics["avspo/prior_mean"] == 0.5
 
@@ -310,9 +310,9 @@ def bandit(settings, norm, values, outcome_probs, seed=0):
     rewards = values[outcome.reshape(-1)]
     cfg, acr = resolve_settings(settings)
     index = torch.arange(prompts * GROUPS).repeat_interleave(N)
-    out = compute_avspo_outcome_advantage(
-        rewards.unsqueeze(1), torch.ones(len(rewards), 1), index, cfg, acr, AdaptiveController(cfg, acr), norm
-    )
+    tracker = RunTracker(acr, cfg)
+    out = tracker.avspo_advantages(rewards.unsqueeze(1), torch.ones(len(rewards), 1), index, norm)
+    out = dataclasses.replace(out, metrics=tracker.end_step(1, out.scalar_advantages))
     # Score function of a softmax policy: d log pi(a)/d logits = onehot(a) - pi.
     score = torch.nn.functional.one_hot(arms, arms_count).to(torch.float64) - policy[prompt].unsqueeze(1)
     grad = (out.scalar_advantages.reshape(-1, N, 1) * score).mean(dim=1).reshape(prompts, GROUPS, arms_count)

@@ -110,8 +110,8 @@ def test_effective_rate_uses_largest_token_advantage():
     ids, num_groups = group_ids(np.array(list("aabb")))
     stats = group_stats(torch.tensor([1.0, 1.0, 0.0, 1.0]), ids, num_groups)
     token_adv = torch.tensor([[0.0, 0.0], [0.0, 0.3], [0.0, 0.0], [0.0, 0.0]])
-    assert effective_collapse_rate(token_adv, stats) == 0.5
-    assert effective_collapse_rate(torch.zeros(4), stats) == 1.0
+    assert effective_collapse_rate(token_adv, stats.ids, stats.count) == 0.5
+    assert effective_collapse_rate(torch.zeros(4), stats.ids, stats.count) == 1.0
 
 
 def test_groups_a_filter_dropped_count_as_if_they_were_measured():

@@ -37,7 +37,7 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
         ({"threshold_bounds": 0.5}, r"threshold_bounds=0.5 is invalid: expected a pair \[low, high\]"),
         ({"reward_range": [1, 0]}, r"algorithm.avspo.reward_range=\[1, 0\] is invalid: expected low < high"),
         ({"reward_range": [0, 1, 2]}, r"reward_range=\[0, 1, 2\] is invalid: expected a pair"),
-        ({"seed": -1}, r"seed=-1 is invalid: expected an integer in \[0, 18446744073709551615\]"),
+        ({"seed": -1}, r"seed=-1 is invalid: expected an integer >= 0"),
         ({"epsilon": 0}, r"epsilon=0 is invalid"),
         ({"alert": {"window": 0}}, r"alert.window=0 is invalid: expected an integer >= 1"),
         ({"alert": {"action": "halt"}}, r"alert.action='halt' is invalid: allowed values are warn, stop"),
@@ -102,7 +102,7 @@ def test_a_whole_section_given_a_value_names_its_keys():
 def test_the_baselines_sections_are_read_as_algorithm_avspo_is():
     # One reader for every settings section: an unknown key gets a did-you-mean and is reported
     # with the section's other problems; a section that is not a mapping says how to set a key.
-    from verl_avspo.core.baselines import resolve_dcpo, resolve_intrinsic
+    from verl_avspo.core.baseline_settings import resolve_dcpo, resolve_intrinsic
 
     with pytest.raises(ValueError) as error:
         resolve_dcpo({"epsilon": -1, "promt_key": "index"})
@@ -114,17 +114,3 @@ def test_the_baselines_sections_are_read_as_algorithm_avspo_is():
     ]
     with pytest.raises(ValueError, match=r"algorithm.intrinsic='x' is invalid: it is a group of settings"):
         resolve_intrinsic("x")
-
-
-def test_the_seed_range_is_what_torch_generator_takes():
-    # The random strategy seeds torch.Generator with it at the first advantage step: a seed that torch
-    # refuses must be refused with the settings, not mid-run.
-    import torch
-
-    largest = 2**64 - 1
-    torch.Generator().manual_seed(largest)
-    assert resolve_settings({"seed": largest})[0].seed == largest
-    with pytest.raises(ValueError, match="Overflow"):
-        torch.Generator().manual_seed(largest + 1)
-    with pytest.raises(SettingsError, match=r"seed=18446744073709551616 is invalid: expected an integer in \[0, "):
-        resolve_settings({"seed": largest + 1})

@@ -2,9 +2,9 @@
 
     python tests/e2e/run_cpu_openrlhf.py                  # python -m verl_avspo.openrlhf, avspo, 4 steps
     python tests/e2e/run_cpu_openrlhf.py --stock          # python -m openrlhf.cli.train_ppo_ray, group_norm
-    python tests/e2e/run_cpu_openrlhf.py -- --avspo.alert.threshold 0 --avspo.alert.window 2
+    python tests/e2e/run_cpu_openrlhf.py -- --acr.alert.threshold 0 --acr.alert.window 2
 
-Everything after ``--`` is passed on to the launcher (OpenRLHF's flags and ``--avspo.*``). The work
+Everything after ``--`` is passed on to the launcher (OpenRLHF's flags, ``--avspo.*`` and ``--acr.*``). The work
 folder (``--out``) keeps the model, prompts, checkpoints, the final model, OpenRLHF's TensorBoard log
 and the console log of the run. See ``openrlhf_cpu`` for how OpenRLHF is made to run on CPU.
 """

@@ -40,12 +40,13 @@ AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtu
 # and low, so AVSPO triggers on the first step with a collapsed group.
 AVSPO = ["--algo.advantage.estimator", "avspo", "--avspo.eta", "0.5", "--avspo.threshold_init", "0.2"]
 # An alert that fires on the second step in a row with any collapsed group.
-ALERT = ["--avspo.alert.rule", "acr", "--avspo.alert.threshold", "0", "--avspo.alert.window", "2"]
+ALERT = ["--acr.alert.rule", "acr", "--acr.alert.threshold", "0", "--acr.alert.window", "2"]
 # OpenRLHF's group_norm (ACR metrics only) with dynamic filtering, and ALERT stopping the run;
 # --ckpt.save_steps 100: the stop's checkpoint is the only one.
 FILTERED = ["--algo.advantage.estimator", "group_norm", "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "100"]
-FILTERED += [*ALERT, "--avspo.alert.action", "stop"]
+FILTERED += [*ALERT, "--acr.alert.action", "stop"]
 CLIENT_STATES = "mp_rank_00_model_states.pt"  # DeepSpeed's file that holds OpenRLHF's client states
+STATE_KEY = "verl_avspo"  # the client state that holds the run tracker's state
 
 
 @dataclasses.dataclass
@@ -159,11 +160,11 @@ def test_alert_warns_and_its_state_is_checkpointed(runs):
     for step in (1, 2, 3, 4):  # acr/stalled: ACR above 0 on this step and the one before
         streak = streak + 1 if scalars["acr/rate"][step] > 0 else 0
         assert scalars["acr/stalled"][step] == float(streak >= 2), step
-        assert outcome.client_states(step)["verl_avspo_stagnation"]["streak"] == streak
+        assert outcome.client_states(step)[STATE_KEY]["stagnation"]["streak"] == streak
     # The warning comes once, on the first stalled step (with 4 groups a step, half of them two-digit
     # sums a random policy rarely writes, nearly always step 2).
     first = next((step for step in (1, 2, 3, 4) if scalars["acr/stalled"][step] == 1.0), None)
-    warning = "advantage collapse: ACR above 0.00 for 2 consecutive steps (now step {}, --avspo.alert.rule acr)"
+    warning = "advantage collapse: ACR above 0.00 for 2 consecutive steps (now step {}, --acr.alert.rule=acr)"
     if first is None:
         assert "advantage collapse" not in outcome.run.log()
     else:
@@ -174,17 +175,17 @@ def test_resumed_async_run_continues_the_threshold_and_the_alert(runs):
     uninterrupted = runs["avspo"].scalars()
     resumed = runs["resumed"].scalars()
     _check_every_step(resumed, ACR_KEYS + AVSPO_KEYS, [3, 4])
-    saved = runs["avspo"].client_states(2)
+    saved = runs["avspo"].client_states(2)[STATE_KEY]
     # Step 3's threshold comes from the checkpoint alone: exactly the uninterrupted run's.
     assert resumed["avspo/threshold"][3] == pytest.approx(uninterrupted["avspo/threshold"][3], abs=1e-9)
     # Step 4's follows from step 3's own rollouts and the restored mean reward of step 2 (a fresh
     # controller would see no change in mean reward and keep the threshold).
-    assert saved["verl_avspo"]["previous_mean_score"] == pytest.approx(uninterrupted["acr/reward_mean"][2])
+    assert saved["controller"]["previous_mean_score"] == pytest.approx(uninterrupted["acr/reward_mean"][2])
     expected = _next_threshold(
         resumed["avspo/threshold"][3],
         resumed["avspo/signal"][3],
         resumed["acr/reward_mean"][3],
-        saved["verl_avspo"]["previous_mean_score"],
+        saved["controller"]["previous_mean_score"],
     )
     assert resumed["avspo/threshold"][4] == pytest.approx(expected, abs=1e-6)
     # Step 3's rollouts differ between the runs (OpenRLHF's are unseeded), so step 4's thresholds agree
@@ -193,9 +194,9 @@ def test_resumed_async_run_continues_the_threshold_and_the_alert(runs):
     spread = 0.5 * (abs(resumed["avspo/signal"][3] - theta) + abs(uninterrupted["avspo/signal"][3] - theta))
     assert resumed["avspo/threshold"][4] == pytest.approx(uninterrupted["avspo/threshold"][4], abs=spread + 1e-6)
     final = runs["resumed"].client_states(4)
-    assert final["global_step"] == 4 and final["verl_avspo"]["step"] == 4  # 2 restored + 2
-    streak = saved["verl_avspo_stagnation"]["streak"] + 1 if resumed["acr/rate"][3] > 0 else 0
-    assert runs["resumed"].client_states(3)["verl_avspo_stagnation"]["streak"] == streak
+    assert final["global_step"] == 4 and final[STATE_KEY]["controller"]["step"] == 4  # 2 restored + 2
+    streak = saved["stagnation"]["streak"] + 1 if resumed["acr/rate"][3] > 0 else 0
+    assert runs["resumed"].client_states(3)[STATE_KEY]["stagnation"]["streak"] == streak
     assert resumed["acr/stalled"][3] == float(streak >= 2)
 
 
@@ -219,9 +220,10 @@ def test_acr_is_measured_before_dynamic_filtering_and_the_alert_stops_the_run(ru
         assert scalars["acr/stalled"][step] == float(step == last)
     assert "dynamic_filtering_pass_rate" in scalars
     log = outcome.run.log()
-    assert f"stopping the run after step {last} (--avspo.alert.action stop)" in log
+    assert f"stopping the run after step {last} (--acr.alert.action stop)" in log
     assert "Prompt dataloader is exhausted" not in log  # prompts were left: the stop ended the run
     checkpoints = sorted(p.name for p in (outcome.run.workdir / "ckpt" / "_actor").glob("global_step*"))
     assert checkpoints == [f"global_step{last}"]
-    assert outcome.client_states(last)["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    assert outcome.client_states(last)[STATE_KEY]["stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    assert outcome.client_states(last)[STATE_KEY]["controller"] is None  # OpenRLHF's estimator: no AVSPO state
     assert (outcome.run.workdir / "final" / "model.safetensors").exists()  # OpenRLHF's end-of-run save ran

@@ -1,16 +1,23 @@
 """GroupNormAVSPO reproduces OpenRLHF's group_norm where AVSPO does not trigger and AVSPO's closed
-form where it does, and the launcher's argument handling. None of this imports OpenRLHF: its
-group_norm is two lines, written out here as the reference (tests/openrlhf/test_trainer.py runs the
-real one)."""
+form where it does, over a run tracker (alert and state included; an earlier release's state loads),
+and the launcher's argument handling: ``--avspo.*`` and ``--acr.*``, the earlier ``--avspo.tau`` /
+``--avspo.reward_range`` / ``--avspo.alert.*`` spellings (FutureWarning naming the ``--acr.`` flag),
+AVSPO flags with an estimator AVSPO does not replace refused, and a run without AVSPO building no
+AVSPOConfig. None of this imports OpenRLHF: its group_norm is two lines, written out here as the
+reference (tests/openrlhf/test_trainer.py runs the real one)."""
 
+import json
 import math
 import re
+import warnings
 
 import pytest
 import torch
 
-from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_settings
-from verl_avspo.openrlhf import GroupNormAVSPO, launcher
+from verl_avspo.core import config as core_config
+from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
+from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_avspo, resolve_settings
+from verl_avspo.openrlhf import GroupNormAVSPO, advantage_step, launcher
 
 
 def openrlhf_group_norm(rewards):
@@ -38,8 +45,34 @@ def test_state_round_trip():
     first, second = GroupNormAVSPO({"eta": 0.5}), GroupNormAVSPO({"eta": 0.5})
     for rewards in (torch.ones(2, 4), torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1]])):
         first(rewards)
-    second.load_state_dict(first.state_dict())
+    state = first.state_dict()
+    assert state["version"] == 2 and state["stagnation"]["streak"] == 2
+    second.load_state_dict(state)
     assert second.controller.threshold == first.controller.threshold and second.controller.step == 2
+    assert second.tracker.alert.streak == 2
+
+
+def test_an_earlier_releases_bare_controller_state_loads():
+    first = GroupNormAVSPO({"eta": 0.5})
+    first(torch.ones(2, 4))
+    old = first.controller.state_dict()  # what GroupNormAVSPO.state_dict() returned before
+    second = GroupNormAVSPO({"eta": 0.5})
+    second.load_state_dict(old)
+    assert second.controller.state_dict()["threshold"] == old["threshold"] and second.controller.step == 1
+
+
+def test_the_alert_runs_each_call_and_warns_once(caplog):
+    avspo = GroupNormAVSPO({"preset": "grpo", "alert": {"rule": "acr", "window": 2, "threshold": 0.4}})
+    stalled = []
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            avspo(torch.ones(2, 4))
+            stalled.append(avspo.metrics["acr/stalled"])
+    assert stalled == [0.0, 1.0, 1.0]
+    assert [r.getMessage() for r in caplog.records].count(
+        "advantage collapse: ACR above 0.40 for 2 consecutive steps (now step 2, alert.rule=acr); most groups give "
+        "no gradient. Try to " + advantage_step.OPENRLHF_ADVICE + "."
+    ) == 1
 
 
 def test_flat_rewards_are_refused_with_the_fix():
@@ -50,31 +83,23 @@ def test_flat_rewards_are_refused_with_the_fix():
 def test_avspo_arguments_are_split_from_openrlhfs():
     argv = ["--rollout.n_samples_per_prompt", "8", "--avspo.preset", "paper", "--avspo.reward_range", "-1", "1"]
     argv += ["--avspo.k=adaptive", "--avspo.adaptive_threshold", "false", "--train.seed", "1"]
-    rest, settings = launcher.split_avspo_arguments(argv)
+    rest, settings = launcher.split_settings_arguments(argv)[:2]
     assert rest == ["--rollout.n_samples_per_prompt", "8", "--train.seed", "1"]
     assert settings == {"preset": "paper", "reward_range": [-1, 1], "k": "adaptive", "adaptive_threshold": False}
 
 
 def test_numbers_in_scientific_notation_and_single_dash_options():
     # YAML 1.1 would read 1e-3 as text; a single-dash option ends a key's values.
-    rest, settings = launcher.split_avspo_arguments(["--avspo.tau", "1e-3", "--avspo.epsilon=1e-6", "-h"])
-    assert settings == {"tau": 1e-3, "epsilon": 1e-6} and rest == ["-h"]
-    rest, settings = launcher.split_avspo_arguments(["--avspo.reward_range", "-1", "1", "-x", "2"])
-    assert settings == {"reward_range": [-1, 1]} and rest == ["-x", "2"]
+    rest, avspo, acr = launcher.split_settings_arguments(["--acr.tau", "1e-3", "--avspo.epsilon=1e-6", "-h"])
+    assert avspo == {"epsilon": 1e-6} and acr == {"tau": 1e-3} and rest == ["-h"]
+    rest, _, acr = launcher.split_settings_arguments(["--acr.reward_range", "-1", "1", "-x", "2"])
+    assert acr == {"reward_range": [-1, 1]} and rest == ["-x", "2"]
 
 
 def test_alert_settings_nest_as_in_verls_config():
-    argv = [
-        "--avspo.alert.rule",
-        "all_wrong",
-        "--avspo.alert.window=3",
-        "--avspo.k",
-        "2",
-        "--avspo.alert.action",
-        "stop",
-    ]
-    rest, settings = launcher.split_avspo_arguments(argv)
-    assert rest == [] and settings == {"alert": {"rule": "all_wrong", "window": 3, "action": "stop"}, "k": 2}
+    argv = ["--acr.alert.rule", "all_wrong", "--acr.alert.window=3", "--avspo.k", "2", "--acr.alert.action", "stop"]
+    rest, avspo, acr = launcher.split_settings_arguments(argv)
+    assert rest == [] and avspo == {"k": 2} and acr == {"alert": {"rule": "all_wrong", "window": 3, "action": "stop"}}
 
 
 @pytest.mark.parametrize(
@@ -88,26 +113,6 @@ def test_alert_settings_nest_as_in_verls_config():
         # argparse's abbreviations (OpenRLHF's parser allows them).
         (["--algo.advantage.estim", "avspo"], {}, ["--algo.advantage.estimator", "group_norm"], {}),
         (["--algo.advantage.est=avspo"], {}, ["--algo.advantage.estimator=group_norm"], {}),
-        # The metrics' own settings alone keep OpenRLHF's estimator (group_norm included).
-        (
-            ["--algo.advantage.estimator", "rloo"],
-            {"reward_range": [-1, 1]},
-            ["--algo.advantage.estimator", "rloo"],
-            None,
-        ),
-        (
-            ["--algo.advantage.estimator", "group_norm"],
-            {"tau": 0.1},
-            ["--algo.advantage.estimator", "group_norm"],
-            None,
-        ),
-        # So does the stall alert: it watches OpenRLHF's own estimator too.
-        (
-            ["--algo.advantage.estimator", "group_norm"],
-            {"alert": {"action": "stop"}, "tau": 0.1},
-            ["--algo.advantage.estimator", "group_norm"],
-            None,
-        ),
     ],
 )
 def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
@@ -115,10 +120,79 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
 
 
 @pytest.mark.parametrize(
+    ("argv", "acr"),
+    [
+        (["--acr.reward_range", "-1", "1"], {"reward_range": [-1, 1]}),
+        (["--acr.tau", "0.1", "--acr.alert.action", "stop"], {"tau": 0.1, "alert": {"action": "stop"}}),
+    ],
+)
+@pytest.mark.parametrize("estimator", ["rloo", "group_norm", "reinforce_baseline"])
+def test_acr_flags_keep_openrlhfs_estimator_and_build_no_avspo_config(argv, acr, estimator, monkeypatch):
+    """ACR's settings apply to every estimator; without AVSPO no AVSPOConfig is built at all."""
+
+    def no_avspo(*args, **kwargs):
+        raise AssertionError("a run without AVSPO must not resolve AVSPO's settings")
+
+    monkeypatch.setattr(core_config, "_resolve_avspo", no_avspo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new spelling warns of nothing
+        rest, settings, acr_settings = launcher.resolve_arguments(["--algo.advantage.estimator", estimator, *argv])
+    assert rest == ["--algo.advantage.estimator", estimator] and settings is None and acr_settings == acr
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", json.dumps(acr_settings))
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    step = advantage_step.AdvantageStep(
+        estimator, advantage_step.settings_from_env(), advantage_step.acr_settings_from_env()
+    )
+    assert step.tracker.avspo is None and step.tracker.controller is None and not step.avspo_on
+    expected = ACRConfig(
+        tau=acr.get("tau", 1e-6),
+        reward_range=tuple(acr.get("reward_range", (0.0, 1.0))),
+        alert=AlertConfig(**acr.get("alert", {})),
+    )
+    assert step.tracker.acr == expected
+
+
+@pytest.mark.parametrize(
+    ("legacy", "new", "acr"),
+    [
+        (["--avspo.tau", "0.01"], "--acr.tau", {"tau": 0.01}),
+        (["--avspo.reward_range", "-1", "1"], "--acr.reward_range", {"reward_range": [-1, 1]}),
+        (["--avspo.alert.window", "3"], "--acr.alert", {"alert": {"window": 3}}),
+    ],
+)
+@pytest.mark.parametrize("estimator", ["rloo", "avspo"])
+def test_earlier_avspo_spellings_of_acr_flags_work_with_a_warning_naming_the_acr_flag(legacy, new, acr, estimator):
+    argv = ["--algo.advantage.estimator", estimator, *legacy]
+    with pytest.warns(FutureWarning, match=rf"--avspo\.\w+ is deprecated.*set {re.escape(new)}"):
+        rest, settings, acr_settings = launcher.resolve_arguments(argv)
+    assert acr_settings == acr  # the workers get the --acr. spelling: they warn of nothing
+    assert (settings is None) == (estimator == "rloo") and not set(settings or {}) & set(ACR_KEYS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = advantage_step.AdvantageStep(rest[1], settings, acr_settings)
+    assert step.tracker.acr.alert.window == acr.get("alert", {}).get("window", 50)
+
+
+def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolves():
+    with pytest.warns(FutureWarning, match=r"--avspo\.reward_range is deprecated.*--acr\.reward_range"):
+        step = advantage_step.AdvantageStep("group_norm", {"preset": "paper", "reward_range": [-1, 1]}, None)
+    assert step.tracker.acr.reward_range == (-1.0, 1.0) and step.tracker.avspo == resolve_avspo({"preset": "paper"})
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--algo.advantage.estimator", "rloo", "--avspo.preset", "paper"], r"algo\.advantage\.estimator=rloo.*avspo"),
+        (
+            ["--algo.advantage.estimator", "rloo", "--avspo.preset", "paper", "--avspo.k", "2"],
+            r"^--avspo\.k, --avspo\.preset given with --algo\.advantage\.estimator=rloo: AVSPO's settings apply only "
+            r"when AVSPO replaces a group estimator and would do nothing\. Use --algo\.advantage\.estimator avspo .*"
+            r"or remove them \(ACR's own settings are --acr\.\*\)\.$",
+        ),
         (["--avspo.preset", "paper"], r"no --algo\.advantage\.estimator \(OpenRLHF's default: gae\)"),
+        (
+            ["--algo.advantage.estimator", "reinforce_baseline", "--acr.tau", "0.1", "--avspo.strategy", "opposite"],
+            r"^--avspo\.strategy given with --algo\.advantage\.estimator=reinforce_baseline",
+        ),
         (["--algo.advantage.estimator", "avspo", "--avspo.strategy", "best"], r"--avspo\.strategy='best' is invalid"),
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.preset"],
@@ -129,48 +203,55 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
             r"--avspo\.k needs a value, for example --avspo\.k adaptive$",
         ),
         (
-            ["--algo.advantage.estimator", "avspo", "--avspo.reward_range"],
-            r"for example --avspo\.reward_range 0.0 1.0$",
+            ["--algo.advantage.estimator", "avspo", "--acr.reward_range"],
+            r"for example --acr\.reward_range 0.0 1.0$",
         ),
+        (["--acr.alert.window"], r"--acr\.alert\.window needs a value, for example --acr\.alert\.window 50$"),
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.kk"],
             r"--avspo\.kk needs a value, and 'kk' is not an AVSPO setting",
         ),
+        (["--acr.k"], r"--acr\.k needs a value, and 'k' is not an ACR setting"),
+        (["--acr.k", "2"], r"--acr\.k is not a setting\. Allowed keys of --acr: tau, reward_range, alert"),
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.trigger_scope", "batches"],
             r"--avspo\.trigger_scope='batches' is invalid",
         ),
-        (["--algo.advantage.estimator", "avspo", "--avspo.alert.action", "halt"], r"--avspo\.alert\.action='halt'"),
-        (["--algo.advantage.estimator", "rloo", "--avspo.alert.window", "0"], r"--avspo\.alert\.window=0"),
-        (["--avspo.alert.rule", "acr", "--avspo.alert.rule", "all_wrong"], r"--avspo\.alert\.rule is given twice"),
+        (["--algo.advantage.estimator", "avspo", "--acr.alert.action", "halt"], r"--acr\.alert\.action='halt'"),
+        (["--algo.advantage.estimator", "rloo", "--acr.alert.window", "0"], r"--acr\.alert\.window=0"),
+        (["--avspo.alert.window", "0"], r"--avspo\.alert\.window=0"),  # named as given
+        (["--acr.alert.rule", "acr", "--acr.alert.rule", "all_wrong"], r"--acr\.alert\.rule is given twice"),
         (
-            ["--train.async_enable", "--avspo.alert.action", "stop"],
-            r"--avspo\.alert\.action stop needs OpenRLHF's synchronous trainer.*use --avspo\.alert\.action warn",
+            ["--train.async_enable", "--acr.alert.action", "stop"],
+            r"--acr\.alert\.action stop needs OpenRLHF's synchronous trainer.*use --acr\.alert\.action warn",
         ),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
-        (["--algo.advantage.estimator", "rloo", "--avspo.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
+        (["--algo.advantage.estimator", "rloo", "--acr.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
+        (["--avspo.tau", "0.1", "--acr.tau", "0.2"], r"--avspo\.tau=0\.1 and --acr\.tau=0\.2 disagree"),
         # What torch.Generator.manual_seed refuses, refused here rather than at the first advantage step.
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.seed", str(2**64)],
-            r"--avspo\.seed=18446744073709551616 is invalid: expected an integer in \[0, 18446744073709551615\]",
+            r"--avspo\.seed=18446744073709551616 is invalid: expected an integer >= 0 and <= 18446744073709551615",
         ),
         # A value that is no value is not "the preset's default".
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.k="],
-            r"--avspo\.k got '', which is no value\. To keep the preset's default, leave --avspo\.k out; .*--avspo\.k "
+            r"--avspo\.k got '', which is no value\. To keep the default, leave --avspo\.k out; .*--avspo\.k "
             r"adaptive$",
         ),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "null"], r"--avspo\.k got 'null', which is no value"),
+        (["--acr.tau="], r"--acr\.tau got '', which is no value"),
         (
-            ["--avspo.alert.window", "5", "--avspo.alert", "3"],
-            r"--avspo\.alert is a group of settings, not one: give its keys, for example --avspo\.alert\.window 50",
+            ["--acr.alert.window", "5", "--acr.alert", "3"],
+            r"--acr\.alert is a group of settings, not one: give its keys, for example --acr\.alert\.window 50",
         ),
+        (["--avspo.alert.window", "5", "--avspo.alert", "3"], r"--avspo\.alert is a group of settings, not one"),
         # argparse's abbreviations reach OpenRLHF as the full flag.
-        (["--train.async_e", "--avspo.alert.action", "stop"], r"--avspo\.alert\.action stop needs OpenRLHF's sync"),
+        (["--train.async_e", "--acr.alert.action", "stop"], r"--acr\.alert\.action stop needs OpenRLHF's sync"),
         # The group size OpenRLHF asserts (a bare AssertionError after its imports), named with the fix.
         (
             ["--algo.advantage.estimator", "avspo"],
-            r"^verl_avspo\.openrlhf: error: AVSPO compares the responses sampled for one prompt, so it needs at least "
+            r"^AVSPO compares the responses sampled for one prompt, so it needs at least "
             r"2 per prompt, and this command has no --rollout\.n_samples_per_prompt \(OpenRLHF's default: 1\)\. Set "
             r"--rollout\.n_samples_per_prompt 8",
         ),
@@ -184,33 +265,38 @@ def test_estimator_choice(argv, settings, openrlhf_argv, avspo):
         ),
     ],
 )
+@pytest.mark.filterwarnings("ignore:--avspo.alert is deprecated:FutureWarning")
 def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, monkeypatch):
     def not_reached():
         raise AssertionError("OpenRLHF must not be checked after a usage error")
 
     monkeypatch.setattr(launcher, "check_openrlhf", not_reached)
     assert launcher.main(argv) == 2
-    assert re.search(message, capsys.readouterr().err.strip())
+    assert re.search(message, capsys.readouterr().err.strip().removeprefix("verl_avspo.openrlhf: error: "))
 
 
 def test_every_example_in_a_needs_a_value_message_is_valid_and_usage_lists_every_preset():
     """The example value each "needs a value" message gives is accepted, for every setting."""
-    for key in AVSPO_KEYS:
-        if key == "alert":
-            continue
+    flags = [f"--avspo.{key}" for key in AVSPO_KEYS if key not in ACR_KEYS]
+    flags += [f"--acr.{key}" for key in ACR_KEYS if key != "alert"] + [f"--acr.alert.{key}" for key in ALERT_KEYS]
+    for flag in flags:
         with pytest.raises(launcher.UsageError, match="needs a value") as err:
-            launcher.split_avspo_arguments([f"--avspo.{key}"])
-        example = str(err.value).rpartition(f"--avspo.{key} ")[2].split()
-        _, settings = launcher.split_avspo_arguments([f"--avspo.{key}", *example])
-        resolve_settings(settings)
+            launcher.split_settings_arguments([flag])
+        example = str(err.value).rpartition(f"{flag} ")[2].split()
+        _, avspo, acr = launcher.split_settings_arguments([flag, *example])
+        advantage_step.resolve_flags(avspo, acr)
     assert all(preset in launcher.USAGE for preset in PRESETS)
 
 
 def test_paper_code_keeps_its_epsilon_and_other_presets_get_openrlhfs():
-    assert "epsilon" not in launcher._validated({"preset": "paper_code"})
-    assert resolve_settings(launcher._validated({"preset": "paper_code"}))[0].epsilon == 1e-4
-    assert launcher._validated({"preset": "paper"})["epsilon"] == launcher.OPENRLHF_EPSILON
-    assert launcher._validated({"preset": "paper_code", "epsilon": 1e-6})["epsilon"] == 1e-6
+    def settings(*avspo):
+        return launcher.resolve_arguments(["--algo.advantage.estimator", "avspo", *avspo])[1]
+
+    assert "epsilon" not in settings("--avspo.preset", "paper_code")
+    assert resolve_settings(settings("--avspo.preset", "paper_code"))[0].epsilon == 1e-4
+    assert settings("--avspo.preset", "paper")["epsilon"] == launcher.OPENRLHF_EPSILON
+    assert settings()["epsilon"] == launcher.OPENRLHF_EPSILON
+    assert settings("--avspo.preset", "paper_code", "--avspo.epsilon", "1e-6")["epsilon"] == 1e-6
 
 
 def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkeypatch):
@@ -236,14 +322,14 @@ def test_ray_init_gets_the_setup_hook_and_settings():
     def init(**kwargs):
         seen.update(kwargs)
 
-    wrapped = launcher.runtime_env_hook(init, {"preset": "paper_code"})
+    wrapped = launcher.runtime_env_hook(init, {"preset": "paper_code"}, {"tau": 0.1})
     wrapped(runtime_env={"env_vars": {"NCCL_DEBUG": "WARN"}}, num_cpus=2)
     assert seen["num_cpus"] == 2
     assert seen["runtime_env"]["worker_process_setup_hook"] == "verl_avspo.openrlhf.worker_setup"
     assert seen["runtime_env"]["env_vars"] == {
         "NCCL_DEBUG": "WARN",
         "VERL_AVSPO_OPENRLHF_SETTINGS": '{"preset": "paper_code"}',
-        "VERL_AVSPO_OPENRLHF_ACR": "",
+        "VERL_AVSPO_OPENRLHF_ACR": '{"tau": 0.1}',
     }
     launcher.runtime_env_hook(init, None, {"reward_range": [-1, 1]})()  # a run without AVSPO
     assert seen["runtime_env"]["env_vars"] == {
@@ -273,5 +359,5 @@ def test_help_shows_our_options_when_openrlhf_cannot_be_imported(capsys, monkeyp
     monkeypatch.setattr(launcher, "check_openrlhf", unimportable)
     assert launcher.main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m verl_avspo.openrlhf") and "--avspo.alert.rule" in out
+    assert out.startswith("usage: python -m verl_avspo.openrlhf") and "--acr.alert.rule" in out
     assert "OpenRLHF's own options cannot be listed here: OpenRLHF 0.11.2 is installed but its trainer" in out

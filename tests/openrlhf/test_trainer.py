@@ -3,8 +3,9 @@
 
 What runs for real: OpenRLHF's RemoteExperienceMaker (split, group step, per-token returns),
 SamplesGenerator with dynamic filtering, BasePPOTrainer's rollout stats, TensorBoard logging and
-checkpoint client states, the stall alert's stop (checkpoint, then no more samples), and the Ray
-worker_process_setup_hook in a real Ray worker.
+checkpoint client states (the run tracker's state; an earlier release's two keys still load), the
+stall alert's stop (checkpoint, then no more samples), and the Ray worker_process_setup_hook in a
+real Ray worker. Each step's raw rewards are measured once (counted).
 
 What is stood in for, and why:
 - `vllm` and `flash_attn` cannot be installed on a CPU machine (CUDA builds; vllm would replace
@@ -20,6 +21,7 @@ The whole training run, OpenRLHF's and our launcher's, is tests/e2e/test_openrlh
 
 import copy
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -280,7 +282,8 @@ def test_acr_only_runs_take_the_metrics_reward_range(openrlhf, monkeypatch):
 
 def test_avspo_sees_the_length_penalised_rewards(openrlhf, monkeypatch):
     """OpenRLHF applies the overlong penalty before its group step; AVSPO's step runs after it too."""
-    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "grpo", "epsilon": 1e-9, "reward_range": [-1, 1]}')
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", '{"preset": "grpo", "epsilon": 1e-9}')
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_ACR", '{"reward_range": [-1, 1]}')
     args = make_args("group_norm")
     args.reward.overlong_buffer_len, args.reward.overlong_penalty_factor, args.rollout.max_new_tokens = 2, 1.0, 5
     experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
@@ -418,7 +421,7 @@ def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeyp
     rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
     # Prompts 0-2 go out; 1 and 2 collapse, are filtered and replaced by 3 and 4: 0, 3, 4 are trained.
     assert consumed == 5 and len(rollout) == 3 * GROUP_SIZE
-    assert sorted(map(tuple, rollout.prefilter_rewards.tolist())) == sorted(map(tuple, REWARDS[:5].tolist()))
+    assert sorted(map(tuple, rollout.dropped_rewards.tolist())) == sorted(map(tuple, REWARDS[1:3].tolist()))
 
     experience_maker = maker(openrlhf, args)
     monkeypatch.setattr(experience_maker, "make_experience", lambda batches: batches)  # the model forward (GPU)
@@ -508,7 +511,8 @@ def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, r
     assert step(1)["acr/stalled"] == 0.0 and group.saved is None  # not stalled yet; no checkpoint due
     assert step(2)["acr/stalled"] == 1.0
     assert group.saved["global_step"] == 2 and args.ckpt.save_steps == 100
-    assert group.saved["verl_avspo_stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    assert group.saved["verl_avspo"]["stagnation"] == {"streak": 2, "stalled": True, "rewards": []}
+    assert group.saved["verl_avspo"]["controller"] is None  # no AVSPO in this run
     rollout, _, consumed, exhausted = trainer.samples_generator.generate_samples(n_samples_per_prompt=GROUP_SIZE)
     assert list(rollout) == [] and consumed == 0 and exhausted  # OpenRLHF's fit loop ends here
 
@@ -517,4 +521,57 @@ def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, r
     )
     os.makedirs(os.path.join(args.ckpt.path, "_actor"), exist_ok=True)
     resumed.init_checkpoint_states()
-    assert resumed.experience_maker._verl_avspo_step.alert.monitor.streak == 2
+    assert resumed.experience_maker._verl_avspo_step.tracker.alert.streak == 2
+
+
+def test_an_earlier_releases_client_states_load(openrlhf, ray_session, monkeypatch, tmp_path):
+    """Before the run tracker, the checkpoint held AVSPO's bare controller state under ``verl_avspo``
+    and the alert's under ``verl_avspo_stagnation``; a resume from one continues both."""
+    from verl_avspo.openrlhf import GroupNormAVSPO
+
+    settings = {"preset": "paper", "eta": 0.5, "threshold_init": 0.3, "epsilon": 1e-9}
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", json.dumps(settings))
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    earlier = GroupNormAVSPO(settings)
+    for rewards in (REWARDS, 1 - REWARDS):
+        earlier(rewards)
+    stagnation = {"streak": 2, "stalled": False, "rewards": [0.5, 0.5]}
+    saved = {"global_step": 2, "verl_avspo": earlier.controller.state_dict(), "verl_avspo_stagnation": stagnation}
+    args = make_args("group_norm", tmp_path)
+    os.makedirs(os.path.join(args.ckpt.path, "_actor"))
+    trainer = openrlhf.pt.BasePPOTrainer(
+        SimpleNamespace(args=args), RecordingActorGroup(ray_session, saved), None, None, None, None, Tokenizer()
+    )
+    assert trainer.init_checkpoint_states()["global_step"] == 2
+    tracker = trainer.experience_maker._verl_avspo_step.tracker
+    assert tracker.controller.step == 2 and tracker.controller.threshold == earlier.controller.threshold
+    assert tracker.alert.state_dict() == stagnation
+
+
+@pytest.mark.parametrize(("estimator", "settings"), [("group_norm", '{"preset": "paper_code"}'), ("rloo", "")])
+def test_raw_rewards_are_measured_once_per_step(openrlhf, monkeypatch, estimator, settings):
+    """One measurement per training step, AVSPO's group step and acr/effective included."""
+    from verl_avspo.core import advantage, collapse, run_tracker
+
+    calls = []
+    measure = collapse.measure
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].numel())
+        return measure(*args, **kwargs)
+
+    for module in (collapse, run_tracker, advantage):
+        monkeypatch.setattr(module, "measure", counted)
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", settings)
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    args = make_args(estimator)
+    args.ckpt.save_steps = 100  # no checkpoint: no actor group is needed
+    trainer = openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), None, None, None, None, None, Tokenizer())
+    for step, rewards in enumerate((REWARDS, 1 - REWARDS, REWARDS), start=1):
+        experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, rewards))
+        trainer.experience_maker.compute_advantages_and_returns(experiences)
+        stats = trainer._compute_rollout_stats(experiences)
+        trainer.save_logs_and_checkpoints(step, stats, {"global_step": step})
+        assert calls == [REWARDS.numel()] * step
+        assert {"acr/rate", "acr/effective", "acr/stalled"} <= set(stats)
+        assert ("avspo/threshold" in stats) == (estimator == "group_norm")

@@ -118,14 +118,14 @@ def test_paper_baselines_in_the_loop(comparison):
 def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(comparison, monkeypatch, tmp_path):
     from verl.trainer.ppo import core_algos
 
-    from verl_avspo.verl_plugin import register
+    from verl_avspo.core.run_tracker import RunTracker
 
     keys, losses = [], []
-    set_prompt_keys, get_policy_loss_fn = register.set_prompt_keys, core_algos.get_policy_loss_fn
+    set_prompt_keys, get_policy_loss_fn = RunTracker.set_prompt_keys, core_algos.get_policy_loss_fn
 
-    def record_keys(keys_by_uid):
+    def record_keys(tracker, keys_by_uid):
         keys.append(dict(keys_by_uid))
-        set_prompt_keys(keys_by_uid)
+        set_prompt_keys(tracker, keys_by_uid)
 
     def record_loss(name):
         loss = get_policy_loss_fn(name)
@@ -136,7 +136,7 @@ def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(com
 
         return call
 
-    monkeypatch.setattr(register, "set_prompt_keys", record_keys)
+    monkeypatch.setattr(RunTracker, "set_prompt_keys", record_keys)
     monkeypatch.setattr(core_algos, "get_policy_loss_fn", record_loss)
     cache = comparison / "cache"  # the warm-up of the comparison above
     assert main(["sandbox", "--estimators", "dcpo", "--out", str(tmp_path), "--cache-dir", str(cache), *TINY]) == 0

@@ -5,6 +5,7 @@ empty file, a file as --out."""
 
 import json
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -200,6 +201,26 @@ def test_wandb_history_csv(tmp_path):
         read_run(path)
 
 
+def test_openrlhf_wandb_history_is_read_by_its_global_step(tmp_path):
+    # OpenRLHF's WandbLogger: train/<key> with train/global_step, evaluations as eval/<key> in their own
+    # log calls, so wandb's _step runs ahead of the training step.
+    path = tmp_path / "openrlhf.csv"
+    pd.DataFrame(
+        {
+            "_step": [0, 1, 2, 3],
+            "train/global_step": [1, 2, None, 3],
+            "train/reward": [0.25, 0.5, None, 0.75],
+            "train/acr/rate": [0.5, 0.4, None, 0.3],
+            "eval/eval_math500_pass1": [None, None, 0.5, None],
+            "eval/global_step": [None, None, 2, None],
+        }
+    ).to_csv(path, index=False)
+    frame = read_run(path)
+    assert frame["acr/rate"].to_dict() == {1: 0.5, 2: 0.4, 3: 0.3}
+    assert diagnose("openrlhf", frame).row["final score"] == "0.750"
+    assert frame["eval/eval_math500_pass1"].dropna().to_dict() == {2: 0.5}
+
+
 def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no logs .* found in"):
         cli.main(["report", str(tmp_path)])
@@ -212,9 +233,10 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         cli.main(["report", str(log), "--window", "0", "--threshold", "nan", "--out", str(tmp_path / "out")])
     message = str(refused.value)
-    assert "--rule, --window and --threshold are algorithm.avspo.alert's keys" in message
-    assert "algorithm.avspo.alert.window=0 is invalid: expected an integer >= 1." in message
-    assert "algorithm.avspo.alert.threshold=nan is invalid: expected a finite number." in message
+    assert "--rule, --window and --threshold are the live stall alert's settings" in message
+    # Named by the alert's own keys (algorithm.acr.alert.*, algorithm.avspo.alert.* before).
+    assert "alert.window=0 is invalid: expected an integer >= 1." in message
+    assert "alert.threshold=nan is invalid: expected a finite number." in message
     assert not (tmp_path / "out").exists()
 
 
@@ -278,3 +300,77 @@ def test_cli_clear_messages_for_an_empty_log_and_a_file_as_out(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a clean log reads without a warning
         collect_runs([log])
+
+
+def test_json_holds_every_finding_and_figure(tmp_path, capsys):
+    grpo = write_log(tmp_path / "logs" / "grpo.jsonl", [0.2] * 10 + [0.5] * 60)
+    out, document = tmp_path / "report", tmp_path / "report.json"
+    assert cli.main(["report", str(grpo), "--out", str(out), "--rule", "acr", "--json", str(document)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(document.read_text())
+    assert report["rule"] == {
+        "rule": "acr",
+        "window": 50,
+        "threshold": 0.35,
+        "description": "ACR above 0.35 for 50 consecutive steps",
+    }
+    (run,) = report["runs"]
+    diagnosis = diagnose("grpo", read_run(grpo), AlertConfig(rule="acr"))
+    assert run["findings"] == diagnosis.findings and all(
+        finding[len("grpo: ") :] in printed for finding in run["findings"]
+    )
+    assert run["row"] == diagnosis.row and run["steps"] == 70
+    assert run["stalled"] is True and run["stalls"] == [{"first_step": 11, "last_step": 70, "steps": 60}]
+    assert run["mean_acr"] == pytest.approx((0.2 * 10 + 0.5 * 60) / 70) and run["final_score"] == pytest.approx(0.369)
+    assert run["coverage"]["first"] == 1 and run["coverage"]["gaps"] == [] and run["unusable_columns"] == {}
+    assert sorted(Path(f).name for f in report["files"]) == sorted(
+        ["acr.png", "acr_split.png", "reward.png", "accuracy.png", "summary.md"]
+    )
+    assert report["failed"] == {}
+
+
+def test_json_to_stdout_moves_the_text_to_stderr(tmp_path, capsys):
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runs"][0]["name"] == "run"
+    assert "== run (5 steps)" in captured.err
+
+
+def test_fail_on_sets_the_exit_status(tmp_path, capsys):
+    stalled = write_log(tmp_path / "logs" / "stalled.jsonl", [0.5] * 60)
+    healthy = write_log(tmp_path / "logs" / "healthy.jsonl", [0.1] * 60)
+    out = ["--out", str(tmp_path / "out"), "--rule", "acr"]
+    logs = [str(stalled), str(healthy)]
+    assert cli.main(["report", *logs, *out, "--fail-on", "stalled"]) == 3
+    assert "verl-avspo report: --fail-on stalled holds for stalled" in capsys.readouterr().err
+    assert cli.main(["report", str(healthy), *out, "--fail-on", "stalled", "--fail-on", "acr_100>0.2"]) == 0
+    assert cli.main(["report", *logs, *out, "--fail-on", "acr_100>0.2", "--fail-on", "incomplete"]) == 3
+    assert "--fail-on acr_100>0.2 holds for stalled\n" in capsys.readouterr().err
+    assert cli.main(["report", str(healthy), *out, "--fail-on", "final_score<0.5"]) == 3
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["report", str(healthy), *out, "--fail-on", "collapse"])
+    assert refused.value.code == 2
+    assert "'collapse' is not a condition: use one of stalled, incomplete, no-acr, unusable" in capsys.readouterr().err
+
+
+def test_fail_on_incomplete_and_no_acr(tmp_path):
+    resumed = tmp_path / "resumed.jsonl"
+    with resumed.open("w") as stream:
+        for step in (4, 5):
+            write_record(stream, step, {"critic/score/mean": 0.5})
+    out = ["--out", str(tmp_path / "out")]
+    assert cli.main(["report", str(resumed), *out, "--fail-on", "incomplete"]) == 3
+    assert cli.main(["report", str(resumed), *out, "--fail-on", "no-acr"]) == 3
+    assert cli.main(["report", str(resumed), *out, "--fail-on", "unusable"]) == 0
+    assert cli.main(["report", str(resumed), *out, "--json", str(tmp_path / "r.json")]) == 0
+    (run,) = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert run["stalled"] is None and run["mean_acr"] is None and run["stalls"] == []
+    assert run["coverage"]["starts_late"] is True and run["coverage"]["missing"] == "steps 1–3 missing"
+
+
+def test_json_refuses_to_overwrite_a_log(tmp_path):
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    with pytest.raises(SystemExit, match=r"--json .*run.jsonl names a folder or a log"):
+        cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", str(log)])
+    assert json.loads(log.read_text().splitlines()[0])["step"] == 1

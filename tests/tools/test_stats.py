@@ -11,7 +11,7 @@ import pytest
 
 from verl_avspo.sandbox.summary import run_statistics
 from verl_avspo.tools.diagnosis import diagnose
-from verl_avspo.tools.logs import read_run, run_name, write_record
+from verl_avspo.tools.logs import read_run, run_names, write_record
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.stats import (
     EarlyACR,
@@ -24,7 +24,7 @@ from verl_avspo.tools.stats import (
     paired_difference,
     window_mean,
 )
-from verl_avspo.tools.table import group_runs, table_row
+from verl_avspo.tools.table import table_rows
 
 
 def acr_series(steps, values) -> pd.Series:
@@ -75,7 +75,7 @@ def test_report_table_and_sandbox_agree_on_a_resumed_log(tmp_path):
     finding = next(f for f in diagnosis.findings if "ACR_100" in f)
     assert "ACR over steps 201–300 (100 logged; ACR_100) = 0.300" in finding
     assert "the log starts after step 100" in finding
-    (row,) = [table_row(name, logs) for name, logs in group_runs([tmp_path]).items()]
+    (row,) = table_rows([tmp_path])
     assert row.acr_early == pytest.approx(0.3)  # before one home for early ACR the table gave None here
     assert run_statistics(read_run(log), num_levels=1, pass_k=4, first_steps=100)["acr_first"] == pytest.approx(0.3)
 
@@ -158,4 +158,4 @@ def test_render_table():
     ],
 )
 def test_run_name(path, name):
-    assert run_name(path) == name
+    assert run_names([path]) == [name]

@@ -23,9 +23,8 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo.core.baselines import dcpo_settings
 from verl_avspo.core.dcpo import PromptRewardHistory, dynamic_clip_bounds
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import dcpo_loss, estimators, run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
@@ -60,8 +59,8 @@ def outcome_batch(groups, uid_tag):
 
 
 def test_dcpo_is_registered_in_verls_registry():
-    assert core_algos.get_adv_estimator_fn("dcpo") is register.compute_dcpo_advantage
-    assert core_algos.get_policy_loss_fn("dcpo") is register.compute_dcpo_policy_loss
+    assert core_algos.get_adv_estimator_fn("dcpo") is estimators.compute_dcpo_advantage
+    assert core_algos.get_policy_loss_fn("dcpo") is dcpo_loss.compute_dcpo_policy_loss
 
 
 def test_compute_advantage_scripted_visits_match_the_reward_history():
@@ -75,7 +74,7 @@ def test_compute_advantage_scripted_visits_match_the_reward_history():
     reference = PromptRewardHistory(epsilon=1e-6)
     for step, (groups, prompts) in enumerate(steps):
         data = outcome_batch(groups, f"s{step}_")
-        register.set_prompt_keys({f"s{step}_{g}": key for g, key in enumerate(prompts)})
+        run_state.tracker_for(config, "dcpo").set_prompt_keys({f"s{step}_{g}": key for g, key in enumerate(prompts)})
         data = compute_advantage(data, adv_estimator="dcpo", config=config)
         advantages = data.batch["advantages"]
         scores = data.batch["token_level_rewards"].sum(-1)
@@ -104,10 +103,9 @@ def test_compute_advantage_scripted_visits_match_the_reward_history():
     ],
 )
 def test_the_config_reaches_the_history(overrides, expected):
-    register.set_prompt_keys({"x0": 1})
-    data = compute_advantage(
-        outcome_batch([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=algorithm_config(*overrides)
-    )
+    config = algorithm_config(*overrides)
+    run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
+    data = compute_advantage(outcome_batch([[1, 0, 0, 0]], "x"), adv_estimator="dcpo", config=config)
     assert data.batch["advantages"][:, -1].tolist() == pytest.approx(expected, rel=1e-6)
 
 
@@ -119,7 +117,7 @@ def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
 
 def test_keys_are_consumed_by_one_call():
     config = algorithm_config()
-    register.set_prompt_keys({"x0": 1})
+    run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
     compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
     with pytest.raises(ValueError, match="no prompt identity"):
         compute_advantage(outcome_batch([[1, 0]], "x"), adv_estimator="dcpo", config=config)
@@ -130,17 +128,17 @@ def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
     config = algorithm_config()
     data = outcome_batch([[1, 0, 1, 0]], "x")
     data.batch["token_level_rewards"][1, -1] = bad
-    register.set_prompt_keys({"x0": 1})
+    run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
     with pytest.raises(ValueError, match=r"1 response score\(s\) are not finite.*uid=\['x0'\]"):
         compute_advantage(data, adv_estimator="dcpo", config=config)
-    assert len(register.get_dcpo_history(dcpo_settings(config))) == 0
+    assert len(run_state.bound_tracker().dcpo_history) == 0
 
 
 def test_a_mask_of_the_wrong_shape_is_refused():
     data = outcome_batch([[1, 0]], "x")
-    register.set_prompt_keys({"x0": 1})
+    run_state.tracker_for(algorithm_config(), "dcpo").set_prompt_keys({"x0": 1})
     with pytest.raises(ValueError, match=r"response_mask shape \(2, 2\) does not match"):
-        register.compute_dcpo_advantage(
+        estimators.compute_dcpo_advantage(
             data.batch["token_level_rewards"], torch.ones(2, 2), data.non_tensor_batch["uid"], algorithm_config()
         )
 
@@ -234,7 +232,7 @@ def test_trainer_refuses_different_prompts_that_share_an_index():
 def test_the_same_prompt_twice_in_a_batch_is_two_visits():
     trainer = make_trainer()
     batch = trainer._compute_advantage(put_prompts("twice", [[1, 0], [1, 1]], [6, 6]), {})
-    assert trainer._dcpo_history().stats(6) == pytest.approx({"visits": 2, "count": 4, "mean": 0.75, "std": 0.5})
+    assert trainer.tracker.dcpo_history.stats(6) == pytest.approx({"visits": 2, "count": 4, "mean": 0.75, "std": 0.5})
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
@@ -246,7 +244,7 @@ def test_padding_rows_get_zero_and_stay_out_of_the_history():
     data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
     advantages = torch.stack([row[-1] for row in data["advantages"].unbind()])
     assert torch.all(advantages[:3] != 0) and advantages[3] == 0
-    assert len(trainer._dcpo_history()) == 1 and trainer._dcpo_history().stats(4)["count"] == 3
+    assert len(trainer.tracker.dcpo_history) == 1 and trainer.tracker.dcpo_history.stats(4)["count"] == 3
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
@@ -274,7 +272,7 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
     overrides = [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto"]
     uninterrupted = run_steps(make_trainer(*overrides), "u", STEPS)
 
-    register.reset()
+    run_state.reset()
     first = with_checkpoint_parts(make_trainer(*overrides))
     before = run_steps(first, "f", STEPS[:2])
     first.global_steps = 2
@@ -282,25 +280,25 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
     state = torch.load(tmp_path / "global_step_2" / STATE_FILE, weights_only=True)
     assert state["dcpo"] is not None and state["controller"] is None
 
-    register.reset()  # a new process: the history survives only through the checkpoint
+    run_state.reset()  # a new process: the history survives only through the checkpoint
     resumed = with_checkpoint_parts(make_trainer(*overrides))
     resumed._load_checkpoint()
-    assert resumed.global_steps == 2 and len(resumed._dcpo_history()) == 4
+    assert resumed.global_steps == 2 and len(resumed.tracker.dcpo_history) == 4
     after = run_steps(resumed, "r", STEPS[2:])
     for a, b in zip(uninterrupted, before + after, strict=True):
         assert torch.equal(a, b)
 
-    register.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
+    run_state.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
     other = with_checkpoint_parts(make_trainer(*overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.core.run_tracker"):
         other._load_checkpoint()
-    assert len(other._dcpo_history()) == 0
+    assert len(other.tracker.dcpo_history) == 0
     assert "keyed by index, this run by algorithm.dcpo.prompt_key=raw_prompt" in caplog.text
     del state["dcpo"]["prompt_key"]  # a checkpoint from before the key was saved: taken to match
-    other.load_avspo_state_dict(state)
-    assert len(other._dcpo_history()) == 4
+    other.tracker.load_state_dict(state)
+    assert len(other.tracker.dcpo_history) == 4
 
-    register.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
+    run_state.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
     fresh = run_steps(make_trainer(), "c", STEPS[2:3])
     assert not torch.equal(fresh[0], uninterrupted[2])
 

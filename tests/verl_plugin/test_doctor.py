@@ -15,8 +15,8 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("[ok]   versions: verl 0.9.1, torch ") and " ray " in out[0]
     assert out[1].startswith("[ok]   entry point: verl_avspo.verl_plugin.register loads")
-    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.verl_plugin.register"
-    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.verl_plugin.register (in a Ray actor)"
+    assert out[2] == "[ok]   fresh `import verl`: registered by verl_avspo.verl_plugin.estimators"
+    assert out[3] == "[ok]   Ray actor: registered by verl_avspo.verl_plugin.estimators (in a Ray actor)"
     assert out[4].startswith("[ok]   launcher config: ") and "adv_estimator=avspo, preset=paper" in out[4]
     assert out[5] == (
         "[ok]   baselines: dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR needs "

@@ -9,6 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl_avspo.verl_plugin import estimators, run_state
+
 pytestmark = pytest.mark.verl
 
 PROBE = (
@@ -27,7 +29,7 @@ def _probe(env_overrides):
 def test_plain_import_verl_registers_avspo_via_entry_point():
     result = _probe({"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.estimators"
 
 
 def test_external_modules_fallback_registers_avspo():
@@ -35,7 +37,7 @@ def test_external_modules_fallback_registers_avspo():
         {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "verl_avspo.verl_plugin.register"}
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.register"
+    assert result.stdout.strip().splitlines()[-1] == "verl_avspo.verl_plugin.estimators"
 
 
 def test_without_plugin_avspo_is_unknown():
@@ -52,13 +54,13 @@ def test_register_is_idempotent():
 
     register.register()
     register.register()
-    assert core_algos.get_adv_estimator_fn("avspo") is register.compute_avspo_advantage
+    assert core_algos.get_adv_estimator_fn("avspo") is estimators.compute_avspo_advantage
     # After a registry wipe (verl's own tests do this) registering again restores it.
     saved = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
     try:
         core_algos.ADV_ESTIMATOR_REGISTRY.clear()
         register.register()
-        assert core_algos.get_adv_estimator_fn("avspo") is register.compute_avspo_advantage
+        assert core_algos.get_adv_estimator_fn("avspo") is estimators.compute_avspo_advantage
     finally:
         core_algos.ADV_ESTIMATOR_REGISTRY.update(saved)
 
@@ -81,9 +83,7 @@ def test_through_verl_compute_advantage_on_dataproto():
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from verl_avspo.verl_plugin import register
-
-    register.reset()
+    run_state.reset()
     scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
     rewards = torch.zeros(8, 5)
     rewards[:, -1] = scores
@@ -105,13 +105,16 @@ def test_through_verl_compute_advantage_on_dataproto():
     expected = (q1 - q1.mean()) / (q1.std() + 1e-4)
     assert torch.allclose(adv[4:, 0], expected, atol=1e-6)
     assert torch.equal(out.batch["returns"], adv)
-    metrics = register.pop_last_metrics()
-    assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
-    assert register.pop_last_metrics() == {}
+    # No host bound a run: verl's call started one in this process, which measured the batch.
+    tracker = run_state.bound_tracker()
+    metrics = tracker.end_step(1, adv)
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0 and metrics["avspo/triggered"] == 0.5
+    # The next call is the same run's next step: one controller, carried by the bound tracker.
     compute_advantage(data, "avspo", config=config)
-    own = register.pop_last_metrics("avspo/")  # what the trainers add to their own acr/*
-    assert own == {key: value for key, value in metrics.items() if key.startswith("avspo/")} and own
-    assert register.pop_last_metrics() == {}  # a filtered pop clears the rest too
+    assert run_state.bound_tracker() is tracker and tracker.controller.step == 2
+    # Another setting is another run.
+    compute_advantage(data, "avspo", config=OmegaConf.create({"avspo": {"preset": "paper"}}))
+    assert run_state.bound_tracker() is not tracker
 
 
 MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"

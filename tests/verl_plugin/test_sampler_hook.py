@@ -1,5 +1,6 @@
 """The ACR hook for stock verl (``trainer.v1.sampler.custom_sampler``) against verl's real trainer
-constructor, its real replay buffers and a real TransferQueue on a local Ray cluster.
+constructor, its real replay buffers and a real TransferQueue on a local Ray cluster: verl builds it around
+its own buffer, and it adopts verl's trainer, which then measures each sampled batch at the advantage stage.
 
 verl's own ``PPOTrainerSync`` / ``PPOTrainerColocateAsync`` ``__init__`` builds the hook (it needs no
 GPU). Stubbed, and only that: ``_add_prompts_to_generate``, the refill that would dispatch prompts
@@ -8,7 +9,6 @@ TransferQueue as verl's agent loop and reward loop write them (a finished prompt
 response ``uid`` and ``rm_scores``).
 """
 
-import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
@@ -18,10 +18,11 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.sampler import ACRSampler
+from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerV1Mixin
 
 pytestmark = [pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state"), pytest.mark.verl]
 
@@ -98,15 +99,24 @@ def test_without_dapo_the_hook_wraps_verls_plain_buffer():
     assert type(hook.buffer) is ReplayBuffer and hook.buffer.filter_groups_metric is None
 
 
-def test_sampled_batch_logs_acr_of_its_raw_scores():
-    hook = build(SyncTrainer, "algorithm.adv_estimator=grpo").replay_buffer
+def test_the_hook_adopts_verls_trainer_as_the_launchers():
+    for trainer_cls in (SyncTrainer, ColocateAsyncTrainer):
+        trainer = build(trainer_cls, "algorithm.adv_estimator=avspo")
+        assert isinstance(trainer, AVSPOTrainerV1Mixin) and isinstance(trainer, trainer_cls)
+        assert type(trainer).__name__ == trainer_cls.__name__  # verl's own checks of the class still hold
+        assert run_state.bound_tracker() is trainer.tracker and trainer.tracker.controller is not None
+
+
+def test_a_sampled_batch_is_measured_at_the_advantage_stage():
+    trainer = build(SyncTrainer, "algorithm.adv_estimator=grpo")
     put_finished_groups("a", [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0]])
-    batch, metrics = hook.sample(global_steps=1, partition_id="train", batch_size=4)
-    assert len(batch.keys) == 16
-    assert metrics["acr/rate"] == 0.75 and metrics["acr/groups"] == 4
+    batch, metrics = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=4)
+    assert len(batch.keys) == 16 and not any(key.startswith("acr/") for key in metrics)
+    batch = trainer._compute_advantage(batch, metrics)
+    assert metrics["acr/rate"] == 0.75 and metrics["acr/groups"] == 4 and metrics["acr/effective"] == 0.75
     assert (metrics["acr/all_correct"], metrics["acr/all_wrong"]) == (0.25, 0.5)
     assert metrics["acr/reward_mean"] == pytest.approx((1 + 0 + 0 + 0.5) / 4)
-    assert 0 < metrics["timing_s/acr_hook"] < 60  # its own cost, beside verl's stage timings
+    assert 0 < metrics["timing_s/acr"] < 60  # what measuring cost, beside verl's stage timings
     assert not any(key.startswith("avspo/") for key in metrics)
     clear(batch)
 
@@ -118,29 +128,20 @@ def test_groups_dapo_filtered_while_sampling_count_in_acr_and_filtering_still_ha
     # verl's filter evicted the two collapsed groups; the two left fill the batch, so nothing is refilled.
     assert metrics["training/filter_groups/evicted_samples"] == 2 and trainer.refills == []
     assert sorted({key.split("_")[0] for key in batch.keys}) == ["bg2", "bg3"]
+    batch = trainer._compute_advantage(batch, metrics)
     # Measured before filtering: 2 of the 4 generated groups collapsed, though the batch has none.
-    assert metrics["acr/rate"] == 0.5 and metrics["acr/groups"] == 4
+    assert metrics["acr/rate"] == 0.5 and metrics["acr/groups"] == 4 and metrics["acr/effective"] == 0.0
     assert (metrics["acr/all_correct"], metrics["acr/all_wrong"]) == (0.25, 0.25)
     clear(batch)
 
 
-def test_avspo_metrics_arrive_one_step_late():
-    hook = build(SyncTrainer, "algorithm.adv_estimator=avspo").replay_buffer
+def test_avspo_metrics_arrive_in_the_step_they_describe():
+    trainer = build(SyncTrainer, "algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2")
     put_finished_groups("c", [[1, 0, 0, 0], [0, 0, 0, 0]])
-    batch, first = hook.sample(global_steps=1, partition_id="train", batch_size=2)
-    assert not any(key.startswith("avspo/") for key in first)  # no estimator call yet
-    # The advantage stage of step 1 (verl calls the registered estimator in the same process).
-    rewards = torch.zeros(8, 3)
-    rewards[0, -1] = 1.0
-    index = np.array(["u"] * 4 + ["v"] * 4, dtype=object)
-    register.compute_avspo_advantage(rewards, torch.ones(8, 3), index, compose_config(BASE).algorithm)
-    clear(batch)
-    put_finished_groups("d", [[1, 1, 1, 1], [0, 1, 0, 0]])
-    batch, second = hook.sample(global_steps=2, partition_id="train", batch_size=2)
-    late = {k: v for k, v in second.items() if k.startswith("avspo/")}
-    assert {"avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k"} <= set(late)
-    assert late["avspo/signal"] == 0.5 and late["avspo/threshold"] == 0.5  # step 1: 1 of 2 groups collapsed
-    assert second["acr/rate"] == 0.5
+    batch, metrics = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+    batch = trainer._compute_advantage(batch, metrics)
+    assert metrics["avspo/signal"] == 0.5 and metrics["avspo/threshold"] == 0.2  # 1 of 2 groups collapsed
+    assert metrics["avspo/triggered"] == 0.5 and metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
     clear(batch)
 
 

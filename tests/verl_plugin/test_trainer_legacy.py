@@ -15,7 +15,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
@@ -63,7 +63,7 @@ def legacy_batch(groups, trainer):
 
 
 def test_legacy_batch_metrics_for_avspo_and_alert(caplog):
-    trainer = legacy_trainer("algorithm.avspo.alert.window=2", "algorithm.avspo.alert.rule=acr")
+    trainer = legacy_trainer("algorithm.acr.alert.window=2", "algorithm.acr.alert.rule=acr")
     groups = [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1]]
     trainer.global_steps = 1
     first = trainer.batch_collapse_metrics(legacy_batch(groups, trainer))
@@ -71,10 +71,10 @@ def test_legacy_batch_metrics_for_avspo_and_alert(caplog):
     assert first["avspo/threshold"] == 0.5 and first["avspo/triggered"] == 0.75 and first["avspo/virtual_k"] == 4.0
     assert first["acr/stalled"] == 0.0
     trainer.global_steps = 2
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         second = trainer.batch_collapse_metrics(legacy_batch(groups, trainer))
     assert second["acr/stalled"] == 1.0
-    assert "for 2 consecutive steps (now step 2, algorithm.avspo.alert.rule=acr)" in caplog.text
+    assert "for 2 consecutive steps (now step 2, algorithm.acr.alert.rule=acr)" in caplog.text
 
 
 def test_legacy_grpo_gets_acr_and_gae_gets_none():
@@ -95,7 +95,7 @@ def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):
     uninterrupted = legacy_trainer(*overrides)
     expected = [legacy_batch(groups, uninterrupted).batch["advantages"] for groups in steps]
 
-    register.reset()
+    run_state.reset()
     first = legacy_trainer(*overrides)
     for groups in steps[:2]:
         legacy_batch(groups, first)
@@ -103,11 +103,11 @@ def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):
     first._save_checkpoint()
     assert (tmp_path / "global_step_2" / STATE_FILE).exists()
 
-    register.reset()  # a new process
+    run_state.reset()  # a new process
     resumed = legacy_trainer(*overrides)
     resumed._load_checkpoint()
     assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == str(tmp_path / "global_step_2" / "actor")
-    controller = register.get_controller(resumed.avspo_settings, resumed.acr_settings)
+    controller = resumed.tracker.controller
     assert controller.step == 2 and controller.threshold == pytest.approx(0.8)
     # Restored, θ_3 = 0.8 > ACR_3 and nothing is augmented; a fresh controller (θ = 0.5) would augment.
     assert torch.equal(legacy_batch(steps[2], resumed).batch["advantages"], expected[2])

@@ -25,7 +25,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.controller import AdaptiveController
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
@@ -125,10 +125,10 @@ def test_avspo_advantage_stage_logs_estimator_metrics_and_writes_its_advantages(
     assert metrics["avspo/virtual_k"] == 4.0
     assert metrics["acr/effective"] == 0.0
     assert_averaged(metrics)
-    assert register.pop_last_metrics() == {}  # consumed by the trainer, not left for another step
+    assert trainer.tracker.measurement is None  # the batch is closed, not left for another step
 
     rewards, mask, uid, advantages = read_back(batch)
-    settings, acr = register.avspo_settings(trainer.config.algorithm), register.acr_settings(trainer.config.algorithm)
+    settings, acr = trainer.tracker.avspo, trainer.tracker.acr
     reference = compute_avspo_outcome_advantage(rewards, mask, uid, settings, acr, AdaptiveController(settings, acr))
     assert torch.allclose(advantages.to_padded_tensor(0.0), reference.advantages, atol=1e-6)
     tq.kv_clear(keys=batch.keys, partition_id="train")
@@ -208,21 +208,21 @@ def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):
     uninterrupted = run_steps(make_trainer(*overrides), "u", steps)
     assert len({threshold for threshold, _ in uninterrupted}) > 2  # θ really moves
 
-    register.reset()
+    run_state.reset()
     first = attach_checkpoint_parts(make_trainer(*overrides))
     before = run_steps(first, "f", steps[:2])
     first.global_steps = 2
-    first.stagnation.streak = 2
+    first.tracker.alert.streak = 2
     first._save_checkpoint()
     folder = tmp_path / "global_step_2"
     assert (folder / STATE_FILE).exists() and (folder / "data.pt").exists()
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "2"
 
-    register.reset()  # a new process: no controller state survives except through the checkpoint
+    run_state.reset()  # a new process: no controller state survives except through the checkpoint
     resumed = attach_checkpoint_parts(make_trainer(*overrides))
     resumed._load_checkpoint()
     assert resumed.global_steps == 2 and resumed.actor_rollout_wg.loaded == [str(folder / "actor")]
-    assert resumed.stagnation.streak == 2
+    assert resumed.tracker.alert.streak == 2
     after = run_steps(resumed, "r", steps[2:])
 
     for (theta_a, adv_a), (theta_b, adv_b) in zip(uninterrupted, before + after, strict=True):
@@ -234,7 +234,7 @@ def test_resume_from_a_checkpoint_without_avspo_state_warns(tmp_path, caplog):
     (tmp_path / "global_step_3").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
     trainer = attach_checkpoint_parts(make_trainer(f"trainer.default_local_dir={tmp_path}"))
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         trainer._load_checkpoint()
     assert trainer.global_steps == 3
     assert f"has no {STATE_FILE}" in caplog.text
@@ -272,19 +272,18 @@ def run_scripted(trainer, acr_values, rewards=()):
 def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
     trainer = make_trainer(
         "algorithm.adv_estimator=grpo",
-        "algorithm.avspo.alert.window=3",
-        "algorithm.avspo.alert.rule=acr",
+        "algorithm.acr.alert.window=3",
+        "algorithm.acr.alert.rule=acr",
         trainer_cls=ScriptedTrainer,
     )
     trainer.total_training_steps = 100
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         stalled = run_scripted(trainer, [0.5, 0.5, 0.2, 0.5, 0.36, 0.9, 0.8, 0.1])
     assert stalled == [0, 0, 0, 0, 0, 1, 1, 0]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert (
-        "ACR above 0.35 for 3 consecutive steps (now step 6, algorithm.avspo.alert.rule=acr)"
-        in warnings[0].getMessage()
+        "ACR above 0.35 for 3 consecutive steps (now step 6, algorithm.acr.alert.rule=acr)" in warnings[0].getMessage()
     )
     assert ADVICE in warnings[0].getMessage()
     assert trainer.total_training_steps == 100
@@ -293,31 +292,31 @@ def test_alert_warns_once_at_the_window_th_high_step_and_does_not_stop(caplog):
 def test_alert_with_action_stop_saves_a_checkpoint_and_ends_after_that_step(tmp_path, caplog):
     trainer = make_trainer(
         "algorithm.adv_estimator=grpo",
-        "algorithm.avspo.alert.window=2",
-        "algorithm.avspo.alert.action=stop",
-        "algorithm.avspo.alert.rule=acr",
+        "algorithm.acr.alert.window=2",
+        "algorithm.acr.alert.action=stop",
+        "algorithm.acr.alert.rule=acr",
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
     )
     attach_checkpoint_parts(trainer)
     trainer.total_training_steps = 100
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         stalled = run_scripted(trainer, [0.1, 0.6, 0.7, 0.8, 0.9])
     assert stalled == [0, 0, 1]
     assert trainer.total_training_steps == 3  # fit's loop condition ends the run after logging step 3
     assert trainer.actor_rollout_wg.saved == [(str(tmp_path / "global_step_3" / "actor"), 3)]
     state = torch.load(tmp_path / "global_step_3" / STATE_FILE, weights_only=True)
     assert state["stagnation"] == {"streak": 2, "stalled": True, "rewards": []} and state["controller"] is None
-    assert "stopping the run after step 3 (algorithm.avspo.alert.action=stop)" in caplog.text
+    assert "stopping the run after step 3 (algorithm.acr.alert.action=stop)" in caplog.text
 
 
 def test_alert_stop_on_the_last_step_leaves_the_save_to_fit(tmp_path):
     # fit saves the last step whenever save_freq > 0 (is_last_step), so stopping there must not save twice.
     trainer = make_trainer(
         "algorithm.adv_estimator=grpo",
-        "algorithm.avspo.alert.window=2",
-        "algorithm.avspo.alert.action=stop",
-        "algorithm.avspo.alert.rule=acr",
+        "algorithm.acr.alert.window=2",
+        "algorithm.acr.alert.action=stop",
+        "algorithm.acr.alert.rule=acr",
         "trainer.save_freq=5",
         f"trainer.default_local_dir={tmp_path}",
         trainer_cls=ScriptedTrainer,
@@ -332,13 +331,13 @@ def test_the_default_rule_needs_high_acr_and_no_reward_gain(caplog):
     # acr_no_gain, the default: the same high ACR stalls a run whose reward is flat, not one whose
     # reward keeps rising (window 2: the last 2 steps' mean reward against the 2 before).
     high = [0.9] * 6
-    flat = make_trainer("algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=2", trainer_cls=ScriptedTrainer)
+    flat = make_trainer("algorithm.adv_estimator=grpo", "algorithm.acr.alert.window=2", trainer_cls=ScriptedTrainer)
     assert flat.stagnation.config.rule == "acr_no_gain"
     flat.total_training_steps = 100
-    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl_avspo"):
         assert run_scripted(flat, high, [0.3] * 6) == [0, 0, 0, 1, 1, 1]
     assert "and a mean reward over them no higher than over the 2 steps before (now step 4" in caplog.text
-    rising = make_trainer("algorithm.adv_estimator=grpo", "algorithm.avspo.alert.window=2", trainer_cls=ScriptedTrainer)
+    rising = make_trainer("algorithm.adv_estimator=grpo", "algorithm.acr.alert.window=2", trainer_cls=ScriptedTrainer)
     rising.total_training_steps = 100
     assert run_scripted(rising, high, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) == [0] * 6
 

@@ -17,17 +17,7 @@ from typing import Any
 
 import torch
 
-from verl_avspo.core.collapse import (
-    FINITE_REWARD_FIX,
-    Collapse,
-    GroupStats,
-    acr_metrics,
-    detect_collapse,
-    effective_collapse_rate,
-    group_ids,
-    group_stats,
-    non_finite_problem,
-)
+from verl_avspo.core.collapse import FINITE_REWARD_FIX, Collapse, GroupStats, Measurement, measure, non_finite_problem
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController, Decision
 from verl_avspo.core.prior import BetaPrior, beta_baseline, beta_prior
@@ -45,7 +35,7 @@ class AdvantageOutput:
     decision: Decision
     augmented: torch.Tensor  # (num_groups,) bool; for strategy beta, the collapsed groups given a signal
     virtual_k: torch.Tensor  # (num_groups,) int64, 0 where not augmented (always 0 for strategy beta)
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # the estimator's own avspo/* (acr/* are the step owner's: core.run_tracker)
 
 
 def _shape(value: Any) -> Any:
@@ -104,6 +94,7 @@ def compute_avspo_outcome_advantage(
     acr: ACRConfig,
     controller: AdaptiveController,
     norm_adv_by_std: bool = True,
+    measured: Measurement | None = None,
 ) -> AdvantageOutput:
     """AVSPO advantage for outcome rewards. Advances ``controller`` by one step.
 
@@ -117,23 +108,27 @@ def compute_avspo_outcome_advantage(
         controller: the run's adaptive controller, built with ``config`` and ``acr`` (holds θ, the EMA,
             J_{t-1}, the RNG).
         norm_adv_by_std: divide by the group std (GRPO); False gives Dr. GRPO's A = r − μ'.
+        measured: the step's raw measurement, made by the host before this call: its ACR and mean
+            score J_t drive the controller, and its group statistics are reused when it is this very
+            batch. None: this batch is the step's measurement.
 
     Returns:
         AdvantageOutput with ``advantages`` (bs, L) and the step's metrics.
     """
     scores = response_scores(token_level_rewards, response_mask, index)
     lo, hi = acr.reward_range
-    ids, num_groups = group_ids(index, device=scores.device)
-    stats = group_stats(scores, ids, num_groups)
-    collapse = detect_collapse(stats, acr.tau, acr.reward_range)
-    batch_low, batch_high, mean_score = torch.stack([stats.min.min(), stats.max.max(), scores.mean()]).tolist()
+    own = measured if measured is not None and measured.same_batch(scores, index) else None
+    own = own or measure(scores, index, acr.tau, acr.reward_range)
+    step = measured or own
+    stats, collapse = own.stats, own.collapse
+    batch_low, batch_high = torch.stack([stats.min.min(), stats.max.max()]).tolist()
     if batch_low < lo or batch_high > hi:
         warnings.warn(
-            f"response scores fall outside algorithm.avspo.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
+            f"response scores fall outside algorithm.acr.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
             "split and the virtual rewards assume that range. Set reward_range to your verifier's [low, high].",
             stacklevel=2,
         )
-    decision = controller.observe(collapse.rate, mean_score)
+    decision = controller.observe(step.collapse.rate, step.mean_score)
     if config.strategy == "beta":
         scalar, augmented, prior = _beta_advantages(scores, stats, collapse, config, acr.reward_range, norm_adv_by_std)
         virtual_k = torch.zeros_like(stats.count)
@@ -148,16 +143,13 @@ def compute_avspo_outcome_advantage(
     advantages = token_advantages(scalar, response_mask)
 
     num_augmented = int(augmented.sum())
-    metrics = acr_metrics(collapse, effective_collapse_rate(scalar, stats, acr.tau))
-    metrics.update(
-        {
-            "avspo/threshold": decision.threshold,
-            "avspo/signal": decision.signal,
-            "avspo/triggered": num_augmented / max(collapse.num_eligible, 1),
-            "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
-            **extra,
-        }
-    )
+    metrics = {
+        "avspo/threshold": decision.threshold,
+        "avspo/signal": decision.signal,
+        "avspo/triggered": num_augmented / max(collapse.num_eligible, 1),
+        "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
+        **extra,
+    }
     return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
 
 

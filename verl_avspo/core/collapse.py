@@ -27,6 +27,8 @@ __all__ = [
     "detect_collapse",
     "effective_collapse_rate",
     "acr_metrics",
+    "Measurement",
+    "measure",
     "measure_collapse",
     "non_finite_problem",
     "FINITE_REWARD_FIX",
@@ -149,6 +151,14 @@ class DroppedGroups:
     def __bool__(self) -> bool:
         return bool(self.surplus) or any(self.collapsed.values())
 
+    @classmethod
+    def of(cls, scores: torch.Tensor, tau: float = 1e-6) -> DroppedGroups:
+        """The groups of (num_groups, G) ``scores`` a filter dropped: the collapsed ones (population
+        std below ``tau``) by shared score, the others as surplus."""
+        collapsed = scores.to(torch.float64).std(dim=1, unbiased=False) < tau
+        values, counts = torch.unique(scores[collapsed][:, 0].to(torch.float64), return_counts=True)
+        return cls(dict(zip(values.tolist(), counts.tolist(), strict=True)), int((~collapsed).sum()))
+
 
 @dataclass(frozen=True)
 class Collapse:
@@ -221,21 +231,24 @@ def detect_collapse(stats: GroupStats, tau: float = 1e-6, reward_range: tuple[fl
     )
 
 
-def effective_collapse_rate(advantages: torch.Tensor, stats: GroupStats, tau: float = 1e-6) -> float:
+def effective_collapse_rate(
+    advantages: torch.Tensor, ids: torch.Tensor, count: torch.Tensor, tau: float = 1e-6
+) -> float:
     """Fraction of groups with n >= 2 whose final advantages all satisfy |A| <= tau.
 
     Args:
         advantages: (bs,) per-response scalar advantages, or (bs, L) token advantages (a response
             counts by its largest |A| over tokens).
-        stats: the group statistics of the same batch.
+        ids: (bs,) group id of each response; count: (num_groups,) responses per group
+            (``GroupStats.ids`` / ``.count`` of the same batch).
     """
     magnitude = advantages.detach().abs()
     if magnitude.dim() == 2:
         magnitude = magnitude.amax(dim=-1)
     magnitude = magnitude.to(torch.float64)
-    largest = torch.zeros(stats.num_groups, dtype=torch.float64, device=magnitude.device)
-    largest = largest.scatter_reduce(0, stats.ids, magnitude, reduce="amax")
-    eligible = stats.count >= 2
+    largest = torch.zeros(count.numel(), dtype=torch.float64, device=magnitude.device)
+    largest = largest.scatter_reduce(0, ids.to(magnitude.device), magnitude, reduce="amax")
+    eligible = count.to(magnitude.device) >= 2
     num_eligible = int(eligible.sum())
     if num_eligible == 0:
         return 0.0
@@ -262,24 +275,42 @@ def acr_metrics(collapse: Collapse, effective_rate: float | None, prefix: str = 
     return metrics
 
 
-def measure_collapse(
+@dataclass(frozen=True)
+class Measurement:
+    """One batch's raw scores, measured: its group statistics and collapse, and the groups a filter
+    dropped before it (counted in the step's rates). Made once per step (``core.run_tracker``)."""
+
+    scores: torch.Tensor  # (bs,) raw per-response scores
+    index: Any  # (bs,) group labels
+    stats: GroupStats
+    collapse: Collapse  # of this batch only
+    dropped: DroppedGroups | None
+    mean_score: float  # J_t: the mean score over the batch's responses
+    reward_range: tuple[float, float]
+
+    @property
+    def step_collapse(self) -> Collapse:
+        """The step's counts: this batch's and the dropped groups'."""
+        return self.collapse.including(self.dropped, self.reward_range)
+
+    def same_batch(self, scores: torch.Tensor, index: Any) -> bool:
+        """Whether (``scores``, ``index``) are this batch's, response for response."""
+        if len(index) != len(self.index) or scores.shape != self.scores.shape:
+            return False
+        same_scores = torch.equal(scores.detach().to(self.scores.device, torch.float64), self.scores.to(torch.float64))
+        return same_scores and bool(
+            np.array_equal(np.asarray(index, dtype=object), np.asarray(self.index, dtype=object))
+        )
+
+
+def measure(
     scores: torch.Tensor,
     index: Any,
-    advantages: torch.Tensor | None = None,
     tau: float = 1e-6,
     reward_range: tuple[float, float] = (0.0, 1.0),
     dropped: DroppedGroups | None = None,
-) -> dict[str, float]:
-    """A step's ACR metrics for any group estimator (GRPO, RLOO, AVSPO, ...): the one measurement
-    that every route logs (verl's trainers, the sampler hook, OpenRLHF).
-
-    Args:
-        scores: (bs,) raw per-response scores, before any estimator.
-        index: (bs,) group labels.
-        advantages: (bs,) or (bs, L) final advantages of the same responses, for ``acr/effective``
-            (over this batch); omitted if None.
-        dropped: groups generated for the step that a filter removed before this batch; the rates
-            and ``acr/groups`` then count them too (ACR before filtering).
+) -> Measurement:
+    """Measure a batch's raw scores: group statistics, collapse (docs/method.md §2) and the mean score.
 
     NaN or inf scores are measured as they are (their groups count as not collapsed and
     ``acr/reward_mean`` is NaN) with a warning: the metrics never stop a run, the estimator decides.
@@ -292,6 +323,31 @@ def measure_collapse(
         )
     ids, num_groups = group_ids(index, device=scores.device)
     stats = group_stats(scores, ids, num_groups)
-    collapse = detect_collapse(stats, tau, reward_range).including(dropped, reward_range)
-    effective = None if advantages is None else effective_collapse_rate(advantages, stats, tau)
-    return acr_metrics(collapse, effective)
+    collapse = detect_collapse(stats, tau, reward_range)
+    mean_score = float(scores.detach().to(torch.float64).mean()) if scores.numel() else 0.0
+    return Measurement(scores.detach(), index, stats, collapse, dropped, mean_score, tuple(reward_range))
+
+
+def measure_collapse(
+    scores: torch.Tensor,
+    index: Any,
+    advantages: torch.Tensor | None = None,
+    tau: float = 1e-6,
+    reward_range: tuple[float, float] = (0.0, 1.0),
+    dropped: DroppedGroups | None = None,
+) -> dict[str, float]:
+    """One batch's ACR metrics at once (a log, a notebook, a test): :func:`measure`, then the rates.
+    Training hosts use ``core.run_tracker.RunTracker``, which also runs the alert and keeps state.
+
+    Args:
+        scores: (bs,) raw per-response scores, before any estimator.
+        index: (bs,) group labels.
+        advantages: (bs,) or (bs, L) final advantages of the same responses, for ``acr/effective``;
+            omitted if None.
+        dropped: groups generated for the step that a filter removed before this batch; the rates
+            and ``acr/groups`` then count them too (ACR before filtering).
+    """
+    measured = measure(scores, index, tau, reward_range, dropped)
+    stats = measured.stats
+    effective = None if advantages is None else effective_collapse_rate(advantages, stats.ids, stats.count, tau)
+    return acr_metrics(measured.step_collapse, effective)

@@ -1,20 +1,45 @@
 """AVSPO settings: defaults, presets and validation (docs/configuration.md; the method: docs/method.md §3).
 
-Framework-free. ``resolve_settings`` takes any mapping (a plain dict, or verl's
-``config.algorithm.avspo`` DictConfig) and returns two frozen, validated configs: the estimator's
-:class:`AVSPOConfig` and the ACR metrics' :class:`ACRConfig` (``tau``, ``reward_range``, ``alert``),
-which every group estimator reads. Users set both under the same ``algorithm.avspo`` keys.
+Framework-free. ``resolve_avspo`` takes any mapping (a plain dict, or verl's
+``config.algorithm.avspo`` DictConfig) and returns the estimator's frozen, validated
+:class:`AVSPOConfig`. ACR's own settings (``tau``, ``reward_range``, ``alert``) live in
+:mod:`verl_avspo.core.acr_config`; :func:`resolve_run_settings` reads both from verl's
+``config.algorithm`` (``algorithm.acr`` and ``algorithm.avspo``), and :func:`resolve_settings` from
+one flat mapping that holds both (a notebook's dict, OpenRLHF's ``--avspo.*``).
 A key set to ``None`` means "not given", so a Hydra config can declare every key with a null
 default and still let ``preset`` decide.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from verl_avspo.core.acr_config import (
+    ACR_KEYS,
+    ACR_SECTION,
+    ALERT_ACTIONS,
+    ALERT_KEYS,
+    ALERT_RULES,
+    ACRConfig,
+    AlertConfig,
+    resolve_acr,
+    resolve_alert,
+)
+from verl_avspo.core.validation import (
+    Problems,
+    SettingsError,
+    boolean,
+    choice,
+    fail,
+    given_settings,
+    integer,
+    number,
+    pair,
+    unknown_key_problem,
+)
 
 __all__ = [
     "AVSPOConfig",
@@ -30,7 +55,11 @@ __all__ = [
     "ALERT_RULES",
     "PRIORS",
     "BASELINES",
+    "RunSettings",
+    "resolve_avspo",
     "resolve_settings",
+    "resolve_run_settings",
+    "resolve_acr",
     "resolve_alert",
     "unknown_key_problem",
     "given_settings",
@@ -45,45 +74,12 @@ ACR_SIGNALS = ("batch", "ema")
 # group: each collapsed group (the paper); batch: only when every reward of the step is at the same
 # end of reward_range, as the authors' released code (docs/method.md §5).
 TRIGGER_SCOPES = ("group", "batch")
-ALERT_ACTIONS = ("warn", "stop")
-ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
 PRIORS = ("jeffreys", "laplace", "fitted")
 BASELINES = ("loo", "group")
 # Keys read only by `strategy: beta`, and the virtual-sample keys that it does not read: giving
 # one where it has no effect is an error, so that a setting never silently does nothing.
 BETA_KEYS = ("prior", "baseline", "prior_strength_max", "correct_weight")
 VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha", "trigger_scope")
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    """Stagnation alert: ``window`` consecutive steps with the ``rule``'s signal above
-    ``threshold`` (``verl_avspo.core.alert``)."""
-
-    window: int = 50
-    """Consecutive steps the rule's rate must stay above ``threshold`` before the alert fires."""
-    threshold: float = 0.35
-    """The rate the rule's signal must stay strictly above, in [0, 1]."""
-    action: str = "warn"
-    """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
-    rule: str = "acr_no_gain"
-    """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
-
-
-@dataclass(frozen=True)
-class ACRConfig:
-    """The ACR metrics' settings and the stagnation alert: the ``tau``, ``reward_range`` and ``alert``
-    keys of ``algorithm.avspo``, read with every group estimator (AVSPO or not)."""
-
-    tau: float = 1e-6
-    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
-    reward_range: tuple[float, float] = (0.0, 1.0)
-    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
-    alert: AlertConfig = field(default_factory=AlertConfig)
-    """The stagnation alert (``algorithm.avspo.alert.*``), read by every estimator."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -154,115 +150,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
-ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
 _ESTIMATOR_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 # Every key of algorithm.avspo, in the order the docs and the messages list them.
 AVSPO_KEYS = (_ESTIMATOR_KEYS[0], "tau", "reward_range", *_ESTIMATOR_KEYS[1:], "alert")
-ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+SECTION = "algorithm.avspo"
+# The largest seed torch.Generator.manual_seed takes (an unsigned 64-bit integer).
+MAX_SEED = 2**64 - 1
 
 
-class SettingsError(ValueError):
-    """Invalid settings. ``problems`` holds one message per bad key, each naming the key, the value
-    and what is allowed, so that a config's mistakes are all reported at once."""
-
-    def __init__(self, problems: Sequence[str]):
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
+def _in_section(check):
+    """``check`` with the key named in full, ``algorithm.avspo.<key>``."""
+    return lambda key, *args, **kwargs: check(f"{SECTION}.{key}", *args, **kwargs)
 
 
-class Problems:
-    """Collects the messages of failed validations, so that one bad key does not hide the next."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def check(self, validate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``validate(*args, **kwargs)``, or None with its message recorded if it raises ValueError."""
-        try:
-            return validate(*args, **kwargs)
-        except ValueError as err:
-            self.messages.extend(err.problems if isinstance(err, SettingsError) else [str(err)])
-            return None
-
-    def raise_any(self) -> None:
-        if self.messages:
-            raise SettingsError(self.messages)
-
-
-def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"algorithm.avspo.{key}={value!r} is invalid: {allowed}.")
-
-
-def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        close = difflib.get_close_matches(str(value).lower(), allowed, n=1)  # PAPER -> paper
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        _fail(key, value, "allowed values are " + ", ".join(allowed) + hint)
-    return value
-
-
-def _number(key: str, value: Any, low: float, high: float, *, low_open=False, high_open=False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        _fail(key, value, "expected a finite number")
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        _fail(key, value, f"expected a number in {interval}")
-    return float(value)
-
-
-def _integer(key: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        _fail(
-            key, value, f"expected an integer >= {low}" if high is None else f"expected an integer in [{low}, {high}]"
-        )
-    return int(value)
-
-
-def _boolean(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        _fail(key, value, "expected true or false")
-    return value
-
-
-def _pair(key: str, value: Any) -> tuple[float, float]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
-        _fail(key, value, "expected a pair [low, high]")
-    low, high = (_number(key, v, -math.inf, math.inf) for v in value)
-    if not low < high:
-        _fail(key, list(value), "expected low < high")
-    return low, high
-
-
-def unknown_key_problem(key: str, allowed: Sequence[str]) -> str:
-    """The message for an unknown setting ``key`` (dotted; its last part is compared with ``allowed``),
-    with the closest allowed name when one is close."""
-    section, _, name = key.rpartition(".")
-    close = difflib.get_close_matches(name, allowed, n=1)
-    hint = f" Did you mean {section}.{close[0]}?" if close else ""
-    return f"{key} is not a setting.{hint} Allowed keys of {section}: {', '.join(allowed)}."
-
-
-def given_settings(
-    mapping: Mapping[str, Any] | None, section: str, allowed: Sequence[str], problems: Problems, *, example: str
-) -> dict[str, Any]:
-    """The one reader of a settings section (``algorithm.avspo``, its ``alert``, ``algorithm.dcpo``,
-    ``algorithm.intrinsic``): the allowed keys actually set (not None; a null key means "not given").
-    Each unknown key is recorded in ``problems``, so that the known keys are still checked.
-
-    Raises:
-        SettingsError: ``mapping`` is not a mapping; ``example`` shows how to set one of its keys.
-    """
-    if mapping is None:
-        return {}
-    if not isinstance(mapping, Mapping):
-        raise SettingsError(
-            [f"{section}={mapping!r} is invalid: it is a group of settings; set its keys, for example {example}."]
-        )
-    for key in sorted(set(mapping) - set(allowed), key=str):
-        problems.messages.append(unknown_key_problem(f"{section}.{key}", allowed))
-    return {str(k): v for k, v in mapping.items() if v is not None and k in allowed}
+_fail, _choice, _number, _integer, _boolean, _pair = map(_in_section, (fail, choice, number, integer, boolean, pair))
 
 
 def _check_strategy_keys(
@@ -312,25 +213,6 @@ def _check_strategy_keys(
                 )
 
 
-def resolve_alert(mapping: Mapping[str, Any] | None) -> AlertConfig:
-    """Validate ``algorithm.avspo.alert``.
-
-    Raises:
-        SettingsError: listing every bad key.
-    """
-    problems = Problems()
-    example = f"algorithm.avspo.alert.window=50 (allowed: {', '.join(ALERT_KEYS)})"
-    alert = replace(
-        AlertConfig(), **given_settings(mapping, "algorithm.avspo.alert", ALERT_KEYS, problems, example=example)
-    )
-    problems.check(_integer, "alert.window", alert.window, 1)
-    threshold = problems.check(_number, "alert.threshold", alert.threshold, 0.0, 1.0)
-    problems.check(_choice, "alert.action", alert.action, ALERT_ACTIONS)
-    problems.check(_choice, "alert.rule", alert.rule, ALERT_RULES)
-    problems.raise_any()
-    return replace(alert, threshold=threshold)
-
-
 def _k(key: str, value: Any) -> int | str:
     if value == "adaptive":
         return value
@@ -347,24 +229,19 @@ def _threshold_bounds(key: str, value: Any) -> tuple[float, float]:
     return bounds
 
 
-def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOConfig, ACRConfig]:
-    """Merge ``preset`` defaults with the keys given beside it, validate every value, and split
-    them into the estimator's settings and the ACR metrics' (``tau``, ``reward_range``, ``alert``).
-
-    Raises:
-        SettingsError (a ValueError): one message per bad key, each naming the key, the value and
-        what is allowed.
-    """
-    problems = Problems()
-    example = f"algorithm.avspo.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
-    given = given_settings(mapping, "algorithm.avspo", AVSPO_KEYS, problems, example=example)
+def _resolve_avspo(mapping: Mapping[str, Any] | None, problems: Problems) -> AVSPOConfig | None:
+    """The AVSPO keys of ``algorithm.avspo`` (its ACR keys are allowed and left to :func:`resolve_acr`),
+    merged over their preset and validated; None with the messages in ``problems`` if any is bad."""
+    example = f"{SECTION}.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
+    given = problems.check(given_settings, mapping, SECTION, AVSPO_KEYS, problems, example=example)
+    if given is None:
+        return None
+    given = {key: value for key, value in given.items() if key not in ACR_KEYS}
     preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
-    preset_values = {**asdict(AVSPOConfig()), **asdict(ACRConfig()), **PRESETS.get(preset, {})}
+    preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
     check = problems.check
 
-    values["tau"] = check(_number, "tau", values["tau"], 0.0, math.inf, low_open=True)
-    values["reward_range"] = check(_pair, "reward_range", values["reward_range"])
     values["strategy"] = check(_choice, "strategy", values["strategy"], STRATEGIES)
     values["gap"] = check(_number, "gap", values["gap"], 0.0, 1.0, low_open=True)
     values["apply_to"] = check(_choice, "apply_to", values["apply_to"], APPLY_TO)
@@ -377,8 +254,7 @@ def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOCon
     values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)
     values["eta"] = check(_number, "eta", values["eta"], 0.0, 1.0)
     values["threshold_bounds"] = check(_threshold_bounds, "threshold_bounds", values["threshold_bounds"])
-    # torch.Generator.manual_seed takes at most 2**64 - 1 (it fails at the first advantage step otherwise).
-    values["seed"] = check(_integer, "seed", values["seed"], 0, 2**64 - 1)
+    values["seed"] = check(_integer, "seed", values["seed"], 0, MAX_SEED)
     values["epsilon"] = check(_number, "epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
     values["prior"] = check(_choice, "prior", values["prior"], PRIORS)
     values["baseline"] = check(_choice, "baseline", values["baseline"], BASELINES)
@@ -387,14 +263,86 @@ def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOCon
     )
     # Bounded so that the weighted advantages stay far inside float32 (3.4e38 overflows at step 1).
     values["correct_weight"] = check(_number, "correct_weight", values["correct_weight"], 0.0, 1e6)
-    alert = values["alert"]
-    values["alert"] = alert if isinstance(alert, AlertConfig) else check(resolve_alert, alert)
     bounds, init = values["threshold_bounds"], values["threshold_init"]
     if values["adaptive_threshold"] and None not in (bounds, init) and not bounds[0] <= init <= bounds[1]:
         within = f"with adaptive_threshold=true it must lie within threshold_bounds {list(bounds)}"
         check(_fail, "threshold_init", init, within)
     if values["strategy"] is not None:
         _check_strategy_keys(values["strategy"], given, preset_values, problems)
+    return None if problems.messages else AVSPOConfig(**values)
+
+
+def resolve_avspo(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
+    """The estimator's settings of ``algorithm.avspo``: ``preset`` defaults with the keys given beside
+    it, every value validated. ACR keys found there (an earlier release's place) are left to :func:`resolve_acr`.
+
+    Raises:
+        SettingsError (a ValueError): one message per bad key, each naming the key, the value and
+        what is allowed.
+    """
+    problems = Problems()
+    avspo = _resolve_avspo(mapping, problems)
     problems.raise_any()
-    acr = ACRConfig(**{key: values.pop(key) for key in ACR_KEYS})
-    return AVSPOConfig(**values), acr
+    return avspo
+
+
+def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOConfig, ACRConfig]:
+    """Both configs from one flat mapping that holds the AVSPO keys and ACR's ``tau``,
+    ``reward_range`` and ``alert`` side by side (a notebook's dict; OpenRLHF's ``--avspo.*``).
+    verl's config, where ACR has a section of its own, is read by :func:`resolve_run_settings`.
+
+    Raises:
+        SettingsError: every bad key of both, at once.
+    """
+    problems = Problems()
+    avspo = _resolve_avspo(mapping, problems)
+    acr_keys = {k: v for k, v in mapping.items() if k in ACR_KEYS} if isinstance(mapping, Mapping) else None
+    acr = problems.check(resolve_acr, acr_keys, section=SECTION)
+    problems.raise_any()
+    return avspo, acr
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What verl's ``config.algorithm`` says of ACR and AVSPO for one run."""
+
+    estimator: str
+    """``algorithm.adv_estimator``."""
+    acr: ACRConfig
+    """``algorithm.acr`` (with any ACR key still given under ``algorithm.avspo``)."""
+    avspo: AVSPOConfig | None
+    """``algorithm.avspo``; None unless the estimator is ``avspo``."""
+
+
+def resolve_run_settings(algorithm: Mapping[str, Any] | None, estimator: str | None = None) -> RunSettings:
+    """Read verl's ``config.algorithm``: ``acr`` for every estimator, ``avspo`` for ``avspo`` only.
+
+    ``estimator`` overrides ``algorithm.adv_estimator`` (the ``avspo`` estimator knows its name).
+    AVSPO keys set with another estimator are refused, because they would do nothing; ACR keys still
+    found under ``algorithm.avspo`` are read with a FutureWarning naming ``algorithm.acr``.
+
+    Raises:
+        SettingsError: every bad key, at once.
+    """
+    algorithm = algorithm if algorithm is not None else {}
+    estimator = str(estimator or algorithm.get("adv_estimator", None) or "avspo")
+    raw = algorithm.get("avspo", None)
+    problems = Problems()
+    acr = problems.check(resolve_acr, algorithm.get("acr", None), legacy=raw)
+    avspo = None
+    if estimator == "avspo":
+        avspo = _resolve_avspo(raw, problems)
+    elif isinstance(raw, Mapping):
+        unused = sorted(str(k) for k, v in raw.items() if v is not None and k not in ACR_KEYS)
+        if unused:
+            problems.messages.append(
+                f"{', '.join(f'{SECTION}.{k}={raw[k]!r}' for k in unused)} set with algorithm.adv_estimator="
+                f"{estimator}: AVSPO's settings apply only to the avspo estimator and would do nothing. Set "
+                f"algorithm.adv_estimator=avspo, or remove them (ACR's own settings are {ACR_SECTION}.*)."
+            )
+    elif raw is not None:
+        problems.messages.append(
+            f"{SECTION}={raw!r} is invalid: it is a group of settings, used with adv_estimator=avspo."
+        )
+    problems.raise_any()
+    return RunSettings(estimator, acr, avspo)

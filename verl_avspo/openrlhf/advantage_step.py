@@ -1,6 +1,8 @@
 """The advantage step the adapter runs inside OpenRLHF's experience maker: the settings the
-launcher passes through the environment, AVSPO's group step on OpenRLHF's rewards, and each step's
-``acr/*`` and ``avspo/*`` metrics. Imports neither OpenRLHF nor Ray."""
+launcher passes through the environment, and one :class:`~verl_avspo.core.run_tracker.RunTracker` per
+experience maker that measures each step's raw rewards once, computes AVSPO's group step on
+OpenRLHF's rewards, and gives the step's ``acr/*`` and ``avspo/*`` metrics, the stall alert and the
+state a checkpoint keeps. Imports neither OpenRLHF nor Ray."""
 
 from __future__ import annotations
 
@@ -9,25 +11,47 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
-from verl_avspo.core.collapse import measure_collapse
-from verl_avspo.core.config import ACR_KEYS, ACRConfig, resolve_settings
-from verl_avspo.openrlhf.alert import StallAlert
-from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
+from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
+from verl_avspo.core.collapse import DroppedGroups
+from verl_avspo.core.config import AVSPOConfig, resolve_avspo
+from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.core.validation import Problems, SettingsError
 
-__all__ = ["SETTINGS_ENV", "ACR_SETTINGS_ENV", "AVSPO_ESTIMATORS", "AdvantageStep", "settings_from_env"]
+__all__ = [
+    "SETTINGS_ENV",
+    "ACR_SETTINGS_ENV",
+    "AVSPO_ESTIMATORS",
+    "AVSPO_FLAGS",
+    "ACR_FLAGS",
+    "OPENRLHF_ADVICE",
+    "AdvantageStep",
+    "group_index",
+    "resolve_flags",
+    "run_state",
+    "settings_from_env",
+    "acr_settings_from_env",
+]
 
-# JSON of the AVSPO settings (docs/configuration.md); empty or unset: ACR metrics only, OpenRLHF's estimator.
+# JSON of the AVSPO settings (docs/configuration.md); empty or unset: OpenRLHF's estimator runs.
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
-# JSON of the ACR metrics' own settings (tau, reward_range) and the stall alert's, for a run without AVSPO.
+# JSON of ACR's own settings (tau, reward_range, alert), read by every run.
 ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
+# How OpenRLHF users spell the two groups of settings (python -m verl_avspo.openrlhf).
+AVSPO_FLAGS = "--avspo"
+ACR_FLAGS = "--acr"
 # OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
 AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
 # Estimators with a per-prompt baseline whose output is the final advantage, so a collapsed group
 # gets all-zero advantages. (reinforce_baseline also has one, but OpenRLHF then whitens the whole
 # batch, which shifts every advantage: its acr/effective would be meaningless and is not logged.)
 _GROUP_BASELINES = ("rloo", "group_norm", "dr_grpo")
+OPENRLHF_ADVICE = (
+    "raise the sampling temperature (--rollout.temperature), use a larger group (--rollout.n_samples_per_prompt), "
+    "train on easier data (a pass-rate band around 30-50%), or use --algo.advantage.estimator avspo"
+)
 
 
 def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
@@ -45,21 +69,49 @@ def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
 
 
 def settings_from_env() -> dict[str, Any] | None:
-    """The AVSPO settings the launcher passed to this worker, or None (ACR metrics only)."""
+    """The AVSPO settings the launcher passed to this worker, or None (OpenRLHF's estimator)."""
     return _json_object_from_env(SETTINGS_ENV, "the AVSPO settings")
 
 
-def _acr_settings() -> dict[str, Any]:
-    """The ACR metrics' tau and reward_range the launcher passed (``{}``: the defaults)."""
-    settings = _json_object_from_env(ACR_SETTINGS_ENV, f"ACR metric settings ({', '.join(ACR_KEYS)})") or {}
-    unknown = sorted(set(settings) - set(ACR_KEYS))
-    if unknown:
-        raise ValueError(f"{ACR_SETTINGS_ENV} has key(s) {unknown}; only {', '.join(ACR_KEYS)} are allowed")
-    return settings
+def acr_settings_from_env() -> dict[str, Any] | None:
+    """ACR's settings the launcher passed to this worker (None: the defaults)."""
+    return _json_object_from_env(ACR_SETTINGS_ENV, f"ACR's settings ({', '.join(ACR_KEYS)})")
 
 
-def _group_index(num_groups: int, group_size: int) -> torch.Tensor:
-    return torch.arange(num_groups).repeat_interleave(group_size)
+def resolve_flags(
+    avspo: Mapping[str, Any] | None, acr: Mapping[str, Any] | None, legacy: Mapping[str, Any] | None = None
+) -> tuple[AVSPOConfig | None, ACRConfig]:
+    """The run's settings from the ``--avspo.*`` and ``--acr.*`` flags: AVSPO's only when ``avspo``
+    is given (a run without AVSPO builds none), ACR's always. ACR keys still given as ``--avspo.*``
+    (``legacy``, or found in ``avspo``) are read with a FutureWarning that names the ``--acr.`` flag.
+
+    Raises:
+        SettingsError: every bad flag at once, each named as the user typed it.
+    """
+    legacy = {**{k: v for k, v in (avspo or {}).items() if k in ACR_KEYS}, **(legacy or {})}
+    problems = Problems()
+    acr_config = problems.check(resolve_acr, acr, section=ACR_FLAGS, legacy=legacy, legacy_section=AVSPO_FLAGS)
+    avspo_config = None
+    if avspo is not None:
+        avspo_config = problems.check(resolve_avspo, {k: v for k, v in avspo.items() if k not in ACR_KEYS})
+    if problems.messages:
+        raise SettingsError([message.replace("algorithm.avspo", AVSPO_FLAGS) for message in problems.messages])
+    return avspo_config, acr_config
+
+
+def group_index(num_groups: int, group_size: int) -> np.ndarray:
+    """(num_groups * group_size,) group labels of rewards laid out one prompt per row."""
+    return np.arange(num_groups).repeat(group_size)
+
+
+def run_state(saved: Mapping[str, Any] | None, stagnation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A checkpoint's run state as :meth:`RunTracker.load_state_dict` reads it. Earlier releases saved
+    a bare AVSPO controller state (``client_states["verl_avspo"]``, or ``GroupNormAVSPO.state_dict()``)
+    and the alert's state apart (``client_states["verl_avspo_stagnation"]``): those become
+    ``{"controller": ..., "stagnation": ...}``."""
+    if saved is not None and "version" in saved:
+        return dict(saved)
+    return {"controller": saved, "stagnation": stagnation}
 
 
 def _prompt_order(experiences: list) -> tuple[torch.Tensor, list[int]]:
@@ -77,33 +129,60 @@ def _to_prompt_order(values: torch.Tensor, order: torch.Tensor, group_size: int)
 
 
 class AdvantageStep:
-    """One experience maker's AVSPO estimator (None: OpenRLHF's own) and the step's metrics."""
+    """One experience maker's run tracker, with AVSPO's settings when AVSPO replaces OpenRLHF's group
+    step (``settings``; None: OpenRLHF's own estimator, ACR metrics only).
 
-    def __init__(self, estimator: str, settings: Mapping[str, Any] | None):
+    Each step: :meth:`measure` the raw rewards before the advantage stage, :meth:`shape` (AVSPO) after
+    the length penalties, collect each response's advantage in ``outputs``, then :meth:`batch_metrics`;
+    the trainer runs the stall rule once per step on the logged metrics (``tracker.observe_step``).
+    """
+
+    def __init__(
+        self, estimator: str, settings: Mapping[str, Any] | None, acr_settings: Mapping[str, Any] | None = None
+    ):
         self.estimator = estimator
-        self.avspo: GroupNormAVSPO | None = None
-        if settings is not None:
-            if estimator not in AVSPO_ESTIMATORS:
-                raise ValueError(
-                    f"AVSPO settings were given but --algo.advantage.estimator={estimator!r}; AVSPO replaces "
-                    f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
-                )
-            self.avspo = GroupNormAVSPO(settings, norm_adv_by_std=AVSPO_ESTIMATORS[estimator])
-        self.acr: ACRConfig = self.avspo.acr if self.avspo is not None else resolve_settings(_acr_settings())[1]
-        self.alert = StallAlert(self.acr.alert)
+        if settings is not None and estimator not in AVSPO_ESTIMATORS:
+            raise ValueError(
+                f"AVSPO settings were given but --algo.advantage.estimator={estimator!r}; AVSPO replaces "
+                f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
+            )
+        avspo, acr = resolve_flags(settings, acr_settings)
+        self.tracker = RunTracker(acr, avspo, rule_setting=f"{ACR_FLAGS}.alert.rule", advice=OPENRLHF_ADVICE)
         self.outputs: list[torch.Tensor] = []
         self.reward_stds: list[torch.Tensor] | None = None
+        self._index: np.ndarray | None = None  # this step's group labels, in prompt order
+
+    @property
+    def avspo_on(self) -> bool:
+        return self.tracker.avspo is not None
+
+    def measure(self, experiences: list, group_size: int, dropped_rewards: torch.Tensor | None) -> None:
+        """The step's one measurement, before the advantage stage: the reward function's rewards of the
+        trained groups, and the (num_dropped, group_size) ``dropped_rewards`` of the groups dynamic
+        filtering dropped while they were generated."""
+        order, _ = _prompt_order(experiences)
+        raw = _to_prompt_order(torch.cat([e.info["reward"].reshape(-1) for e in experiences]), order, group_size)
+        self._index = group_index(raw.shape[0], group_size)
+        self.outputs = []
+        dropped = None
+        if dropped_rewards is not None and dropped_rewards.numel():
+            dropped = DroppedGroups.of(dropped_rewards, self.tracker.acr.tau)
+        self.tracker.measure(raw.reshape(-1), self._index, dropped)
 
     def shape(self, experiences: list, group_size: int) -> None:
         """AVSPO's group step on the penalised rewards, written back as OpenRLHF's would be."""
-        if self.avspo is None:
+        if not self.avspo_on:
             return
         order, lengths = _prompt_order(experiences)
         rewards = _to_prompt_order(torch.cat([experience.rewards for experience in experiences]), order, group_size)
         # OpenRLHF logs group_reward_std from experience.rewards after this point: keep it the rewards'.
         stds = rewards.std(-1, keepdim=True).expand(-1, group_size).reshape(-1)[order]
         self.reward_stds = list(stds.split(lengths)) if group_size > 1 else None
-        advantages = self.avspo(rewards).reshape(-1)[order]
+        flat = rewards.reshape(-1, 1)
+        output = self.tracker.avspo_advantages(
+            flat, torch.ones_like(flat), self._index, AVSPO_ESTIMATORS[self.estimator]
+        )
+        advantages = output.scalar_advantages.to(rewards.dtype)[order]
         for experience, shaped in zip(experiences, advantages.split(lengths), strict=True):
             experience.rewards = shaped
 
@@ -114,23 +193,12 @@ class AdvantageStep:
                 experience.info["group_reward_std"] = std
         self.reward_stds = None
 
-    def metrics(self, experiences: list, group_size: int, prefilter: torch.Tensor | None) -> dict[str, float]:
-        """The step's ``acr/*`` (raw rewards, before dynamic filtering where known) and ``avspo/*``."""
-        tau, reward_range = self.acr.tau, self.acr.reward_range
-        order, _ = _prompt_order(experiences)
-        trained = _to_prompt_order(
-            torch.cat([experience.info["reward"].reshape(-1) for experience in experiences]).to(torch.float64),
-            order,
-            group_size,
-        )
-        raw = prefilter if prefilter is not None and prefilter.numel() else trained
-        num_groups, size = raw.shape
-        metrics = measure_collapse(raw.reshape(-1), _group_index(num_groups, size), None, tau, reward_range)
-        if self.avspo is not None or self.estimator in _GROUP_BASELINES:
-            advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size)
-            trained_index = _group_index(trained.shape[0], group_size)
-            effective = measure_collapse(trained.reshape(-1), trained_index, advantages.reshape(-1), tau, reward_range)
-            metrics["acr/effective"] = effective["acr/effective"]
-        if self.avspo is not None:
-            metrics.update({key: value for key, value in self.avspo.metrics.items() if key.startswith("avspo/")})
-        return metrics
+    def batch_metrics(self, experiences: list, group_size: int) -> dict[str, float]:
+        """The step's ``acr/*`` and ``avspo/*`` (``acr/effective`` from the trained groups' advantages,
+        for the estimators whose group step gives the final advantage)."""
+        advantages = None
+        if self.avspo_on or self.estimator in _GROUP_BASELINES:
+            order, _ = _prompt_order(experiences)
+            advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size).reshape(-1)
+        self.outputs = []
+        return self.tracker.batch_metrics(advantages)

@@ -1,10 +1,13 @@
 """``python -m verl_avspo.openrlhf``: OpenRLHF's ``train_ppo_ray`` with AVSPO and the ACR metrics.
 
-The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for the AVSPO settings (the keys of docs/configuration.md).
-AVSPO computes the advantages when ``--algo.advantage.estimator avspo`` is given (it runs as
-``group_norm`` in OpenRLHF's argument checks), or when ``--avspo.*`` keys are given with
-``group_norm`` or ``dr_grpo`` (the latter without the std division). Without either, OpenRLHF's own
-estimator runs and only the ``acr/*`` metrics are added. The older flat spelling
+The arguments are OpenRLHF's, plus ``--avspo.KEY VALUE`` for AVSPO's settings and ``--acr.KEY VALUE``
+for ACR's (the keys of docs/configuration.md). AVSPO computes the advantages when
+``--algo.advantage.estimator avspo`` is given (it runs as ``group_norm`` in OpenRLHF's argument
+checks), or when ``--avspo.*`` keys are given with ``group_norm`` or ``dr_grpo`` (the latter without
+the std division); ``--avspo.*`` keys with another estimator are refused. Without AVSPO, OpenRLHF's
+own estimator runs and only the ``acr/*`` metrics and the stall alert are added. ``--acr.*`` applies to
+every estimator; the earlier spellings ``--avspo.tau``, ``--avspo.reward_range`` and ``--avspo.alert.*``
+still work, with a FutureWarning naming the ``--acr.`` flag. The older flat spelling
 ``--advantage_estimator`` is accepted and rewritten.
 
 The adapter must be installed where OpenRLHF computes advantages, i.e. inside its Ray actors. The
@@ -19,41 +22,58 @@ import json
 import os
 import runpy
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 
-from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, PRESETS, ACRConfig, AVSPOConfig, resolve_settings
-from verl_avspo.openrlhf.advantage_step import ACR_SETTINGS_ENV, AVSPO_ESTIMATORS, SETTINGS_ENV
+from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
+from verl_avspo.core.config import AVSPO_KEYS, PRESETS, AVSPOConfig
+from verl_avspo.core.validation import SettingsError
+from verl_avspo.openrlhf.advantage_step import (
+    ACR_FLAGS,
+    ACR_SETTINGS_ENV,
+    AVSPO_ESTIMATORS,
+    AVSPO_FLAGS,
+    SETTINGS_ENV,
+    resolve_flags,
+)
 from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 
-__all__ = ["WORKER_SETUP_HOOK", "split_avspo_arguments", "choose_estimator", "runtime_env_hook", "main"]
+__all__ = ["WORKER_SETUP_HOOK", "split_settings_arguments", "choose_estimator", "runtime_env_hook", "main"]
 
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
-_PREFIX = "--avspo."
 _ASYNC_FLAG = "--train.async_enable"
 _GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
 # The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
 OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+# Each group of settings: its flags' prefix, the keys it takes and what it is called in messages.
+_GROUPS = {
+    f"{AVSPO_FLAGS}.": (AVSPO_KEYS, "an AVSPO setting"),
+    f"{ACR_FLAGS}.": (ACR_KEYS, "an ACR setting"),
+}
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
 
 USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arguments> [--avspo.KEY VALUE ...]
+                                 [--acr.KEY VALUE ...]
 
   {_ESTIMATOR_FLAG} avspo     AVSPO replaces group_norm (preset paper unless --avspo.preset says otherwise)
   --avspo.preset {"|".join(PRESETS)},
-  --avspo.strategy stratified, --avspo.reward_range 0 1, ...
+  --avspo.strategy stratified, --avspo.k adaptive, ...
                                    any algorithm.avspo key of docs/configuration.md; with group_norm or
-                                   dr_grpo they switch AVSPO on for that estimator
-  without AVSPO settings           OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong
-                                   (and acr/effective for rloo, group_norm, dr_grpo) in its logged metrics;
-                                   --avspo.tau, --avspo.reward_range and --avspo.alert.* alone set only the
-                                   metrics' and the alert's settings and leave OpenRLHF's estimator in place
-  --avspo.alert.rule acr|all_wrong|acr_no_gain, --avspo.alert.window 50, --avspo.alert.threshold 0.35,
-  --avspo.alert.action warn|stop   the stall alert (acr/stalled), with or without AVSPO; stop checkpoints
+                                   dr_grpo they switch AVSPO on for that estimator, with any other
+                                   estimator they are refused
+  without AVSPO                    OpenRLHF's estimator, plus acr/rate, acr/all_correct, acr/all_wrong
+                                   (and acr/effective for rloo, group_norm, dr_grpo) in its logged metrics
+  --acr.tau 1e-6, --acr.reward_range 0 1
+                                   any algorithm.acr key: the collapse test and the verifier's range, for
+                                   every estimator (earlier spelling: --avspo.tau, --avspo.reward_range)
+  --acr.alert.rule acr|all_wrong|acr_no_gain, --acr.alert.window 50, --acr.alert.threshold 0.35,
+  --acr.alert.action warn|stop     the stall alert (acr/stalled), with or without AVSPO; stop checkpoints
                                    the stalled step and ends the run (synchronous trainer only)
 OpenRLHF's own options follow."""
 
@@ -72,48 +92,59 @@ def _number(token: str) -> int | float | None:
     return None
 
 
-def _example(key: str) -> str:
-    """A valid value of ``key`` as typed after ``--avspo.KEY`` (its default), for messages."""
-    value = getattr(ACRConfig() if key in ACR_KEYS else AVSPOConfig(), key, None)
-    if isinstance(value, (tuple, list)):
-        return " ".join(map(str, value))
+def _example(key: str) -> str | None:
+    """A valid value of ``key`` (``alert.window`` for the alert's) as typed after its flag (its
+    default), for messages; None if ``key`` is no setting."""
+    section, dot, alert_key = key.partition(".")
+    if dot:
+        value = getattr(AlertConfig(), alert_key, None) if section == "alert" and alert_key in ALERT_KEYS else None
+    elif key in ACR_KEYS:
+        value = getattr(ACRConfig(), key)
+    else:
+        value = getattr(AVSPOConfig(), key, None)
+    if value is None or isinstance(value, (tuple, list)):
+        return value if value is None else " ".join(map(str, value))
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _value(tokens: Sequence[str], flag: str) -> Any:
+def _value(tokens: Sequence[str], prefix: str, key: str) -> Any:
     if not tokens:
-        key = flag[len(_PREFIX) :]
-        if key not in AVSPO_KEYS:
-            raise UsageError(f"{flag} needs a value, and {key!r} is not an AVSPO setting (docs/configuration.md)")
-        raise UsageError(f"{flag} needs a value, for example {flag} {_example(key)}")
+        keys, what = _GROUPS[prefix]
+        example = _example(key)
+        if example is None or key.partition(".")[0] not in keys:
+            raise UsageError(f"{prefix}{key} needs a value, and {key!r} is not {what} (docs/configuration.md)")
+        raise UsageError(f"{prefix}{key} needs a value, for example {prefix}{key} {example}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
     if any(value is None for value in values):  # "--avspo.k=", "--avspo.k null": not "the preset's default"
-        key = flag[len(_PREFIX) :]
+        example = _example(key)
         raise UsageError(
-            f"{flag} got {' '.join(tokens)!r}, which is no value. To keep the preset's default, leave {flag} out; "
-            f"to set it, give a value, for example {flag} {_example(key)}"
+            f"{prefix}{key} got {' '.join(tokens)!r}, which is no value. To keep the default, leave {prefix}{key} "
+            f"out" + (f"; to set it, give a value, for example {prefix}{key} {example}" if example else "")
         )
     return values[0] if len(values) == 1 else values
 
 
-def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
-    """Separate ``--avspo.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from OpenRLHF's arguments.
+def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """Separate ``--avspo.KEY VALUE...`` and ``--acr.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from
+    OpenRLHF's arguments: (OpenRLHF's, the ``--avspo.*`` settings, the ``--acr.*`` settings).
 
     Values are numbers where they parse as one (``1e-3``, ``-1``), else YAML (``false``,
-    ``adaptive``, ``[0, 1]``); several values after one key make a list (``--avspo.reward_range 0 1``).
+    ``adaptive``, ``[0, 1]``); several values after one key make a list (``--acr.reward_range 0 1``).
     A key's values end at the next option (a token starting with ``-`` that is not a number).
+    ``--acr.alert.KEY`` nests as ``{"alert": {"KEY": ...}}``, as in ``algorithm.acr.alert.KEY``.
     """
     rest: list[str] = []
-    settings: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {prefix: {} for prefix in _GROUPS}
     i = 0
     while i < len(argv):
         token = argv[i]
-        if not token.startswith(_PREFIX):
+        prefix = next((prefix for prefix in _GROUPS if token.startswith(prefix)), None)
+        if prefix is None:
             rest.append(token)
             i += 1
             continue
         flag, has_value, inline = token.partition("=")
-        key = flag[len(_PREFIX) :]
+        key = flag[len(prefix) :]
         if has_value:
             values, i = [inline], i + 1
         else:
@@ -122,30 +153,33 @@ def split_avspo_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any
                 end += 1
             values, i = list(argv[i + 1 : end]), end
         if not key:
-            raise UsageError(f"{flag} is not an AVSPO setting: give a key, for example --avspo.preset paper")
+            raise UsageError(f"{flag} is not a setting: give a key, for example --avspo.preset paper or --acr.tau 1e-6")
         if key == "alert":
             raise UsageError(
                 f"{flag} is a group of settings, not one: give its keys, for example {flag}.window 50 (keys: "
                 f"{', '.join(ALERT_KEYS)})"
             )
+        settings = groups[prefix]
         section, dot, alert_key = key.partition(".")
-        # --avspo.alert.KEY: the stall alert's settings, nested as in algorithm.avspo.alert.KEY.
         target = settings.setdefault("alert", {}) if section == "alert" and dot else settings
         name = alert_key if target is not settings else key
         if not isinstance(target, dict) or name in target:
             raise UsageError(f"{flag} is given twice; give it once")
-        target[name] = _value(values, flag)
-    return rest, settings
+        target[name] = _value(values, prefix, key)
+    return rest, groups[f"{AVSPO_FLAGS}."], groups[f"{ACR_FLAGS}."]
 
 
 def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
     """OpenRLHF's arguments with the estimator OpenRLHF should see, and the AVSPO settings to run
-    (None: OpenRLHF's own estimator, ACR metrics only)."""
+    (``settings``: the ``--avspo.*`` keys less ACR's; None: OpenRLHF's own estimator).
+
+    Raises:
+        UsageError: AVSPO settings with an estimator AVSPO does not replace, with the fix.
+    """
     argv = list(argv)
     position, estimator = None, None
     for i, token in enumerate(argv):
         flag, has_value, inline = token.partition("=")
-        # argparse also takes an unambiguous prefix; no other OpenRLHF option starts like this one.
         if flag == _LEGACY_ESTIMATOR_FLAG or _names(flag, _ESTIMATOR_FLAG):
             if has_value:
                 position, estimator = i, inline
@@ -158,13 +192,15 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     if estimator == "avspo":
         argv[position] = f"{_ESTIMATOR_FLAG}=group_norm" if "=" in argv[position] else "group_norm"
         return argv, settings
-    if not settings or set(settings) <= set(ACR_KEYS):  # no settings, or the metrics' own only
+    if not settings:
         return argv, None
     if estimator not in AVSPO_ESTIMATORS:
         given = f"{_ESTIMATOR_FLAG}={estimator}" if estimator else f"no {_ESTIMATOR_FLAG} (OpenRLHF's default: gae)"
+        flags = ", ".join(f"{AVSPO_FLAGS}.{key}" for key in sorted(settings))
         raise UsageError(
-            f"--avspo.* settings ({', '.join(sorted(settings))}) were given with {given}; AVSPO replaces a group "
-            f"estimator: use {_ESTIMATOR_FLAG} avspo (or group_norm, or dr_grpo for no std division)"
+            f"{flags} given with {given}: AVSPO's settings apply only when AVSPO replaces a group estimator and "
+            f"would do nothing. Use {_ESTIMATOR_FLAG} avspo (or group_norm, or dr_grpo for no std division), or "
+            f"remove them (ACR's own settings are {ACR_FLAGS}.*)."
         )
     return argv, settings
 
@@ -174,15 +210,15 @@ def _names(token: str, flag: str) -> bool:
     or an abbreviation of it (a prefix that goes past its section, ``--train.async_e``); an ambiguous
     one argparse refuses itself."""
     name = token.partition("=")[0]
-    return flag.startswith(name) and len(name) > flag.rindex(".") + 1
+    return name.startswith("--") and flag.startswith(name) and len(name) > flag.rindex(".") + 1
 
 
 def _option_value(argv: Sequence[str], flag: str) -> str | None:
     """The last value given to ``flag`` (``--flag VALUE``, ``--flag=VALUE``, or an abbreviation), or None."""
     value = None
     for i, token in enumerate(argv):
-        if token.startswith("--") and _names(token, flag):
-            name, has_value, inline = token.partition("=")
+        if _names(token, flag):
+            _, has_value, inline = token.partition("=")
             value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
     return value
 
@@ -204,25 +240,20 @@ def _check_group_size(argv: Sequence[str], avspo: bool) -> None:
         )
 
 
-def _check_alert_stop(argv: Sequence[str], alert: Any) -> None:
-    """``--avspo.alert.action stop`` ends the synchronous trainer's loop; the asynchronous one
+def _check_alert_stop(argv: Sequence[str], acr: ACRConfig) -> None:
+    """``--acr.alert.action stop`` ends the synchronous trainer's loop; the asynchronous one
     generates in another actor, which the alert cannot stop."""
-    stops = isinstance(alert, dict) and alert.get("action") == "stop"
-    if stops and any(token.startswith("--") and _names(token, _ASYNC_FLAG) for token in argv):
+    if acr.alert.action == "stop" and any(_names(token, _ASYNC_FLAG) for token in argv):
         raise UsageError(
-            f"--avspo.alert.action stop needs OpenRLHF's synchronous trainer; with {_ASYNC_FLAG} the alert can only "
-            f"warn. Drop {_ASYNC_FLAG} or use --avspo.alert.action warn."
+            f"{ACR_FLAGS}.alert.action stop needs OpenRLHF's synchronous trainer; with {_ASYNC_FLAG} the alert can "
+            f"only warn. Drop {_ASYNC_FLAG} or use {ACR_FLAGS}.alert.action warn."
         )
 
 
-def _validated(settings: dict[str, Any]) -> dict[str, Any]:
-    # OpenRLHF's epsilon, unless the preset sets its own (paper_code: the released code's 1e-4).
+def _with_openrlhf_epsilon(settings: dict[str, Any]) -> dict[str, Any]:
+    """OpenRLHF's epsilon, unless the preset sets its own (paper_code: the released code's 1e-4)."""
     if "epsilon" not in PRESETS.get(settings.get("preset", "paper"), {}):
         settings = {"epsilon": OPENRLHF_EPSILON, **settings}
-    try:
-        resolve_settings(settings)
-    except ValueError as error:
-        raise UsageError(str(error).replace("algorithm.avspo.", _PREFIX)) from None
     return settings
 
 
@@ -230,7 +261,7 @@ def _environment(settings: dict[str, Any] | None, acr: dict[str, Any]) -> dict[s
     """The environment variables that carry the settings to every worker."""
     return {
         SETTINGS_ENV: json.dumps(settings) if settings is not None else "",
-        ACR_SETTINGS_ENV: json.dumps(acr) if settings is None and acr else "",
+        ACR_SETTINGS_ENV: json.dumps(acr) if acr else "",
     }
 
 
@@ -238,7 +269,7 @@ def runtime_env_hook(
     init: Callable[..., Any], settings: dict[str, Any] | None, acr: dict[str, Any] | None = None
 ) -> Callable[..., Any]:
     """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given
-    (``acr``: the ACR metrics' tau and reward_range for a run without AVSPO)."""
+    (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings)."""
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
@@ -258,6 +289,31 @@ def runtime_env_hook(
     return ray_init
 
 
+def resolve_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | None, dict[str, Any]]:
+    """OpenRLHF's arguments, the AVSPO settings (None: no AVSPO) and the ``--acr.*`` settings the
+    workers get, every value checked. ACR keys given as ``--avspo.*`` move to the ACR settings with a
+    FutureWarning naming their ``--acr.`` flag.
+
+    Raises:
+        UsageError: every problem of the command line, with the fix.
+    """
+    rest, avspo, acr = split_settings_arguments(argv)
+    legacy = {key: avspo.pop(key) for key in ACR_KEYS if key in avspo}
+    rest, avspo = choose_estimator(rest, avspo)
+    avspo = None if avspo is None else _with_openrlhf_epsilon(avspo)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            _, acr_config = resolve_flags(avspo, acr, legacy)
+    except SettingsError as error:
+        raise UsageError(str(error)) from None
+    finally:  # an old flag's FutureWarning, shown as the command's rather than a source line's
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, "python -m verl_avspo.openrlhf", 0)
+    _check_alert_stop(rest, acr_config)
+    return rest, avspo, {**legacy, **acr}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(token in ("-h", "--help") for token in argv):
@@ -268,13 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nOpenRLHF's own options cannot be listed here: {error}")
             return 0
     try:
-        rest, given = split_avspo_arguments(argv)
-        rest, settings = choose_estimator(rest, given)
-        settings = None if settings is None else _validated(settings)
-        acr = {key: given[key] for key in ACR_KEYS if key in given}
-        if settings is None:
-            _validated(acr)
-        _check_alert_stop(rest, given.get("alert"))
+        rest, settings, acr = resolve_arguments(argv)
         _check_group_size(rest, avspo=settings is not None)
         version = check_openrlhf()
     except (UsageError, OpenRLHFIncompatibleError) as error:
@@ -284,8 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     os.environ.update(_environment(settings, acr))
     ray.init = runtime_env_hook(ray.init, settings, acr)
-    what = f"AVSPO {json.dumps(settings)}" if settings is not None else f"ACR metrics {json.dumps(acr)}"
-    print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what} in every Ray worker", file=sys.stderr)
+    what = f"AVSPO {json.dumps(settings)}, " if settings is not None else "OpenRLHF's estimator, "
+    print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what}ACR {json.dumps(acr)} in every Ray worker", file=sys.stderr)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
     return 0

@@ -8,22 +8,23 @@ OpenRLHF has no estimator registry: its group baselines are an if/elif on
 and that runs in the trainer's Ray actor, not in the launching process. :func:`install` wraps, in
 the process it runs in:
 
-- ``SamplesGenerator.generate_samples``: records the rewards of every generated group before
-  dynamic filtering drops any, and hands them on as an attribute of the returned rollout list (so
-  they cross the async trainer's queue with it);
-- ``RemoteExperienceMaker.compute_advantages_and_returns``: while it runs, the experience maker's
-  ``apply_length_penalties`` is followed by AVSPO's group step, and its ``compute_reward`` records
-  each response's scalar advantage for ``acr/effective``. With AVSPO on, the estimator name is set
-  to one that OpenRLHF's group if/elif does not match, so OpenRLHF leaves AVSPO's advantages as
-  they are, while the per-token stage (which reads the maker's own ``advantage_estimator``) still
-  turns them into ``group_norm``'s returns;
+- ``SamplesGenerator.generate_samples``: records the rewards of the groups dynamic filtering drops,
+  and hands them on as an attribute of the returned rollout list (so they cross the async trainer's
+  queue with it);
+- ``RemoteExperienceMaker.compute_advantages_and_returns``: the experience maker's run tracker
+  (:mod:`verl_avspo.openrlhf.advantage_step`) first measures the step's raw rewards, once, with the
+  dropped groups; while OpenRLHF's method runs, its ``apply_length_penalties`` is followed by AVSPO's
+  group step, and its ``compute_reward`` records each response's scalar advantage for
+  ``acr/effective``. With AVSPO on, the estimator name is set to one that OpenRLHF's group if/elif
+  does not match, so OpenRLHF leaves AVSPO's advantages as they are, while the per-token stage (which
+  reads the maker's own ``advantage_estimator``) still turns them into ``group_norm``'s returns;
 - ``BasePPOTrainer._compute_rollout_stats``: adds the step's ``acr/*`` and ``avspo/*`` metrics to
   the status OpenRLHF logs (wandb, TensorBoard, the console);
-- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the stall alert
-  (:mod:`verl_avspo.openrlhf.alert`) reads each step's metrics and adds ``acr/stalled``; AVSPO's state
-  and the alert's are kept in the checkpoint's client states and restored on resume. With
-  ``alert.action: stop``, the stalled step is checkpointed and ``generate_samples`` then reports the
-  prompts exhausted, so OpenRLHF's loop ends and the run saves its model and exits normally.
+- ``BasePPOTrainer.save_logs_and_checkpoints`` / ``init_checkpoint_states``: the tracker's stall rule
+  reads each step's metrics once and adds ``acr/stalled``; the tracker's state (AVSPO's controller and
+  the alert's streak) is kept in the checkpoint's client states and restored on resume. With
+  ``--acr.alert.action stop``, the stalled step is checkpointed and ``generate_samples`` then reports
+  the prompts exhausted, so OpenRLHF's loop ends and the run saves its model and exits normally.
 
 :func:`worker_setup` is the Ray ``worker_process_setup_hook`` that ``python -m verl_avspo.openrlhf``
 sets: every worker of the job installs the wrappers as soon as it imports
@@ -46,8 +47,13 @@ from typing import Any
 
 import torch
 
-from verl_avspo.openrlhf.advantage_step import AdvantageStep, settings_from_env
-from verl_avspo.openrlhf.alert import STATE_KEY as ALERT_STATE_KEY
+from verl_avspo.openrlhf.advantage_step import (
+    ACR_FLAGS,
+    AdvantageStep,
+    acr_settings_from_env,
+    run_state,
+    settings_from_env,
+)
 from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
 
 __all__ = ["METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
@@ -57,9 +63,12 @@ logger = logging.getLogger(__name__)
 # A name OpenRLHF's group if/elif and its batch whitening do not match: rewards pass unchanged.
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
+# The checkpoint client state that holds the run tracker's state; earlier releases kept the alert's
+# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under _STATE_KEY.
 _STATE_KEY = "verl_avspo"
+_LEGACY_ALERT_KEY = "verl_avspo_stagnation"
 _STEP = "_verl_avspo_step"
-_PREFILTER = "_verl_avspo_prefilter"
+_DROPPED = "_verl_avspo_dropped"
 _RECORDED = "_verl_avspo_rewards"
 _INSTALLED = "_verl_avspo_installed"
 _STOPPED = "_verl_avspo_stopped"
@@ -70,20 +79,21 @@ _ACTIVE: ContextVar[AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step
 
 
 class GeneratedRollout(list):
-    """The rollout samples ``SamplesGenerator.generate_samples`` returns, plus
-    ``prefilter_rewards``: (num_groups, n_samples_per_prompt) float64 rewards of every group
-    generated for it, those dynamic filtering dropped included, or None where rewards come
-    later (a reward model) or nothing was generated (samples served from the buffer)."""
+    """The rollout samples ``SamplesGenerator.generate_samples`` returns, plus ``dropped_rewards``:
+    (num_dropped, n_samples_per_prompt) float64 rewards of the groups dynamic filtering dropped while
+    generating them, or None where nothing was dropped, rewards come later (a reward model) or
+    nothing was generated (samples served from the buffer)."""
 
-    def __init__(self, samples: list, prefilter_rewards: torch.Tensor | None):
+    def __init__(self, samples: list, dropped_rewards: torch.Tensor | None):
         super().__init__(samples)
-        self.prefilter_rewards = prefilter_rewards
+        self.dropped_rewards = dropped_rewards
 
 
 def _advantage_step(maker: Any) -> AdvantageStep:
+    """The experience maker's advantage step and run tracker (one per maker, made on first use)."""
     step = getattr(maker, _STEP, None)
     if step is None:
-        step = AdvantageStep(maker.advantage_estimator, settings_from_env())
+        step = AdvantageStep(maker.advantage_estimator, settings_from_env(), acr_settings_from_env())
         setattr(maker, _STEP, step)
     return step
 
@@ -115,12 +125,13 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
     @functools.wraps(original)
     def compute_advantages_and_returns(self, experiences, *rest, **kwargs):
         step = _advantage_step(self)
-        prefilter = getattr(self, _PREFILTER, None)
-        setattr(self, _PREFILTER, None)
+        dropped = getattr(self, _DROPPED, None)
+        setattr(self, _DROPPED, None)
+        group_size = self.strategy.args.rollout.n_samples_per_prompt
+        step.measure(experiences, group_size, dropped)
         advantage_args = self.strategy.args.algo.advantage
-        step.outputs = []
         token = _ACTIVE.set(step)
-        if step.avspo is not None:
+        if step.avspo_on:
             advantage_args.estimator = _PASS_THROUGH
         try:
             experiences = original(self, experiences, *rest, **kwargs)
@@ -128,8 +139,7 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
             advantage_args.estimator = step.estimator
             _ACTIVE.reset(token)
         step.restore_reward_stds(experiences)
-        group_size = self.strategy.args.rollout.n_samples_per_prompt
-        setattr(self, METRICS_ATTR, step.metrics(experiences, group_size, prefilter))
+        setattr(self, METRICS_ATTR, step.batch_metrics(experiences, group_size))
         return experiences
 
     return compute_advantages_and_returns
@@ -138,7 +148,7 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
 def _make_experience_batch(original: Callable) -> Callable:
     @functools.wraps(original)
     def make_experience_batch(self, rollout_samples, *rest, **kwargs):
-        setattr(self, _PREFILTER, getattr(rollout_samples, "prefilter_rewards", None))
+        setattr(self, _DROPPED, getattr(rollout_samples, "dropped_rewards", None))
         return original(self, rollout_samples, *rest, **kwargs)
 
     return make_experience_batch
@@ -153,25 +163,36 @@ def _generate_samples(original: Callable) -> Callable:
         setattr(self, _RECORDED, [])
         try:
             result = original(self, *rest, **generate_kwargs)
-            rewards = getattr(self, _RECORDED)
+            recorded = getattr(self, _RECORDED)
         finally:
             setattr(self, _RECORDED, None)
-        prefilter = None
-        if rewards and None not in rewards and len(rewards) % group_size == 0:
-            prefilter = torch.tensor(rewards, dtype=torch.float64).view(-1, group_size)
-        return (GeneratedRollout(result[0], prefilter), *result[1:])
+        kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
+        return (GeneratedRollout(result[0], _dropped_rewards(recorded, kept, group_size)), *result[1:])
 
     return generate_samples
+
+
+def _dropped_rewards(recorded: list[tuple[Any, float | None]], kept: list, group_size: int) -> torch.Tensor | None:
+    """(num_dropped, group_size) rewards of the generated groups none of whose responses was ``kept``:
+    those dynamic filtering dropped. Each prompt's responses are processed one after the other, so
+    the recorded (experience, reward) pairs come a group at a time."""
+    if not recorded or len(recorded) % group_size or any(reward is None for _, reward in recorded):
+        return None
+    kept_ids = {id(experience) for experience in kept}
+    groups = [recorded[i : i + group_size] for i in range(0, len(recorded), group_size)]
+    dropped = [[reward for _, reward in group] for group in groups if all(id(e) not in kept_ids for e, _ in group)]
+    return torch.tensor(dropped, dtype=torch.float64) if dropped else None
 
 
 def _process_response(original: Callable) -> Callable:
     @functools.wraps(original)
     def process_response_into_experience(self, response, *rest, **kwargs):
+        experience = original(self, response, *rest, **kwargs)
         recorded = getattr(self, _RECORDED, None)
         if recorded is not None:
             reward = response.get("reward")
-            recorded.append(None if reward is None else float(reward))
-        return original(self, response, *rest, **kwargs)
+            recorded.append((experience, None if reward is None else float(reward)))
+        return experience
 
     return process_response_into_experience
 
@@ -197,13 +218,16 @@ def _stop_after(trainer: Any, global_step: int, save: Callable[[], Any]) -> None
         ckpt.save_steps = save_steps
     generator = getattr(trainer, "samples_generator", None)
     if generator is None:  # the asynchronous trainer generates in another actor (the launcher refuses this)
-        logger.error("--avspo.alert.action stop: step %d is checkpointed; this trainer cannot be stopped", global_step)
+        logger.error(
+            "%s.alert.action stop: step %d is checkpointed; this trainer cannot be stopped", ACR_FLAGS, global_step
+        )
         return
     setattr(generator, _STOPPED, True)
     logger.error(
-        "stopping the run after step %d (--avspo.alert.action stop); checkpoint: %s. Change the setup as advised "
+        "stopping the run after step %d (%s.alert.action stop); checkpoint: %s. Change the setup as advised "
         "above, then resume with --ckpt.load_enable.",
         global_step,
+        ACR_FLAGS,
         os.path.join(ckpt.path, "_actor", f"global_step{global_step}"),
     )
 
@@ -211,14 +235,14 @@ def _stop_after(trainer: Any, global_step: int, save: Callable[[], Any]) -> None
 def _save_logs_and_checkpoints(original: Callable) -> Callable:
     @functools.wraps(original)
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None, *rest, **kwargs):
-        step = _advantage_step(self.experience_maker)
-        newly_stalled = logs_dict is not None and step.alert.observe(logs_dict, global_step)
+        tracker = _advantage_step(self.experience_maker).tracker
+        # Once per training step, on the step's logged metrics (a call without acr/rate is no step's).
+        is_step = logs_dict is not None and "acr/rate" in logs_dict
+        newly_stalled = is_step and tracker.observe_step(global_step, logs_dict)
         # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
         client_states = {} if client_states is None else client_states
-        client_states[ALERT_STATE_KEY] = step.alert.state_dict()
-        if step.avspo is not None:
-            client_states[_STATE_KEY] = step.avspo.state_dict()
-        if newly_stalled and step.alert.stops:
+        client_states[_STATE_KEY] = tracker.state_dict()
+        if newly_stalled and tracker.acr.alert.action == "stop":
             return _stop_after(
                 self, global_step, lambda: original(self, global_step, logs_dict, client_states, *rest, **kwargs)
             )
@@ -231,18 +255,9 @@ def _init_checkpoint_states(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_checkpoint_states(self, *rest, **kwargs):
         states = original(self, *rest, **kwargs)
-        step = _advantage_step(self.experience_maker)
-        if states.get(ALERT_STATE_KEY) is not None:
-            step.alert.load_state_dict(states[ALERT_STATE_KEY])
-        avspo = step.avspo
-        saved = states.get(_STATE_KEY)
-        if avspo is not None and saved is not None:
-            avspo.load_state_dict(saved)
-        elif avspo is not None and states.get("global_step", 0) > 0:
-            logger.warning(
-                "resuming at step %s from a checkpoint without AVSPO state: the adaptive threshold starts afresh",
-                states["global_step"],
-            )
+        if states.get("global_step", 0) > 0:  # a resume (a fresh run's states are OpenRLHF's defaults)
+            saved = run_state(states.get(_STATE_KEY), states.get(_LEGACY_ALERT_KEY))
+            _advantage_step(self.experience_maker).tracker.load_state_dict(saved)
         return states
 
     return init_checkpoint_states

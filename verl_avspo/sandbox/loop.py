@@ -37,7 +37,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo.core.collapse import detect_collapse, group_ids, group_stats, measure_collapse
+from verl_avspo.core.collapse import DroppedGroups, detect_collapse, group_ids, group_stats
 from verl_avspo.core.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
@@ -52,7 +52,7 @@ from verl_avspo.sandbox.policy import (
 )
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin import register, run_state
 
 __all__ = ["train", "evaluate", "dynamic_sampling", "SampledGroups"]
 
@@ -154,6 +154,13 @@ def _token_mean_entropy(parts: list[SampledGroups]) -> float:
     return masked_mean(entropy, pad_cat([part.rollout.response_mask.float() for part in parts], 0.0)).item()
 
 
+def _others(pick: torch.Tensor, part: SampledGroups) -> torch.Tensor:
+    """(P,) bool: the groups of ``part`` not in ``pick``."""
+    others = torch.ones(len(part.prompts), dtype=torch.bool)
+    others[pick] = False
+    return others
+
+
 def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor:
     """(n,) bool: the response belongs to a group whose rewards are all equal."""
     ids, num_groups = group_ids(uids)
@@ -211,9 +218,11 @@ def train(
     # cache sample the same rollouts.
     torch.manual_seed(seed)
     prompt_rng = torch.Generator().manual_seed(seed)
-    register.reset()  # fresh estimator state for this run: AVSPO's controller, DCPO's prompt history
+    register.register()  # the estimators this loop selects by name (a test may have cleared verl's registry)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
+    # The run's one owner of each step's ACR, alert and state (AVSPO's controller, DCPO's history).
+    tracker = run_state.start_run(algorithm)
     policy_loss = core_algos.get_policy_loss_fn("dcpo" if estimator.dcpo else "vanilla")
     actor = ActorConfig(
         strategy="fsdp",  # a label here; verl's loss reads only the clip ratios and global_batch_info
@@ -267,10 +276,20 @@ def train(
             if estimator.intrinsic:
                 rewards = _share_among_identical(rewards, rollout)
 
-            # 2. Advantages through verl's dispatch, then the step's collapse metrics on the
-            # rewards the estimator saw. DCPO's prompt identity is the problem's text.
+            # 2. The step's raw collapse, measured once on the rewards the estimator sees (for
+            # dapo_resample, the groups it discarded count too); then advantages through verl's
+            # dispatch. DCPO's prompt identity is the problem's text.
+            dropped = None
+            if estimator.resample:
+                discarded = [
+                    part.scores.view(-1, config.group_size)[_others(pick, part)]
+                    for part, pick in zip(drawn, picks, strict=True)
+                ]
+                dropped = DroppedGroups.of(torch.cat(discarded), tracker.acr.tau)
+            tracker.measure(rewards, uids, dropped)
             if estimator.dcpo:
-                register.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
+                tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
+            advantages = torch.zeros_like(response_mask)
             if num_groups:  # dapo_resample may end a step at its cap with no group to train on
                 data = DataProto.from_dict(
                     tensors={
@@ -280,19 +299,7 @@ def train(
                     non_tensors={"uid": uids},
                 )
                 advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
-            if estimator.adv_estimator == "avspo":
-                metrics = register.pop_last_metrics()
-            elif estimator.resample:
-                # Raw collapse over every group drawn; effective collapse over the groups trained on
-                # (none of them collapsed, by construction; 0 too when the cap left no group).
-                metrics = measure_collapse(
-                    torch.cat([d.scores for d in drawn]), np.concatenate([d.uids for d in drawn])
-                )
-                metrics["acr/effective"] = (
-                    measure_collapse(rewards, uids, advantages)["acr/effective"] if num_groups else 0.0
-                )
-            else:
-                metrics = measure_collapse(rewards, uids, advantages)
+            metrics = tracker.end_step(step, advantages)
             drop = estimator.drop_collapsed and num_groups
             keep = ~_collapsed_responses(scores, uids) if drop else torch.ones_like(scores).bool()
 

@@ -43,21 +43,26 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from verl_avspo.verl_plugin import register
+    from verl_avspo.verl_plugin import run_state
 
     if args.groups < 1 or args.group_size < 2:
         raise SystemExit(
             "verl-avspo demo: --groups must be at least 1 and --group-size at least 2 (one response per prompt "
             f"is a group that can neither collapse nor be normalised); got {args.groups} and {args.group_size}"
         )
-    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": args.preset}})
+    config = OmegaConf.create(
+        {"adv_estimator": "avspo", "norm_adv_by_std_in_grpo": True, "avspo": {"preset": args.preset}}
+    )
     batch = synthetic_batch(args.groups, args.group_size, args.seed)
-    scores = batch.batch["token_level_rewards"].sum(-1).view(args.groups, args.group_size)
+    rewards = batch.batch["token_level_rewards"].sum(-1)
+    scores = rewards.view(args.groups, args.group_size)
+    tracker = run_state.start_run(config)  # one AVSPO step: its raw ACR, then acr/* and avspo/*
+    tracker.measure(rewards, batch.non_tensor_batch["uid"])
     results = {}
     for estimator in ("grpo", "avspo"):  # each call writes its own advantages into the batch
         batch = compute_advantage(batch, estimator, config=config)
         results[estimator] = batch.batch["advantages"][:, -1].view(args.groups, args.group_size).clone()
-    metrics = register.pop_last_metrics()  # AVSPO's step: acr/* and avspo/*
+    metrics = tracker.end_step(1, batch.batch["advantages"])
 
     print(f"Synthetic batch: {args.groups} prompts x {args.group_size} responses, binary rewards")
     print(f"AVSPO preset={args.preset}\n")

@@ -11,28 +11,42 @@ table and its findings, each a sentence that says what the log shows and what to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pandas as pd
 
 from verl_avspo.core.alert import ADVICE, ALERT_SIGNALS, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
 from verl_avspo.core.config import AlertConfig
-from verl_avspo.tools.stats import EARLY_STEPS, VALIDATION_PREFIX, early_acr, last_value, latest_validation, window_mean
+from verl_avspo.tools.stats import (
+    EARLY_STEPS,
+    RATES,
+    VALIDATION_PREFIX,
+    early_acr,
+    last_value,
+    latest_validation,
+    rate_problem,
+    score_column,
+    step_coverage,
+    window_mean,
+)
 
-__all__ = ["PAPER_FIT", "SCORE", "RunDiagnosis", "diagnose"]
+__all__ = ["PAPER_FIT", "RunDiagnosis", "diagnose"]
 
+_ACR_FIGURES = ("mean_acr", "acr_100", "acr_100_steps", "all_correct", "all_wrong", "effective", "avspo_triggered")
 PAPER_FIT = (51.4, -29.6)  # MATH-500 accuracy (%) ≈ 51.4 − 29.6·ACR_100, the paper's own regression
-SCORE = "critic/score/mean"  # verl's mean raw reward of the batch
 
 
 @dataclass
 class RunDiagnosis:
-    """What the report says about one run."""
+    """What the report says about one run: its line in the summary table, its findings (sentences)
+    and the figures behind them (``values``, for ``report --json`` and ``--fail-on``)."""
 
     name: str
     steps: int
     row: dict[str, str] = field(default_factory=dict)  # the run's line in the summary table
     findings: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 def _missing_acr(name: str, frame: pd.DataFrame) -> str:
@@ -49,44 +63,83 @@ def _missing_acr(name: str, frame: pd.DataFrame) -> str:
     return f"{name}: neither acr/* nor critic/score/* metrics; is this a verl training log? {how}"
 
 
+def _cell(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
 def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -> RunDiagnosis:
-    """The table row and the findings for one run; stalls are judged by ``alert`` (default: the
-    alert's defaults, the rule the trainers use)."""
+    """The table row, the findings and their figures for one run; stalls are judged by ``alert``
+    (default: the alert's defaults, the rule the trainers use). A log that starts late, has gaps or
+    repeated steps says so first, and the findings about the whole run carry that caveat; a rate
+    column with no value or values outside [0, 1] is reported and not used."""
     alert = alert or AlertConfig()
     diagnosis = RunDiagnosis(name, int(frame.shape[0]))
-    score_at_end = last_value(frame.get(SCORE))
-    validation = sorted(latest_validation(frame).items())
+    coverage = step_coverage(frame)
+    caveat = coverage.caveat()
+    score = score_column(frame)
+    score_at_end = None if score is None else last_value(frame[score])
+    validation = latest_validation(frame)
     diagnosis.row = {
         "run": name,
         "steps": str(diagnosis.steps),
-        "final score": "—" if score_at_end is None else f"{score_at_end:.3f}",
-        "final val": ", ".join(f"{c.removeprefix(VALIDATION_PREFIX)} {v:.3f}" for c, v in validation) or "—",
+        "final score": _cell(score_at_end),
+        "final val": ", ".join(f"{c.removeprefix(VALIDATION_PREFIX)} {v:.3f}" for c, v in sorted(validation.items()))
+        or "—",
     }
-    if "acr/rate" not in frame or frame["acr/rate"].dropna().empty:
-        diagnosis.findings.append(_missing_acr(name, frame))
+    values = diagnosis.values
+    values.update(
+        {
+            "coverage": asdict(coverage) | {"starts_late": coverage.starts_late, "missing": coverage.missing()},
+            "score_metric": score,
+            "final_score": score_at_end,
+            "final_validation": validation,
+        }
+    )
+    # Every run has every key (null when the log cannot give it), for report --json.
+    values.update(dict.fromkeys(_ACR_FIGURES), stalled=None, stalls=[], longest_streak=None)
+    if (said := coverage.describe()) is not None:
+        diagnosis.findings.append(f"{name}: {said}.")
+    problems = {column: problem for column in RATES if (problem := rate_problem(frame, column)) is not None}
+    values["unusable_columns"] = problems
+    diagnosis.findings += [f"{name}: {problem}." for problem in problems.values()]
+    frame = frame.drop(columns=list(problems))
+    if "acr/rate" not in frame:
+        if "acr/rate" not in problems:
+            diagnosis.findings.append(_missing_acr(name, frame))
         return diagnosis
 
     acr = frame["acr/rate"].dropna()
     first = early_acr(acr, EARLY_STEPS)
-    acr_100 = first.mean
-    correct = window_mean(frame.get("acr/all_correct")) or 0.0
-    wrong = window_mean(frame.get("acr/all_wrong")) or 0.0
+    correct = window_mean(frame.get("acr/all_correct"))
+    wrong = window_mean(frame.get("acr/all_wrong"))
     effective = window_mean(frame.get("acr/effective"))
+    values.update(
+        {
+            "mean_acr": float(acr.mean()),
+            "acr_100": first.mean,
+            "acr_100_steps": [first.first_step, first.last_step, first.steps],
+            "all_correct": correct,
+            "all_wrong": wrong,
+            "effective": effective,
+        }
+    )
     diagnosis.row.update(
         {
             "mean ACR": f"{acr.mean():.3f}",
-            "ACR_100": f"{acr_100:.3f}",
-            "all correct": f"{correct:.3f}",
-            "all wrong": f"{wrong:.3f}",
-            "effective": "—" if effective is None else f"{effective:.3f}",
+            "ACR_100": f"{first.mean:.3f}",
+            "all correct": _cell(correct),
+            "all wrong": _cell(wrong),
+            "effective": _cell(effective),
         }
     )
 
-    diagnosis.findings.append(_stall_finding(name, frame.loc[acr.index], alert))
+    stall = _stall_finding(name, frame.loc[acr.index], alert, values)
+    diagnosis.findings.append(_with(stall, caveat) if values["stalled"] is False else stall)
 
     intercept, slope = PAPER_FIT
     diagnosis.findings.append(
-        f"{name}: ACR over steps {first.first_step}–{first.last_step} ({first.steps} logged; ACR_100) = {acr_100:.3f}"
+        f"{name}: ACR over steps {first.first_step}–{first.last_step} ({first.steps} logged; ACR_100) = "
+        f"{first.mean:.3f}"
         + ("" if first.steps == EARLY_STEPS else f" (fewer than {EARLY_STEPS} logged steps)")
         + (
             f" (the log starts after step {EARLY_STEPS}, as a resumed run's does: its earliest steps)"
@@ -94,27 +147,28 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
             else ""
         )
         + f". The paper's fit, acc ≈ 51.4 − 29.6·ACR_100 (MATH-500 %, R² = 0.617 over 245 of the paper's "
-        f"configurations), would put it at {intercept + slope * acr_100:.1f}%. That fit is the paper's, for its "
+        f"configurations), would put it at {intercept + slope * first.mean:.1f}%. That fit is the paper's, for its "
         "models, data and settings; it is not a prediction for this run."
     )
-    if "acr/all_correct" in frame and "acr/all_wrong" in frame:
-        diagnosis.findings.append(_dominance(name, correct, wrong))
+    if correct is not None and wrong is not None:
+        diagnosis.findings.append(_with(_dominance(name, correct, wrong), caveat))
 
     if "avspo/triggered" in frame:
         triggered = window_mean(frame["avspo/triggered"]) or 0.0
-        threshold = window_mean(frame.get("avspo/threshold")) or 0.0
+        threshold = window_mean(frame.get("avspo/threshold"))
+        values["avspo_triggered"] = triggered
         if triggered == 0.0:
             diagnosis.findings.append(
                 f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
-                f"(mean θ {threshold:.3f}). Lower algorithm.avspo.threshold_init, "
+                f"(mean θ {_cell(threshold)}){caveat}. Lower algorithm.avspo.threshold_init, "
                 "or use preset=paper_code (threshold 0: every collapsed group, every step)."
             )
         elif effective is not None:
             diagnosis.findings.append(
                 f"{name}: AVSPO augmented {triggered:.1%} of the groups per step on average; groups left with zero "
-                f"advantage went from {acr.mean():.3f} (raw ACR) to {effective:.3f} (effective)."
+                f"advantage went from {acr.mean():.3f} (raw ACR) to {effective:.3f} (effective){caveat}."
             )
-    else:
+    elif "avspo/triggered" not in problems:
         diagnosis.findings.append(
             f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
             "To try AVSPO on the same setup: algorithm.adv_estimator=avspo."
@@ -122,32 +176,54 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     return diagnosis
 
 
-def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig) -> str:
+def _with(finding: str, caveat: str) -> str:
+    """``finding`` (a sentence or more) with ``caveat`` before its final full stop."""
+    return finding.removesuffix(".") + caveat + "."
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or adjacent (first, last) position spans as one."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: dict[str, Any]) -> str:
     """Where the run stalled under ``alert``'s rule, each stall shown from the start of its streak
-    of high values, or the longest such streak if it never stalled."""
+    of high values (stalls within one streak, or touching, as one), or the longest such streak if
+    it never stalled. Records ``stalled`` (None: not checked), ``stalls`` and ``longest_streak``."""
     signal = ALERT_SIGNALS[alert.rule]
-    rows = frame.rename(columns={SCORE: REWARD_KEY}) if REWARD_KEY not in frame else frame
-    needed = [signal] + ([REWARD_KEY] if alert.rule == "acr_no_gain" else [])
-    missing = [column for column in needed if column not in rows or rows[column].isna().all()]
+    # The rule's reward: our acr/reward_mean (the live alert's), else the framework's mean score.
+    reward = REWARD_KEY if REWARD_KEY in frame and frame[REWARD_KEY].notna().any() else score_column(frame)
+    needed = [signal] + ([reward or REWARD_KEY] if alert.rule == "acr_no_gain" else [])
+    missing = [column for column in needed if column not in frame or frame[column].isna().all()]
     if missing:
         return f"{name}: stall rule `{alert.rule}` not checked: the log has no {' or '.join(missing)}."
-    rows = rows[needed].ffill().fillna(0.0)
+    rows = frame[needed].rename(columns={reward: REWARD_KEY}).ffill().fillna(0.0)
     high = (rows[signal] > alert.threshold).tolist()
     streaks = stalled_windows(high)
     stalls = stalled_windows(stalled_steps(rows.to_dict("records"), alert))
+    spans = _merged([(next(a for a, b in streaks if a <= first <= b), last) for first, last in stalls])
     rule = describe_rule(alert)
-    if not stalls:
-        longest = max((last - first + 1 for first, last in streaks), default=0)
+    values["longest_streak"] = max((last - first + 1 for first, last in streaks), default=0)
+    values["stalled"] = bool(spans)
+    values["stalls"] = [
+        {"first_step": int(frame.index[a]), "last_step": int(frame.index[b]), "steps": b - a + 1} for a, b in spans
+    ]
+    if not spans:
         return (
             f"{name}: no stalled window (alert rule `{alert.rule}`: {rule}, over logged steps); longest streak "
-            f"above {alert.threshold:.2f}: {longest} steps."
+            f"above {alert.threshold:.2f}: {values['longest_streak']} steps"
+            + ("" if alert.rule != "acr_no_gain" or reward == REWARD_KEY else f"; reward read from {reward}")
+            + "."
         )
-    spans = []
-    for first, last in stalls:
-        start = next(a for a, b in streaks if a <= first <= b)
-        spans.append(f"steps {frame.index[start]}–{frame.index[last]} ({last - start + 1} steps)")
+    shown = ", ".join(f"steps {s['first_step']}–{s['last_step']} ({s['steps']} steps)" for s in values["stalls"])
     return (
-        f"{name}: STALLED (alert rule `{alert.rule}`: {rule}, over logged steps) at {', '.join(spans)}; most "
+        f"{name}: STALLED (alert rule `{alert.rule}`: {rule}, over logged steps) at {shown}; most "
         f"groups gave no gradient there. Try to {ADVICE}."
     )
 

@@ -5,6 +5,10 @@ to ``VERL_FILE_LOGGER_PATH``; the CPU sandbox writes the same format (:func:`wri
 read: TensorBoard event files (verl's and OpenRLHF's ``tensorboard`` loggers; OpenRLHF's
 ``train/acr/*`` read as ``acr/*``) and wandb CSV exports (a run's history, or a chart panel's CSV of
 one or more runs). Every reader returns one frame per run: one row per step, one column per metric.
+A step must be a non-negative integer; a record with another step is skipped with a warning naming
+the file and line. A step logged twice with the same metric (a crashed attempt and its resume
+appended to one log, or a run's successive TensorBoard files) keeps the last value, with a warning;
+the frame's ``attrs["repeated_steps"]`` lists those steps.
 """
 
 from __future__ import annotations
@@ -13,13 +17,24 @@ import itertools
 import json
 import re
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
 
-__all__ = ["write_record", "read_metrics", "find_logs", "is_metrics_log", "run_name", "read_run", "collect_runs"]
+__all__ = [
+    "write_record",
+    "read_metrics",
+    "find_logs",
+    "is_metrics_log",
+    "run_names",
+    "read_run",
+    "read_run_logs",
+    "merge_frames",
+    "collect_runs",
+]
 
 # Files named after what they hold rather than after their run, so named after their folder: the
 # recipes' runs/<run>/metrics.jsonl (training) and eval.jsonl (final evaluation), and TensorBoard's.
@@ -31,20 +46,49 @@ def write_record(stream: IO[str], step: int, data: dict[str, Any]) -> None:
     stream.write(json.dumps({"step": int(step), "data": data}) + "\n")
 
 
+def _is_step(value: Any) -> bool:
+    """Whether ``value`` is a training step: a non-negative integer (``2.0`` counts, ``1.7``, ``true``,
+    ``-1`` and ``"3"`` do not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return float(value).is_integer() and value >= 0
+
+
 def _record(line: str) -> tuple[int, dict[str, Any]]:
     """(step, data) of one file-logger line. Raises ValueError (or a subclass) if it is not one."""
     record = json.loads(line)
     if not isinstance(record, dict) or not isinstance(record.get("data"), dict) or "step" not in record:
         raise ValueError("not of the form {'step': N, 'data': {...}}")
+    if not _is_step(record["step"]):
+        raise ValueError(f"step {json.dumps(record['step'])} is not a non-negative integer")
     return int(record["step"]), record["data"]
+
+
+def _warn_repeated(path: Path, repeated: dict[int, str]) -> None:
+    """Warn that ``repeated`` (step -> where it was logged again) were logged more than once."""
+    if repeated:
+        steps = _step_list(sorted(repeated))
+        warnings.warn(
+            f"{path}: step(s) {steps} logged more than once with the same metrics (a crashed attempt and its resume "
+            f"in one log?), first at {next(iter(repeated.values()))}; kept the last value of each",
+            stacklevel=3,
+        )
+
+
+def _step_list(steps: Sequence[int], shown: int = 8) -> str:
+    """``1, 2, 3`` or ``1, 2, ... (40 steps)``."""
+    text = ", ".join(map(str, steps[:shown]))
+    return text if len(steps) <= shown else f"{text}, ... ({len(steps)} steps)"
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:
     """One row per step, one column per metric, from a verl JSONL log.
 
-    Several records for the same step (verl logs validation separately) are merged; non-numeric
-    values are dropped. A line that is not a record (the last line of a killed run, a corrupt one)
-    is skipped with a warning naming the file and the line, so every readable step is kept.
+    Several records for the same step (verl logs validation separately) are merged; a metric logged
+    again for a step keeps its last value, with a warning (see the module's docstring); non-numeric
+    values are dropped. A line that is not a record (the last line of a killed run, a corrupt one,
+    a step such as ``1.7``, ``true`` or ``-1``) is skipped with a warning naming the file and the
+    line, so every readable step is kept.
 
     Raises:
         ValueError: the file is empty, or not one line of it is a record.
@@ -52,6 +96,7 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     rows: dict[int, dict[str, float]] = {}
     bad: list[str] = []
+    repeated: dict[int, str] = {}
     with path.open(errors="replace") as stream:
         for number, line in enumerate(stream, 1):
             if not line.strip():
@@ -62,7 +107,10 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
                 bad.append(f"{path}:{number} ({str(err).splitlines()[0][:80]})")
                 continue
             numeric = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            rows.setdefault(step, {}).update(numeric)
+            row = rows.setdefault(step, {})
+            if step not in repeated and not row.keys().isdisjoint(numeric):
+                repeated[step] = f"{path}:{number}"
+            row.update(numeric)
     if not rows:
         if not bad:
             raise ValueError(f"{path} is empty: it holds no verl file-logger records")
@@ -77,8 +125,10 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
             f"{len(rows)} step(s) that could be read: {shown}",
             stacklevel=2,
         )
+    _warn_repeated(path, repeated)
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_index()
     frame.index.name = "step"
+    frame.attrs["repeated_steps"] = sorted(repeated)
     return frame
 
 
@@ -112,12 +162,29 @@ def find_logs(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-def run_name(path: str | Path) -> str:
-    """The run a log belongs to: its folder for the recipes' ``metrics.jsonl`` and ``eval.jsonl`` and
-    for TensorBoard event files, else its file name without suffix (verl's file logger writes
-    ``<experiment_name>.jsonl``)."""
-    path = Path(path)
-    return path.parent.name if path.name.startswith(_NAMED_BY_FOLDER) else path.stem
+def _run_path(path: Path) -> Path:
+    """The run a log belongs to, as a path: its folder for the recipes' ``metrics.jsonl`` and
+    ``eval.jsonl`` and for TensorBoard event files, else the file without its suffix (verl's file
+    logger writes ``<project>/<experiment_name>.jsonl``, the sandbox ``runs/<estimator>/seed<N>.jsonl``)."""
+    path = path.absolute()
+    return path.parent if path.name.startswith(_NAMED_BY_FOLDER) else path.with_suffix("")
+
+
+def run_names(paths: Sequence[str | Path]) -> list[str]:
+    """The name of each log's run, as ``report`` and ``table`` show it: the last part of its run path
+    (see :func:`_run_path`), with as many parent folders as it takes to tell different runs apart
+    (``projA/exp`` and ``projB/exp``; ``grpo/seed0`` and ``avspo/seed0``). Logs of one run (a recipe
+    folder's ``metrics.jsonl`` and ``eval.jsonl``, a run's TensorBoard files) share its name."""
+    runs = [_run_path(Path(path)) for path in paths]
+    depth = dict.fromkeys(runs, 1)
+    while True:
+        names = {run: "/".join(run.parts[-depth[run] :]) for run in depth}
+        counts = Counter(names.values())
+        clashing = [run for run in depth if counts[names[run]] > 1 and depth[run] < len(run.parts) - 1]
+        if not clashing:
+            return [names[run] for run in runs]
+        for run in clashing:
+            depth[run] += 1
 
 
 def _read_tensorboard(path: Path) -> pd.DataFrame:
@@ -135,6 +202,9 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return _as_metrics_frame(pd.DataFrame(columns), path)
 
 
+# The training step of a wandb export, preferred first: OpenRLHF logs its own step as
+# train/global_step (wandb's _step counts its log calls, evaluations included).
+_STEP_COLUMNS = ("step", "train/global_step", "_step", "Step", "global_step")
 # A wandb chart panel's CSV export: "Step", then "<run> - <metric>" with its "__MIN"/"__MAX" bands.
 _PANEL_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
 
@@ -147,9 +217,11 @@ def _read_csv(path: Path) -> dict[str | None, pd.DataFrame]:
         frame = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a readable CSV: {str(err).splitlines()[0]}") from None
-    step = next((name for name in ("step", "_step", "Step", "global_step") if name in frame), None)
+    step = next((name for name in _STEP_COLUMNS if name in frame), None)
     if step is None:
-        raise ValueError(f"{path} has no step column (step, _step, Step or global_step); columns: {list(frame)[:8]}")
+        raise ValueError(f"{path} has no step column ({', '.join(_STEP_COLUMNS)}); columns: {list(frame)[:8]}")
+    if step == "train/global_step" and "eval/global_step" in frame:  # OpenRLHF's evaluation rows
+        frame[step] = frame[step].fillna(frame["eval/global_step"])
     numeric = frame.set_index(step).apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
     numeric = numeric[numeric.index.notna()]
     panel = {column: _PANEL_COLUMN.match(column) for column in numeric}
@@ -183,8 +255,19 @@ def _standard_names(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _as_metrics_frame(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``frame`` indexed by step, sorted; rows whose step is not a non-negative integer are dropped
+    with a warning naming the file and the steps."""
     if frame.empty:
         raise ValueError(f"{path} holds no numeric metrics")
+    valid = [_is_step(step) for step in frame.index]
+    if not all(valid):
+        dropped = [str(step) for step, ok in zip(frame.index, valid, strict=True) if not ok]
+        warnings.warn(
+            f"{path}: skipped {len(dropped)} row(s) whose step is not a non-negative integer "
+            f"({_step_list(dropped)}), kept the {sum(valid)} other(s)",
+            stacklevel=3,
+        )
+        frame = frame[valid]
     frame = frame.sort_index()
     frame.index = frame.index.astype(int)
     frame.index.name = "step"
@@ -216,43 +299,86 @@ def read_run(path: str | Path) -> pd.DataFrame:
     return next(iter(runs.values()))
 
 
-def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Run name -> metrics, for files and directories (searched for all three kinds of log).
-
-    A run is named by :func:`run_name`, or by its own name in a wandb panel CSV; clashing names get
-    their parent folder as a prefix. In directories,
-    the recipes' ``eval.jsonl`` (a final evaluation, no training steps) is skipped. A log that
-    cannot be read is skipped with a warning when other logs can be; if none can, this raises.
-    """
+def _log_files(paths: Sequence[str | Path], evaluations: bool) -> list[Path]:
+    """The logs of all three kinds named by ``paths`` (files, or directories searched), each once."""
     files: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            files.extend(f for f in find_logs([path]) if f.name != "eval.jsonl")
+            files.extend(log for log in find_logs([path]) if evaluations or log.name != "eval.jsonl")
             files.extend(sorted(path.rglob("events.out.tfevents.*")) + sorted(path.rglob("*.csv")))
         else:
             files.extend(find_logs([path]))
+    unique: dict[Path, Path] = {}
+    for file in files:
+        unique.setdefault(file.absolute(), file)
+    return list(unique.values())
+
+
+def read_run_logs(
+    paths: Sequence[str | Path], names: Sequence[str] | None = None, evaluations: bool = False
+) -> dict[str, list[pd.DataFrame]]:
+    """Run name -> its metric frames, one per log file, the recipes' ``eval.jsonl`` last; for files
+    and directories (searched for all three kinds of log).
+
+    A run is named by :func:`run_names` (one name for all the logs of one run), or by its own name
+    in a wandb panel CSV, or by ``names`` (one per run, in order). In directories the recipes'
+    ``eval.jsonl`` (a final evaluation, no training steps) is read only with ``evaluations``. A
+    log that cannot be read is skipped with a warning when other logs can be; if none can, this
+    raises.
+    """
+    files = _log_files(paths, evaluations)
     if not files:
         raise ValueError(f"no logs (*.jsonl, events.out.tfevents.*, *.csv) found in {[str(p) for p in paths]}")
-    if names is not None and len(names) != len(files):
-        raise ValueError(f"--name was given {len(names)} time(s) for {len(files)} log(s): {[str(f) for f in files]}")
-    labels = list(names) if names else [run_name(f) for f in files]
-    clashing = {label for label in labels if labels.count(label) > 1}
-    labels = [
-        f"{file.parent.name}/{label}" if label in clashing and not names else label
-        for file, label in zip(files, labels, strict=True)
-    ]
-    runs: dict[str, pd.DataFrame] = {}
+    grouped: dict[str, list[Path]] = {}
+    for label, file in zip(run_names(files), files, strict=True):
+        grouped.setdefault(label, []).append(file)
+    if names is not None:
+        if len(names) != len(grouped):
+            raise ValueError(f"--name was given {len(names)} time(s) for {len(grouped)} run(s): {list(grouped)}")
+        grouped = dict(zip(names, grouped.values(), strict=True))
+    runs: dict[str, list[pd.DataFrame]] = {}
     unreadable: list[str] = []
-    for label, file in zip(labels, files, strict=True):
-        try:
-            found = _read_runs(file)
-        except ValueError as err:
-            unreadable.append(str(err))
-            continue
-        for panel_run, frame in found.items():
-            runs[label if panel_run is None else panel_run] = frame
+    for label, group in grouped.items():
+        for file in sorted(group, key=lambda log: log.name == "eval.jsonl"):
+            try:
+                found = _read_runs(file)
+            except ValueError as err:
+                unreadable.append(str(err))
+                continue
+            for panel_run, frame in found.items():
+                name = label if panel_run is None else panel_run
+                if panel_run is not None and panel_run in grouped:  # a panel's run named like another log's
+                    name = f"{label}/{panel_run}"
+                runs.setdefault(name, []).append(frame)
     if unreadable and not runs:
         raise ValueError("no log could be read: " + " | ".join(unreadable))
     for problem in unreadable:
         warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
     return runs
+
+
+def merge_frames(name: str, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """One run's frames (its log files, in reading order) as one frame: a metric logged at the same
+    step by several files keeps the last value, with a warning; ``attrs["repeated_steps"]`` lists
+    the steps logged more than once, within a file or across files."""
+    if len(frames) == 1:
+        return frames[0]
+    stacked = pd.concat(frames)
+    merged = stacked.groupby(level=0).last()
+    across = stacked.notna().groupby(level=0).sum()
+    across_steps = across.index[(across > 1).any(axis=1)].tolist()
+    if across_steps:
+        warnings.warn(
+            f"run {name}: step(s) {_step_list(across_steps)} logged by more than one of its files (attempts of a "
+            "resumed run?); kept the last value of each",
+            stacklevel=2,
+        )
+    within = {step for frame in frames for step in frame.attrs.get("repeated_steps", ())}
+    merged.attrs["repeated_steps"] = sorted(within.union(across_steps))
+    return merged
+
+
+def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Run name -> metrics, as :func:`read_run_logs` finds and names them, each run's logs merged
+    (:func:`merge_frames`)."""
+    return {name: merge_frames(name, frames) for name, frames in read_run_logs(paths, names).items()}

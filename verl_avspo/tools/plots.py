@@ -71,7 +71,10 @@ def plot_metrics(
                 std = std.rolling(smooth, center=True, min_periods=1).mean()
             colour = colours[run_index % len(colours)]
             label = run if len(columns) == 1 else f"{run}: {column_labels.get(column, column)}"
-            axes.plot(mean.index, mean.values, _LINESTYLES[column_index % len(_LINESTYLES)], color=colour, label=label)
+            # A single point draws no line: mark it.
+            marker = "o" if len(mean) == 1 else None
+            style = _LINESTYLES[column_index % len(_LINESTYLES)]
+            axes.plot(mean.index, mean.values, style, color=colour, label=label, marker=marker)
             if band and len(seeds) > 1:
                 axes.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.15)
             drawn += 1

@@ -4,29 +4,40 @@ Reads verl's ``file`` logger (JSONL), TensorBoard event files and wandb CSV expo
 (:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or
 corrupt log keeps every readable step, with a warning naming the file and the lines dropped. Writes
 one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis of each run
-(:mod:`verl_avspo.tools.diagnosis`): stalled windows under ``--rule``, ``--threshold`` and
-``--window`` (the live alert's monitor), ACR over the first 100 steps, which kind of collapsed group
-dominates, and what a log without ``acr/*`` metrics lacks.
+(:mod:`verl_avspo.tools.diagnosis`): which steps a log lacks, stalled windows under ``--rule``,
+``--threshold`` and ``--window`` (the live alert's monitor), ACR over the first 100 steps, which kind
+of collapsed group dominates, and what a log without ``acr/*`` metrics lacks. ``--json`` writes all of
+it machine-readable; ``--fail-on`` sets the exit status for CI (:data:`FAIL_CONDITIONS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from verl_avspo.core.alert import describe_rule
 from verl_avspo.core.config import ALERT_RULES, AlertConfig, SettingsError, resolve_alert
-from verl_avspo.tools.diagnosis import SCORE, RunDiagnosis, diagnose
+from verl_avspo.tools.diagnosis import RunDiagnosis, diagnose
 from verl_avspo.tools.logs import collect_runs
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.plots import plot_metrics
-from verl_avspo.tools.stats import VALIDATION_PREFIX
+from verl_avspo.tools.stats import SCORE_NAMES, score_column, validation_columns
 
-__all__ = ["FIGURES", "write_report", "configure", "run"]
+__all__ = ["FAIL_CONDITIONS", "FIGURES", "configure", "failed_conditions", "report_json", "run", "write_report"]
 
-# file name -> (columns, legend labels, title, y label); "val-core/" means every such column.
+_SCORE, _VALIDATION = "score", "validation"  # a figure of each run's own score column, or validation columns
+_WANTED = {
+    _SCORE: f"a mean reward ({', '.join(SCORE_NAMES)})",
+    _VALIDATION: "validation metrics (val-core/*, eval/acc_mean, eval/eval_*_pass1)",
+}
+# file name -> (columns, legend labels, title, y label).
 FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
     "acr.png": (
         ("acr/rate", "acr/effective"),
@@ -46,15 +57,36 @@ FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
         "AVSPO adaptive threshold and collapse signal",
         "rate",
     ),
-    "reward.png": ((SCORE,), {SCORE: "mean score"}, "Mean training reward", "score"),
-    "accuracy.png": ((VALIDATION_PREFIX,), {}, "Validation accuracy", "accuracy"),
+    "reward.png": ((_SCORE,), {}, "Mean training reward", "score"),
+    "accuracy.png": ((_VALIDATION,), {}, "Validation accuracy", "accuracy"),
 }
+_LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
+# --fail-on NAME: the run property that makes the exit status 3.
+FAIL_CONDITIONS = {
+    "stalled": "the stall rule found a stalled window",
+    "incomplete": "the log starts after its first step, has gaps, or logged a step twice",
+    "no-acr": "the log has no usable acr/rate",
+    "unusable": "a rate column holds no value or values outside [0, 1]",
+}
+# --fail-on NAME>X or NAME<X: a figure of the run (RunDiagnosis.values) above or below X.
+FAIL_VALUES = ("mean_acr", "acr_100", "all_correct", "all_wrong", "effective", "final_score", "avspo_triggered")
+_FAIL_COMPARISON = re.compile(rf"^(?P<name>{'|'.join(FAIL_VALUES)})(?P<sign>[<>])(?P<bound>[-+.0-9eE]+)$")
 
 
-def _figure_columns(columns: tuple[str, ...], runs: dict[str, pd.DataFrame]) -> list[str]:
-    if columns == (VALIDATION_PREFIX,):
-        return sorted({c for frame in runs.values() for c in frame if c.startswith(VALIDATION_PREFIX)})
-    return [c for c in columns if any(c in frame and frame[c].notna().any() for frame in runs.values())]
+def _figure_columns(
+    columns: tuple[str, ...], runs: dict[str, pd.DataFrame]
+) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The frames to draw and the columns present; each run's score is drawn from its own column
+    (verl, the sandbox and OpenRLHF name it differently)."""
+    if columns == (_SCORE,):
+        scores = {name: score_column(frame) for name, frame in runs.items()}
+        frames = {
+            name: runs[name][[column]].rename(columns={column: _SCORE}) for name, column in scores.items() if column
+        }
+        return frames, [_SCORE] if frames else []
+    if columns == (_VALIDATION,):
+        return runs, sorted({c for frame in runs.values() for c in validation_columns(frame)})
+    return runs, [c for c in columns if any(c in frame and frame[c].notna().any() for frame in runs.values())]
 
 
 def write_report(
@@ -67,11 +99,11 @@ def write_report(
     diagnoses = [diagnose(name, frame, alert) for name, frame in runs.items()]
     figures, skipped = [], []
     for filename, (columns, labels, title, ylabel) in FIGURES.items():
-        present = _figure_columns(columns, runs)
+        frames, present = _figure_columns(columns, runs)
         if not present:
-            skipped.append(f"{filename} (no run logs {', '.join(columns)})")
+            skipped.append(f"{filename} (no run logs {_WANTED.get(columns[0], ', '.join(columns))})")
             continue
-        figures.append(plot_metrics(runs, present, out / filename, title, ylabel, smooth, labels))
+        figures.append(plot_metrics(frames, present, out / filename, title, ylabel, smooth, labels))
 
     keys = list(dict.fromkeys(key for diagnosis in diagnoses for key in diagnosis.row))
     lines = [
@@ -98,16 +130,90 @@ def write_report(
     return diagnoses, [*figures, summary_path]
 
 
+def _holds(condition: str, diagnosis: RunDiagnosis) -> bool:
+    values = diagnosis.values
+    if condition == "stalled":
+        return bool(values.get("stalled"))
+    if condition == "incomplete":
+        coverage = values["coverage"]
+        return bool(coverage["starts_late"] or coverage["gaps"] or coverage["repeated"])
+    if condition == "no-acr":
+        return values["mean_acr"] is None
+    if condition == "unusable":
+        return bool(values["unusable_columns"])
+    match = _FAIL_COMPARISON.match(condition)
+    value = values.get(match["name"])
+    if value is None:  # not logged: the condition cannot hold (--fail-on no-acr catches a missing acr/*)
+        return False
+    bound = float(match["bound"])
+    return value > bound if match["sign"] == ">" else value < bound
+
+
+def failed_conditions(conditions: list[str], diagnoses: list[RunDiagnosis]) -> dict[str, list[str]]:
+    """Each ``--fail-on`` condition that holds -> the runs it holds for."""
+    held = {condition: [d.name for d in diagnoses if _holds(condition, d)] for condition in conditions}
+    return {condition: runs for condition, runs in held.items() if runs}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as strict JSON: NaN and infinities as null, tuples as lists."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report_json(
+    diagnoses: list[RunDiagnosis], files: list[Path], alert: AlertConfig, failed: dict[str, list[str]]
+) -> str:
+    """Everything the report found, as JSON: the stall rule, per run its table row, findings and
+    figures (``RunDiagnosis.values``), the files written and the ``--fail-on`` conditions that hold."""
+    document = {
+        "rule": {
+            "rule": alert.rule,
+            "window": alert.window,
+            "threshold": alert.threshold,
+            "description": describe_rule(alert),
+        },
+        "runs": [
+            {"name": d.name, "steps": d.steps, "row": d.row, "findings": d.findings, **d.values} for d in diagnoses
+        ],
+        "files": [str(path) for path in files],
+        "failed": failed,
+    }
+    return json.dumps(_plain(document), indent=2, allow_nan=False)
+
+
+def _fail_on(value: str) -> str:
+    if value not in FAIL_CONDITIONS and not _FAIL_COMPARISON.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a condition: use one of {', '.join(FAIL_CONDITIONS)}, or NAME>X / NAME<X with NAME "
+            f"one of {', '.join(FAIL_VALUES)} (for example acr_100>0.5)"
+        )
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "--fail-on conditions (exit status 3 when one holds for a run): "
+        + "; ".join(f"{name}: {meaning}" for name, meaning in FAIL_CONDITIONS.items())
+        + f"; 'NAME>X' or 'NAME<X' (quoted in a shell): the run's figure NAME ({', '.join(FAIL_VALUES)}) above or "
+        "below X."
+    )
     parser.add_argument("logs", nargs="+", help="verl JSONL logs, TensorBoard event files, wandb CSV exports, or dirs")
     parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
-    parser.add_argument("--name", action="append", help="a run's name, once per log in order (default: file names)")
+    parser.add_argument(
+        "--name", action="append", help="a run's name, once per run in order (default: from the logs' paths)"
+    )
     defaults = AlertConfig()
     parser.add_argument(
         "--rule",
         choices=ALERT_RULES,
         default=defaults.rule,
-        help=f"stall rule, as algorithm.avspo.alert.rule (default {defaults.rule}; acr is the paper's)",
+        help=f"stall rule, as the live alert's rule setting (default {defaults.rule}; acr is the paper's)",
     )
     parser.add_argument(
         "--window", type=int, default=defaults.window, help=f"stall rule: consecutive steps (default {defaults.window})"
@@ -119,6 +225,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"stall rule: the rule's rate above this (default {defaults.threshold})",
     )
     parser.add_argument("--smooth", type=int, default=1, help="rolling-mean window of the plots, in steps")
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write every finding and figure as JSON to FILE ('-': stdout; the text then goes to stderr)",
+    )
+    parser.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        type=_fail_on,
+        metavar="CONDITION",
+        help="exit with status 3 if CONDITION holds for any run (repeatable; the conditions are listed below)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as err:
         flags = "\n".join(f"  {problem}" for problem in err.problems)
         raise SystemExit(
-            f"verl-avspo report: --rule, --window and --threshold are algorithm.avspo.alert's keys:\n{flags}"
+            f"verl-avspo report: --rule, --window and --threshold are the live stall alert's settings:\n{flags}"
         ) from None
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
@@ -137,14 +256,28 @@ def run(args: argparse.Namespace) -> int:
             f"verl-avspo report: --out {args.out} is an existing file; --out names a folder for the figures and "
             "summary.md. Give a new or existing folder, for example --out avspo-report"
         )
+    if args.json not in (None, "-") and (Path(args.json).is_dir() or Path(args.json).suffix in _LOG_SUFFIXES):
+        raise SystemExit(
+            f"verl-avspo report: --json {args.json} names a folder or a log; --json names the JSON file to write "
+            "(or '-' for stdout), for example --json report.json"
+        )
     try:
         runs = collect_runs(args.logs, args.name)
         diagnoses, files = write_report(runs, args.out, alert, args.smooth)
+        failed = failed_conditions(args.fail_on, diagnoses)
+        if args.json not in (None, "-"):
+            Path(args.json).write_text(report_json(diagnoses, files, alert, failed) + "\n")
+            files.append(Path(args.json))
     except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
         raise SystemExit(f"verl-avspo report: {err}") from None
+    text = sys.stderr if args.json == "-" else sys.stdout
     for diagnosis in diagnoses:
-        print(f"== {diagnosis.name} ({diagnosis.steps} steps)")
+        print(f"== {diagnosis.name} ({diagnosis.steps} steps)", file=text)
         for finding in diagnosis.findings:
-            print(f"  - {finding.removeprefix(diagnosis.name + ': ')}")
-    print("\nwrote: " + ", ".join(str(path) for path in files))
-    return 0
+            print(f"  - {finding.removeprefix(diagnosis.name + ': ')}", file=text)
+    print("\nwrote: " + ", ".join(str(path) for path in files), file=text)
+    if args.json == "-":
+        print(report_json(diagnoses, files, alert, failed))
+    for condition, names in failed.items():
+        print(f"verl-avspo report: --fail-on {condition} holds for {', '.join(names)}", file=sys.stderr)
+    return 3 if failed else 0

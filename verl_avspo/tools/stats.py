@@ -1,14 +1,17 @@
 """The numbers read off a run's metric frame (one row per logged step, as :mod:`verl_avspo.tools.logs`
-returns): early ACR, window means, last values and the latest validation; and the numbers over
-seeds: mean ± std and paired differences (mean ± standard error). ``verl-avspo report``,
-``verl-avspo table``, the sandbox's ``summary.md`` and the study scripts of ``benchmarks/`` all
-compute them here.
+returns): early ACR, window means, last values, the latest validation, which steps the log covers
+and whether a rate column can be used; and the numbers over seeds: mean ± std and paired
+differences (mean ± standard error). ``verl-avspo report``, ``verl-avspo table``, the sandbox's
+``summary.md`` and the study scripts of ``benchmarks/`` all compute them here, and the names each
+framework logs a quantity under (:data:`SCORE_NAMES`, :data:`VALIDATION_NAMES`) are listed here once.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -16,20 +19,46 @@ import pandas as pd
 
 __all__ = [
     "EARLY_STEPS",
+    "RATES",
+    "SCORE_NAMES",
+    "VALIDATION_NAMES",
     "VALIDATION_PREFIX",
     "EarlyACR",
     "PairedDifference",
+    "StepCoverage",
     "early_acr",
     "last_value",
     "latest_validation",
     "mean_std",
     "mean_std_cell",
     "paired_difference",
+    "rate_problem",
+    "score_column",
+    "step_coverage",
+    "validation_columns",
     "window_mean",
 ]
 
 EARLY_STEPS = 100  # the paper's ACR_100: ACR over the first 100 training steps
 VALIDATION_PREFIX = "val-core/"  # verl's headline validation metrics, e.g. val-core/<data_source>/acc/mean@1
+
+# The one table of metric-name aliases: each quantity the tools read, under the names the
+# frameworks log it, preferred first.
+SCORE_NAMES = (  # a training step's mean reward
+    "critic/score/mean",  # verl: the batch's mean raw score
+    "train/reward_mean",  # the CPU sandbox
+    "reward",  # OpenRLHF: the trained experiences' mean reward
+    "train/reward",  # the same, as OpenRLHF's wandb and TensorBoard loggers name it
+    "rollout/reward_mean",  # OpenRLHF 0.11: the mean reward of every generated sample
+    "train/rollout/reward_mean",
+)
+VALIDATION_NAMES = re.compile(  # held-out accuracy
+    r"^(val-core/.+"  # verl: val-core/<data_source>/<acc or reward>/mean@N
+    r"|eval/acc_mean"  # the CPU sandbox: greedy accuracy, mean over levels
+    r"|eval/eval_.+_pass1)$"  # OpenRLHF: eval/eval_<data_source>_pass1 (wandb and TensorBoard)
+)
+# Our metrics that are fractions of groups: a value outside [0, 1] is not ours.
+RATES = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "avspo/triggered")
 
 
 class EarlyACR(NamedTuple):
@@ -79,11 +108,127 @@ def last_value(series: pd.Series | None) -> float | None:
     return float(values.iloc[-1]) if len(values) else None
 
 
+def score_column(frame: pd.DataFrame) -> str | None:
+    """The column that holds the run's mean training reward (the first of :data:`SCORE_NAMES` with
+    a value); None when the log has none."""
+    return next((name for name in SCORE_NAMES if name in frame and frame[name].notna().any()), None)
+
+
+def validation_columns(frame: pd.DataFrame) -> list[str]:
+    """The frame's validation metrics (:data:`VALIDATION_NAMES`), in its column order."""
+    return [column for column in frame if VALIDATION_NAMES.match(str(column))]
+
+
 def latest_validation(frame: pd.DataFrame) -> dict[str, float]:
-    """Each validation metric (``val-core/...`` column) -> its latest logged value, in the frame's
-    column order; metrics never logged are left out."""
-    found = {column: last_value(frame[column]) for column in frame if column.startswith(VALIDATION_PREFIX)}
+    """Each validation metric (:func:`validation_columns`) -> its latest logged value, in the
+    frame's column order; metrics never logged are left out."""
+    found = {column: last_value(frame[column]) for column in validation_columns(frame)}
     return {column: value for column, value in found.items() if value is not None}
+
+
+def rate_problem(frame: pd.DataFrame, column: str) -> str | None:
+    """Why ``column``, a fraction of groups (:data:`RATES`), cannot be used: it holds no value, or
+    values outside [0, 1]. None when it is absent or fine."""
+    if column not in frame:
+        return None
+    values = frame[column].dropna()
+    if values.empty:
+        return f"{column} is in the log but holds no value (every row is NaN), so it is not used"
+    outside = values[(values < 0) | (values > 1)]  # inf too; NaN was dropped
+    if outside.empty:
+        return None
+    shown = ", ".join(f"{value:g} at step {step}" for step, value in outside.iloc[:3].items())
+    return (
+        f"{column} holds {len(outside)} value(s) outside [0, 1] ({shown}{', ...' if len(outside) > 3 else ''}): "
+        "verl-avspo logs it as a fraction of groups, so this column comes from something else and is not used"
+    )
+
+
+@dataclass(frozen=True)
+class StepCoverage:
+    """Which steps a log holds: where it starts and ends, its usual step between rows, the gaps in
+    it and the steps it logged more than once (:func:`step_coverage`)."""
+
+    first: int
+    last: int
+    rows: int
+    stride: int  # the most common step between consecutive rows (1 for verl's file logger)
+    gaps: tuple[tuple[int, int], ...]  # (logged step, next logged step) around each gap
+    irregular: bool  # rows at uneven steps (a sampled export): gaps are not listed
+    repeated: tuple[int, ...]
+
+    @property
+    def starts_late(self) -> bool:
+        """The log starts after its first step: a resumed run whose earlier rows were lost."""
+        return self.first > max(1, self.stride)
+
+    @property
+    def complete(self) -> bool:
+        return not (self.starts_late or self.gaps or self.irregular or self.repeated)
+
+    def _gap_spans(self) -> list[str]:
+        spans = [_span(a + self.stride, b - self.stride) for a, b in self.gaps]
+        return spans[:5] + ([f"{len(spans) - 5} more gaps"] if len(spans) > 5 else [])
+
+    def missing(self) -> str:
+        """What is missing, in a few words: ``steps 1–3 and 8–9 missing``."""
+        spans = ([_span(1, self.first - 1)] if self.starts_late else []) + self._gap_spans()
+        if spans:
+            return f"steps {_and(spans)} missing"
+        return "rows at irregular steps" if self.irregular else ""
+
+    def describe(self) -> str | None:
+        """The log's coverage in a sentence for ``report`` and ``table``; None when complete."""
+        said = []
+        if self.starts_late:
+            said.append(
+                f"the log starts at step {self.first}: steps {_span(1, self.first - 1)} are not in it (a resumed run "
+                "whose earlier rows were lost; verl's file logger rewrites its file when a run resumes)"
+            )
+        if self.gaps:
+            said.append(f"it has {len(self.gaps)} gap(s): steps {_and(self._gap_spans())} missing")
+        if self.irregular:
+            said.append("its rows are at irregular steps (a sampled export, such as wandb's run.history()?)")
+        if self.repeated:
+            shown = _and([str(step) for step in self.repeated[:8]]) + (" ..." if len(self.repeated) > 8 else "")
+            said.append(
+                f"step(s) {shown} were logged more than once (a crashed attempt and its resume?): the last value of "
+                "each is used"
+            )
+        return "; ".join(said) or None
+
+    def caveat(self) -> str:
+        """A clause for a finding about the whole run when steps are missing ("" otherwise)."""
+        if not (self.starts_late or self.gaps):
+            return ""
+        return f" (judged on the logged steps {_span(self.first, self.last)} only; {self.missing()})"
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}–{last}"
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def step_coverage(frame: pd.DataFrame) -> StepCoverage:
+    """Which training steps ``frame`` (a run's metrics, indexed by step) holds. Rows are at the most common
+    step apart (its stride); a larger step between two rows is a gap, unless more than a tenth of
+    them differ from the stride (an unevenly sampled export: ``irregular``)."""
+    # Training rows only: verl logs a validation at the step a run starts or resumes from.
+    training = frame.drop(columns=validation_columns(frame)).dropna(how="all")
+    steps = np.asarray(sorted((training if len(training) else frame).index), dtype=int)
+    repeated = tuple(frame.attrs.get("repeated_steps", ()))
+    differences = np.diff(steps)
+    if differences.size == 0:
+        return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), 1, (), False, repeated)
+    values, counts = np.unique(differences, return_counts=True)
+    stride = int(values[np.argmax(counts)])
+    off = differences != stride
+    irregular = bool(off.sum() > max(2, differences.size // 10))
+    gaps = () if irregular else tuple((int(steps[i]), int(steps[i + 1])) for i in np.flatnonzero(differences > stride))
+    return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), stride, gaps, irregular, repeated)
 
 
 def mean_std(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:

@@ -18,6 +18,12 @@ One row per run, in markdown:
   :func:`verl_avspo.tools.stats.early_acr`).
 - **effective ACR (final)**: ``acr/effective`` likewise: the share of groups still at zero
   advantage after the estimator (equal to ACR for GRPO; lower for AVSPO).
+
+Logs of every kind ``verl-avspo report`` reads (TensorBoard, wandb CSV; OpenRLHF's
+``eval/eval_<data_source>_pass1`` counts as pass@1) are read the same way, and runs are named as
+``report`` names them (:func:`verl_avspo.tools.logs.run_names`). Under the table, a note per run says
+what its log lacks: steps (it starts after step 1, has gaps, logged a step twice), ``acr/*`` or
+validation metrics, or a rate column that cannot be used.
 """
 
 from __future__ import annotations
@@ -31,11 +37,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.tools.logs import find_logs, read_metrics, run_name
+from verl_avspo.tools.logs import merge_frames, read_run_logs
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import EARLY_STEPS, early_acr, latest_validation, window_mean
+from verl_avspo.tools.stats import EARLY_STEPS, early_acr, latest_validation, rate_problem, step_coverage, window_mean
 
-__all__ = ["TableRow", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "group_runs", "table_row", "markdown_table"]
+__all__ = ["TableRow", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "table_rows", "table_row", "markdown_table", "notes"]
 
 # data_source -> column title, in the paper's order; other data sources follow, sorted.
 BENCHMARK_NAMES = {
@@ -48,10 +54,14 @@ BENCHMARK_NAMES = {
     "mmlu_pro": "MMLU-Pro",
 }
 OUT_OF_DOMAIN = frozenset({"mmlu_pro"})
-# A recipe run directory's logs (one run, see logs.run_name) in reading order: the evaluation's
-# validation, read last, wins.
-_RUN_FILES = ("metrics", "eval")
-_PASS_AT_1 = re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$")
+_VALIDATION = (
+    "validation per benchmark (verl's val-core/<data_source>/acc/mean@N, OpenRLHF's eval/eval_<data_source>_pass1)"
+)
+# verl's validation, and OpenRLHF's (wandb and TensorBoard names).
+_PASS_AT_1 = (
+    re.compile(r"^val-core/(?P<source>.+)/(?P<var>acc|reward)/mean@\d+$"),
+    re.compile(r"^eval/eval_(?P<source>.+)_(?P<var>pass)1$"),
+)
 
 
 @dataclass
@@ -64,28 +74,14 @@ class TableRow:
     acr_early: float | None = None
     effective_final: float | None = None
     steps: int = 0
-
-
-def group_runs(paths: list[str | Path]) -> dict[str, list[Path]]:
-    """Run name -> its log files (training first, evaluation last)."""
-    runs: dict[str, list[Path]] = {}
-    for log in find_logs(paths):
-        if log.suffix == ".csv" or log.name.startswith("events.out.tfevents"):
-            raise ValueError(
-                f"{log} is not a verl file-logger JSONL log: `verl-avspo table` reads those only (it needs the "
-                "validation metrics verl writes there). For a wandb CSV or a TensorBoard file, use "
-                f"`verl-avspo report {log}`."
-            )
-        runs.setdefault(run_name(log), []).append(log)
-    order = {stem: i for i, stem in enumerate(_RUN_FILES)}
-    return {name: sorted(logs, key=lambda p: order.get(p.stem, -1)) for name, logs in runs.items()}
+    notes: list[str] = field(default_factory=list)  # what the log lacks, said under the table
 
 
 def _latest_pass_at_1(frame: pd.DataFrame) -> dict[str, float]:
     """data_source -> latest validation accuracy; ``acc`` preferred over ``reward``."""
     found: dict[str, tuple[str, float]] = {}
     for column, value in latest_validation(frame).items():
-        match = _PASS_AT_1.match(column)
+        match = next((m for pattern in _PASS_AT_1 if (m := pattern.match(column))), None)
         if match is None:
             continue
         source, var = match["source"], match["var"]
@@ -94,23 +90,43 @@ def _latest_pass_at_1(frame: pd.DataFrame) -> dict[str, float]:
     return {source: value for source, (_, value) in found.items()}
 
 
-def table_row(name: str, logs: list[Path], final_window: int = 10, early_steps: int = EARLY_STEPS) -> TableRow:
-    """One run's row, from its log files (later files override earlier validation results)."""
+def table_row(
+    name: str, frames: list[pd.DataFrame], final_window: int = 10, early_steps: int = EARLY_STEPS
+) -> TableRow:
+    """One run's row, from the frames of its log files in reading order (later files override
+    earlier validation results; the training logs' ACR is read from their merged frame)."""
     row = TableRow(name)
-    training: list[pd.DataFrame] = []
-    for log in logs:
-        frame = read_metrics(log)
+    for frame in frames:
         row.pass_at_1.update(_latest_pass_at_1(frame))
-        if "acr/rate" in frame.columns:
-            training.append(frame)
-    if training:
-        frame = pd.concat(training).sort_index()
+    training = [frame for frame in frames if "acr/rate" in frame]
+    frame = merge_frames(name, training or frames[:1])
+    if (said := step_coverage(frame).describe()) is not None:
+        row.notes.append(said)
+    problem = rate_problem(frame, "acr/rate")
+    if problem is not None:
+        row.notes.append(f"no ACR: {problem}")
+    elif not training:
+        row.notes.append(
+            "no ACR: the log has no acr/* metrics (verl-avspo's trainer, hook and OpenRLHF adapter log them; "
+            "`verl-avspo report` says how to get them)"
+        )
+    else:
         row.acr_final = window_mean(frame["acr/rate"], last=final_window)
         early = early_acr(frame["acr/rate"], early_steps)
         row.acr_early = None if early is None else early.mean
-        row.effective_final = window_mean(frame.get("acr/effective"), last=final_window)
+        if rate_problem(frame, "acr/effective") is None:
+            row.effective_final = window_mean(frame.get("acr/effective"), last=final_window)
+        else:
+            row.notes.append(rate_problem(frame, "acr/effective"))
         row.steps = int(frame["acr/rate"].dropna().index.max())
     return row
+
+
+def table_rows(paths: list[str | Path], final_window: int = 10, early_steps: int = EARLY_STEPS) -> list[TableRow]:
+    """The rows of the runs under ``paths``, named and grouped as :func:`verl_avspo.tools.logs.read_run_logs`
+    does (with the recipes' ``eval.jsonl``)."""
+    runs = read_run_logs(paths, evaluations=True)
+    return [table_row(name, frames, final_window, early_steps) for name, frames in runs.items()]
 
 
 def _benchmarks(rows: list[TableRow]) -> list[str]:
@@ -140,8 +156,20 @@ def markdown_table(rows: list[TableRow], early_steps: int = EARLY_STEPS) -> str:
     return render_table(header, cells_of_rows)
 
 
+def notes(rows: list[TableRow]) -> str:
+    """What each run's log lacks, a Markdown list ("" when nothing is missing)."""
+    lines = [f"- {row.name}: {note}." for row in rows for note in row.notes]
+    lacking = [row.name for row in rows if not row.pass_at_1]
+    if lacking:
+        which = "no run logs" if len(lacking) == len(rows) else f"{', '.join(lacking)}: no"
+        lines.append(f"- {which} {_VALIDATION}, so no pass@1.")
+    return "\n".join(["Notes:", *lines]) if lines else ""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", help="run directories, folders of runs, or verl file-logger JSONL files")
+    parser.add_argument(
+        "paths", nargs="+", help="run directories, folders of runs, verl JSONL logs, TensorBoard or wandb CSV files"
+    )
     parser.add_argument("--final-window", type=int, default=10, help="steps averaged for the final ACR (default 10)")
     parser.add_argument("--early-steps", type=int, default=100, help="steps averaged for the early ACR (default 100)")
 
@@ -155,13 +183,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        runs = group_runs(args.paths)
-        if not runs:
-            print(f"verl-avspo table: no *.jsonl logs under {' '.join(map(str, args.paths))}", file=sys.stderr)
-            return 1
-        rows = [table_row(name, logs, args.final_window, args.early_steps) for name, logs in runs.items()]
+        rows = table_rows(args.paths, args.final_window, args.early_steps)
     except (OSError, ValueError) as err:
         print(f"verl-avspo table: {err}", file=sys.stderr)
         return 1
     print(markdown_table(rows, args.early_steps))
+    if said := notes(rows):
+        print("\n" + said)
     return 0

@@ -7,7 +7,7 @@ The launcher refuses them outside V1's ``sync`` mode.
   response's prompt identity from TransferQueue (``algorithm.dcpo.prompt_key``: the ``index``
   field that verl's RLHFDataset fills from ``extra_info.index`` and the agent loop stores with
   every response, or a hash of ``raw_prompt``) and hands ``uid -> key`` to the estimator
-  (``register.set_prompt_keys``). DCPO's per-prompt history is checkpointed with AVSPO's state.
+  (``RunTracker.set_prompt_keys``). DCPO's per-prompt history is part of the run tracker's checkpointed state.
 - ``algorithm.intrinsic.reward=negative_entropy`` (RENT) / ``self_certainty`` (INTUITOR): the
   verifier's ``rm_scores`` are replaced, before the advantage stage, by the intrinsic reward of
   each response, computed from the old policy's per-token entropy (which verl's old-log-prob pass
@@ -29,9 +29,9 @@ from tensordict import TensorDict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from verl_avspo.core.intrinsic import masked_token_mean, negative_entropy
-from verl_avspo.verl_plugin import register
+from verl_avspo.verl_plugin.v1_batch import real_rows
 
-__all__ = ["SELF_CERTAINTY_KEY", "prompt_key", "intrinsic_rewards", "real_rows", "BaselineHooksV1"]
+__all__ = ["SELF_CERTAINTY_KEY", "prompt_key", "intrinsic_rewards", "BaselineHooksV1"]
 
 # The per-token output that patches/verl-0.9.1-intrinsic.patch adds to the actor's log-prob pass,
 # and the flag that requests it.
@@ -79,15 +79,9 @@ def intrinsic_rewards(
     )
 
 
-def real_rows(batch) -> list[bool]:
-    """False for the no-op rows that _balance_batch appended (one shared `pad...` uid, score 0)
-    to make the batch divisible by the DP size: they are not responses."""
-    return [not tag.get("is_padding", False) for tag in batch.tags]
-
-
 class BaselineHooksV1:
     """Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
-    which sets ``intrinsic``, ``uses_dcpo`` and ``dcpo_settings``."""
+    which sets ``tracker``, ``intrinsic``, ``uses_dcpo`` and ``dcpo_settings``."""
 
     def _apply_baselines(self, batch, metrics: dict) -> None:
         """Before verl's advantage stage: the intrinsic reward in place of ``rm_scores``, DCPO's prompt keys."""
@@ -159,7 +153,7 @@ class BaselineHooksV1:
                 keys[str(uid)] = prompt_key(value, source) if real else None
         if source == "index":
             self._refuse_index_collisions(batch, keys)
-        register.set_prompt_keys(keys)
+        self.tracker.set_prompt_keys(keys)
 
     @staticmethod
     def _refuse_index_collisions(batch, keys: dict[str, Any]) -> None:

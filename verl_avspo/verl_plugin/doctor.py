@@ -130,13 +130,13 @@ def _ray_actor() -> str:
 
 def _config() -> str:
     from verl_avspo.verl_plugin.launcher import CONFIG_DIR, CONFIG_NAME, compose_config
-    from verl_avspo.verl_plugin.register import avspo_settings
+    from verl_avspo.verl_plugin.run_state import run_settings
 
     config = compose_config()
-    settings = avspo_settings(config.algorithm)
+    settings = run_settings(config.algorithm)
     return (
         f"{CONFIG_DIR}/{CONFIG_NAME}.yaml composes with verl's ppo_trainer "
-        f"(adv_estimator={config.algorithm.adv_estimator}, preset={settings.preset})"
+        f"(adv_estimator={config.algorithm.adv_estimator}, preset={settings.avspo.preset})"
     )
 
 
@@ -146,8 +146,9 @@ def _baselines() -> str:
     from verl.trainer.ppo import core_algos
 
     from verl_avspo.verl_plugin.checks.resources import verl_has_self_certainty
-    from verl_avspo.verl_plugin.register import DCPO_NAME
+    from verl_avspo.verl_plugin.register import DCPO_NAME, compute_dcpo_advantage, compute_dcpo_policy_loss
 
+    ours = {"estimator": compute_dcpo_advantage.__module__, "loss": compute_dcpo_policy_loss.__module__}
     for registry, what in ((core_algos.ADV_ESTIMATOR_REGISTRY, "estimator"), (core_algos.POLICY_LOSS_REGISTRY, "loss")):
         owner = getattr(registry.get(DCPO_NAME), "__module__", None)
         if owner is None:
@@ -155,10 +156,10 @@ def _baselines() -> str:
                 f"no {DCPO_NAME!r} {what} is registered: verl_avspo.verl_plugin.register did not run in this "
                 "process (see the entry-point check above; reinstall with pip install -e .)"
             )
-        if owner != "verl_avspo.verl_plugin.register":
+        if owner != ours[what]:
             raise RuntimeError(
-                f"the {DCPO_NAME!r} {what} is registered by {owner}, not verl_avspo.verl_plugin.register: another "
-                "plugin took the name first; remove or rename its registration"
+                f"the {DCPO_NAME!r} {what} is registered by {owner}, not {ours[what]}: another plugin took the name "
+                "first; remove or rename its registration"
             )
     intuitor = (
         "verl carries patches/verl-0.9.1-intrinsic.patch"

@@ -25,8 +25,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_avspo.core.baselines import dcpo_settings, intrinsic_settings
-from verl_avspo.core.config import ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
+from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
+from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     CheckedConfig,
@@ -68,10 +68,12 @@ def _describe(config: DictConfig, checked: CheckedConfig) -> str:
     lines = [
         f"algorithm.adv_estimator={config.algorithm.adv_estimator}  "
         f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}  trainer={trainer}",
-        "AVSPO settings (algorithm.avspo, resolved):",
+        "ACR settings (algorithm.acr, resolved):",
+        *(f"  {key}: {value}" for key, value in checked.acr.to_dict().items()),
     ]
-    resolved = {**checked.avspo.to_dict(), **checked.acr.to_dict()}
-    lines.extend(f"  {key}: {resolved[key]}" for key in AVSPO_KEYS)
+    if checked.avspo is not None:  # only the avspo estimator reads them
+        lines.append("AVSPO settings (algorithm.avspo, resolved):")
+        lines.extend(f"  {key}: {value}" for key, value in checked.avspo.to_dict().items())
     dcpo, intrinsic = dcpo_settings(config.algorithm), intrinsic_settings(config.algorithm)
     if config.algorithm.adv_estimator == "dcpo":
         lines.append(
@@ -144,15 +146,20 @@ def task_runner_class(config: DictConfig):
     return AVSPOLegacyTaskRunner
 
 
+# The sections whose keys our config declares, and their keys.
+_DECLARED = {"algorithm.acr.": ACR_KEYS, "algorithm.avspo.": AVSPO_KEYS}
+
+
 def _unknown_avspo_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The overrides without those that set an ``algorithm.avspo`` key the config does not declare,
-    and a did-you-mean message for each of those (instead of Hydra's advice to add ``+``)."""
+    """The overrides without those that set an ``algorithm.acr`` or ``algorithm.avspo`` key the config
+    does not declare, and a did-you-mean message for each of those (instead of Hydra's advice to add ``+``)."""
     kept, problems = [], []
     for override in overrides:
         key, has_value, _ = override.partition("=")
-        name = key.removeprefix("algorithm.avspo.")
-        if has_value and name != key:
-            allowed = ALERT_KEYS if name.startswith("alert.") else AVSPO_KEYS
+        section = next((prefix for prefix in _DECLARED if key.startswith(prefix)), None)
+        if has_value and section is not None:
+            name = key.removeprefix(section)
+            allowed = ALERT_KEYS if name.startswith("alert.") else _DECLARED[section]
             if name.removeprefix("alert.") not in allowed:
                 problems.append(unknown_key_problem(key, allowed))
                 continue

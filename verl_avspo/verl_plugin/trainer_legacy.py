@@ -13,6 +13,7 @@ from verl import DataProto
 from verl.trainer import main_ppo_v0
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
 from verl_avspo.verl_plugin.trainer import AVSPOTrainerMixin
 
 __all__ = ["AVSPORayPPOTrainer", "install_legacy_trainer", "AVSPOLegacyTaskRunner"]
@@ -34,10 +35,8 @@ class AVSPORayPPOTrainer(AVSPOTrainerMixin, RayPPOTrainer):
         alert. Empty for estimators without groups."""
         if not self.measures_collapse:
             return {}
-        scores = batch.batch["token_level_scores"].sum(dim=-1)
-        metrics = self._collapse_metrics(scores, batch.non_tensor_batch["uid"], batch.batch["advantages"])
-        self._observe_collapse(metrics)
-        return metrics
+        self.tracker.measure(batch.batch["token_level_scores"].sum(dim=-1), batch.non_tensor_batch["uid"])
+        return self.tracker.end_step(self.global_steps, batch.batch["advantages"])
 
 
 def install_legacy_trainer() -> None:
@@ -52,4 +51,5 @@ class AVSPOLegacyTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
 
     def run(self, config: DictConfig):
         install_legacy_trainer()
+        install_resumed_file_logger(config)
         return super().run(config)

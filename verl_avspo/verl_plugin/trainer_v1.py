@@ -19,6 +19,7 @@ one sample of its prompt's group.
 from __future__ import annotations
 
 import logging
+import time
 
 import ray
 from omegaconf import DictConfig
@@ -28,9 +29,10 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1, real_rows
-from verl_avspo.verl_plugin.sampler import dropped_groups, read_scores
+from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
+from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
 from verl_avspo.verl_plugin.trainer import AVSPOTrainerMixin
+from verl_avspo.verl_plugin.v1_batch import dropped_groups, read_advantages, read_scores, real_rows
 
 __all__ = [
     "AVSPOTrainerV1Mixin",
@@ -40,30 +42,43 @@ __all__ = [
     "V1_TRAINERS",
     "install_v1_trainers",
     "AVSPOTaskRunner",
+    "adopt",
+    "ACR_TIMING_KEY",
 ]
 
 logger = logging.getLogger(__name__)
+
+ACR_TIMING_KEY = "timing_s/acr"
 
 
 class AVSPOTrainerV1Mixin(BaselineHooksV1, AVSPOTrainerMixin):
     """What the launcher adds to a V1 trainer (any mode). Mixed in before verl's trainer class."""
 
     def _compute_advantage(self, batch, metrics: dict):
-        """verl's advantage stage, then the step's collapse metrics. Costs one TransferQueue read
-        of ``uid``, ``rm_scores`` and the ``advantages`` just written (plus, before the stage, the
+        """verl's advantage stage with the step's collapse measured around it: the raw scores of the
+        batch's real rows (and the groups DAPO filtering dropped while it was sampled) before, the
+        trained advantages after. Costs two TransferQueue reads (plus, before the stage, the
         intrinsic reward's inputs or DCPO's prompt keys when those are on)."""
         self._apply_baselines(batch, metrics)
+        if not self.measures_collapse:
+            return super()._compute_advantage(batch, metrics)
+        start = time.perf_counter()
+        keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
+        # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
+        self.tracker.measure(*read_scores(keys, batch.partition_id), dropped_groups(metrics))
+        measuring = time.perf_counter() - start
         batch = super()._compute_advantage(batch, metrics)
-        if self.measures_collapse:
-            keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
-            scores, index, advantages = read_scores(keys, batch.partition_id, advantages=True)
-            # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
-            metrics.update(self._collapse_metrics(scores, index, advantages, dropped_groups(metrics)))
+        start = time.perf_counter()
+        metrics.update(self.tracker.batch_metrics(read_advantages(keys, batch.partition_id)))
+        # What measuring ACR costs (the TransferQueue reads included), part of verl's timing_s/adv.
+        metrics[ACR_TIMING_KEY] = measuring + time.perf_counter() - start
         return batch
 
     def step(self, metrics: dict, timing_raw: dict):
+        """verl's step, then the stall rule on the step's metrics (aggregated over its sub-batches)."""
         batch = super().step(metrics, timing_raw)
-        if "acr/rate" in metrics and self._observe_collapse(metrics) and self.stagnation.config.action == "stop":
+        stalled = "acr/rate" in metrics and self.tracker.observe_step(self.global_steps, metrics)
+        if stalled and self.tracker.acr.alert.action == "stop":
             self._stop_stalled_run()
         return batch
 
@@ -76,7 +91,7 @@ class AVSPOTrainerV1Mixin(BaselineHooksV1, AVSPOTrainerMixin):
             self._save_checkpoint()
         self.total_training_steps = self.global_steps
         logger.error(
-            "stopping the run after step %d (algorithm.avspo.alert.action=stop); checkpoint: %s. Change the setup "
+            "stopping the run after step %d (algorithm.acr.alert.action=stop); checkpoint: %s. Change the setup "
             "as advised above, then resume with trainer.resume_mode=auto.",
             self.global_steps,
             self._checkpoint_folder(),
@@ -121,4 +136,17 @@ class AVSPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
 
     def run(self, config: DictConfig):
         install_v1_trainers()
+        install_resumed_file_logger(config)
         return super().run(config)
+
+
+def adopt(trainer) -> None:
+    """Make an already built V1 trainer (any mode, any subclass) behave as the launcher's: its class
+    becomes a subclass with :class:`AVSPOTrainerV1Mixin` first, and the run's tracker is started.
+    The stock hook does this from verl's replay-buffer construction, which runs in the trainer's
+    ``__init__`` before ``init_workers`` resumes a checkpoint, so the restore is the launcher's too."""
+    cls = type(trainer)
+    if isinstance(trainer, AVSPOTrainerV1Mixin):
+        return
+    trainer.__class__ = type(cls.__name__, (AVSPOTrainerV1Mixin, cls), {"__module__": cls.__module__})
+    trainer._init_avspo()

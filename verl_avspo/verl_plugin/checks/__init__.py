@@ -8,9 +8,8 @@ once. They come in two stages:
 - :func:`settings_problems` (:mod:`.settings`) needs no verl import (about a second): the group
   size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and
   ``algorithm.intrinsic`` value, and how they combine with the trainer, the data (DCPO's prompt
-  indices, :mod:`.prompt_index`) and the policy loss; text given for a boolean, and AVSPO settings
-  given to another estimator (:mod:`.values`). The launcher runs it first, so a typo is refused in
-  seconds rather than after verl's imports.
+  indices, :mod:`.prompt_index`) and the policy loss; text given for a boolean (:mod:`.values`).
+  The launcher runs it first, so a typo is refused in seconds rather than after verl's imports.
 - :func:`registry_problems` (here) imports verl: the estimator, the policy loss and the V1 trainer
   mode against verl's registries, and verl's own ``validate_config``.
 
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import inspect
 import re
 import traceback
 from collections.abc import Iterable, Iterator
@@ -35,7 +33,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig
+from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
 from verl_avspo.verl_plugin.checks.hub import hub_offline
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
@@ -53,6 +51,7 @@ from verl_avspo.verl_plugin.checks.settings import (
     hook_problems,
     settings_problems,
 )
+from verl_avspo.verl_plugin.estimators import is_group_estimator
 
 __all__ = [
     "ConfigCheckError",
@@ -96,15 +95,6 @@ class ConfigCheckError(ValueError):
                 f"  {number}. {problem}" for number, problem in enumerate(self.problems, 1)
             )
         super().__init__(f"{text}\n{note}" if note else text)
-
-
-def is_group_estimator(name: str) -> bool:
-    """Whether the registered estimator ``name`` normalises within prompt groups: verl passes the
-    uid array only to estimators that take an ``index`` argument (grpo, rloo, avspo, ...)."""
-    from verl.trainer.ppo import core_algos
-
-    fn = core_algos.get_adv_estimator_fn(name)
-    return "index" in inspect.signature(fn).parameters
 
 
 def _unregistered(key: str, value: Any, registered: Iterable[str], what: str) -> str | None:

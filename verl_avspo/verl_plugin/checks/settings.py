@@ -15,8 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_avspo.core.baselines import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
-from verl_avspo.core.config import ACRConfig, AVSPOConfig, Problems, resolve_settings
+from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
+from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
+from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks import resources, values
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 
@@ -134,8 +135,8 @@ def _separate_async_problems(config: DictConfig) -> Iterator[str]:
 def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
     if acr.alert.action == "stop" and not config.trainer.use_v1:
         yield (
-            "algorithm.avspo.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
-            "can only warn. Set trainer.use_v1=True or algorithm.avspo.alert.action=warn."
+            "algorithm.acr.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
+            "can only warn. Set trainer.use_v1=True or algorithm.acr.alert.action=warn."
         )
 
 
@@ -147,14 +148,6 @@ def hook_problems(config: Any) -> list[str]:
             "trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and trainer.use_v1=False runs "
             "the legacy trainer, which has none. Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`, "
             "which logs ACR with the legacy trainer too."
-        )
-    reward_model = config.reward.reward_model
-    if reward_model.enable and not reward_model.enable_resource_pool:
-        problems.append(
-            "the ACR hook (trainer.v1.sampler.custom_sampler) reads the reward loop's scores when it samples a batch, "
-            "and a colocated reward model (reward.reward_model.enable=True, enable_resource_pool=False) scores only "
-            "after sampling. Set reward.reward_model.enable_resource_pool=True, or train with `python -m "
-            "verl_avspo.main_ppo`, which measures ACR at the advantage stage, after every reward."
         )
     return problems
 
@@ -279,9 +272,9 @@ class SettingsCheck:
     warnings: list[str] = field(default_factory=list)
     """Settings that train, but not as a user may expect; the caller gives each once."""
     avspo: AVSPOConfig | None = None
-    """The resolved AVSPO estimator settings of ``algorithm.avspo``; None where that section was invalid."""
+    """The resolved AVSPO estimator settings of ``algorithm.avspo``; None for another estimator or where invalid."""
     acr: ACRConfig | None = None
-    """The resolved ACR settings (``tau``, ``reward_range``, ``alert``); None where ``algorithm.avspo`` was invalid."""
+    """The resolved ACR settings of ``algorithm.acr`` (``tau``, ``reward_range``, ``alert``); None where invalid."""
     dcpo: DCPOConfig | None = None
     """The resolved ``algorithm.dcpo`` settings; None where that section was invalid."""
     intrinsic: IntrinsicConfig | None = None
@@ -294,12 +287,12 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     algorithm = config.algorithm
     problems, warnings = Problems(), []
     problems.messages.extend(values.boolean_problems(config))
-    problems.messages.extend(values.avspo_keys_without_avspo(algorithm.adv_estimator, algorithm.get("avspo", None)))
     problems.messages.extend(_rollout_problems(config))
     problems.messages.extend(_number_problems(config))
     problems.messages.extend(_separate_async_problems(config))
     # The resolvers take verl's DictConfig sections as they are (they are mappings).
-    avspo, acr = problems.check(resolve_settings, algorithm.get("avspo", None)) or (None, None)
+    run = problems.check(resolve_run_settings, algorithm)
+    avspo, acr = (run.avspo, run.acr) if run is not None else (None, None)
     dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
     intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
     if acr is not None:

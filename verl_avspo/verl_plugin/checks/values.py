@@ -1,23 +1,20 @@
 """Values verl would read with another meaning than the user's, found without importing verl:
 text where verl expects True or False (``trainer.use_v1=Flase`` is a non-empty string, so Python
-reads it as true), and AVSPO settings given to an estimator that never reads them.
+reads it as true).
 
-Pure: each function returns one message per problem, naming the key, the value and the fix.
+Pure: one message per problem, naming the key, the value and the fix.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Mapping
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_avspo.core.config import ACR_KEYS, AVSPO_KEYS
 from verl_avspo.verl_plugin.checks import resources
 
-__all__ = ["boolean_keys", "boolean_problems", "avspo_keys_without_avspo"]
+__all__ = ["boolean_keys", "boolean_problems"]
 
 # Keys read as booleans whose default in verl's YAML is null (so not found by their default's type).
 _NULL_DEFAULT_BOOLEANS = ("critic.enable",)
@@ -68,32 +65,3 @@ def boolean_problems(config: DictConfig) -> list[str]:
         read_as = f"verl would read it as {bool(value)}{' (any non-empty text is true)' if text else ''}"
         problems.append(f"{key}={value!r} is not a boolean, and {read_as}.{hint}")
     return problems
-
-
-def avspo_keys_without_avspo(
-    estimator: Any,
-    avspo: Mapping[str, Any] | None,
-    *,
-    section: str = "algorithm.avspo",
-    estimator_key: str = "algorithm.adv_estimator",
-) -> list[str]:
-    """AVSPO's estimator settings (everything in ``avspo`` but the ACR metrics' ``tau``,
-    ``reward_range`` and ``alert``, which every group estimator reads) given while ``estimator`` is
-    not ``avspo``: they would silently do nothing. A null key is "not given"; ``preset=paper`` is the
-    config's default. ``section`` and ``estimator_key`` name the keys in the messages."""
-    if estimator == "avspo" or not isinstance(avspo, Mapping):
-        return []
-    given = [
-        key
-        for key in AVSPO_KEYS
-        if key not in ACR_KEYS and avspo.get(key) is not None and not (key == "preset" and avspo[key] == "paper")
-    ]
-    if not given:
-        return []
-    settings = ", ".join(f"{section}.{key}={avspo[key]}" for key in given)
-    return [
-        f"{settings}: {'these are' if len(given) > 1 else 'this is'} read only by the AVSPO estimator, and "
-        f"{estimator_key}={estimator}, so {'they' if len(given) > 1 else 'it'} would do nothing. Set "
-        f"{estimator_key}=avspo (with a group size of 2 or more, actor_rollout_ref.rollout.n=8), or remove "
-        f"{'them' if len(given) > 1 else 'it'}."
-    ]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from verl_avspo.core.config import Problems, given_settings
+from verl_avspo.core.validation import Problems, given_settings
 
 __all__ = [
     "DCPO_PROMPT_KEYS",

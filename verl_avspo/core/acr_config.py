@@ -1,0 +1,144 @@
+"""ACR's settings: the collapse test, the reward range and the stall alert (docs/configuration.md).
+
+Framework-free. They apply to every group estimator (grpo, rloo, avspo, ...), so they have a section
+of their own, ``algorithm.acr`` in verl (``--acr.*`` in OpenRLHF), apart from AVSPO's
+``algorithm.avspo``. Earlier releases read them from ``algorithm.avspo.{tau,reward_range,alert}``:
+:func:`resolve_acr` still takes those, with a ``FutureWarning`` naming the new key.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from verl_avspo.core.validation import Problems, choice, given_settings, integer, number, pair
+
+__all__ = [
+    "AlertConfig",
+    "ACRConfig",
+    "ALERT_ACTIONS",
+    "ALERT_RULES",
+    "ALERT_KEYS",
+    "ACR_KEYS",
+    "ACR_SECTION",
+    "resolve_alert",
+    "resolve_acr",
+]
+
+ALERT_ACTIONS = ("warn", "stop")
+ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
+# Where verl users set them; earlier releases read them from algorithm.avspo.
+ACR_SECTION = "algorithm.acr"
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Stagnation alert: ``window`` consecutive steps with the ``rule``'s signal above
+    ``threshold`` (``verl_avspo.core.alert``)."""
+
+    window: int = 50
+    """Consecutive steps the rule's rate must stay above ``threshold`` before the alert fires."""
+    threshold: float = 0.35
+    """The rate the rule's signal must stay strictly above, in [0, 1]."""
+    action: str = "warn"
+    """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
+    rule: str = "acr_no_gain"
+    """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
+
+
+@dataclass(frozen=True)
+class ACRConfig:
+    """The ACR metrics' settings and the stagnation alert (``algorithm.acr``), read with every group
+    estimator, AVSPO or not."""
+
+    tau: float = 1e-6
+    """A group is collapsed iff the population std of its scores is below this; also the |A| bound of acr/effective."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The verifier's (low, high): its midpoint splits all-correct from all-wrong; R in the virtual values."""
+    alert: AlertConfig = field(default_factory=AlertConfig)
+    """The stagnation alert (``algorithm.acr.alert.*``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
+ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))
+
+
+def resolve_alert(mapping: Mapping[str, Any] | None, section: str = f"{ACR_SECTION}.alert") -> AlertConfig:
+    """Validate an ``alert`` section (``section`` names it in the messages).
+
+    Raises:
+        SettingsError: listing every bad key.
+    """
+    problems = Problems()
+    example = f"{section}.window=50 (allowed: {', '.join(ALERT_KEYS)})"
+    alert = replace(AlertConfig(), **given_settings(mapping, section, ALERT_KEYS, problems, example=example))
+    problems.check(integer, f"{section}.window", alert.window, 1)
+    threshold = problems.check(number, f"{section}.threshold", alert.threshold, 0.0, 1.0)
+    problems.check(choice, f"{section}.action", alert.action, ALERT_ACTIONS)
+    problems.check(choice, f"{section}.rule", alert.rule, ALERT_RULES)
+    problems.raise_any()
+    return replace(alert, threshold=threshold)
+
+
+def _is_given(value: Any) -> bool:
+    """Set to something: not None, and for a section (``alert``) some key of it not None."""
+    if isinstance(value, Mapping):
+        return any(_is_given(v) for v in value.values())
+    return value is not None
+
+
+def _legacy_values(legacy: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not isinstance(legacy, Mapping):
+        return {}
+    return {key: legacy[key] for key in ACR_KEYS if _is_given(legacy.get(key))}
+
+
+def resolve_acr(
+    mapping: Mapping[str, Any] | None,
+    *,
+    section: str = ACR_SECTION,
+    legacy: Mapping[str, Any] | None = None,
+    legacy_section: str = "algorithm.avspo",
+) -> ACRConfig:
+    """Validate ACR's section ``mapping`` (``algorithm.acr``; None or missing keys: the defaults).
+
+    ``legacy`` is the section that held these keys before (``algorithm.avspo``): a key found only
+    there is used, with a FutureWarning that names the new key; a key set in both places to
+    different values is an error.
+
+    Raises:
+        SettingsError (a ValueError): one message per bad key, naming the key, the value and the fix.
+    """
+    problems = Problems()
+    given = given_settings(mapping, section, ACR_KEYS, problems, example=f"{section}.tau=1e-6")
+    given = {key: value for key, value in given.items() if _is_given(value)}  # an all-null alert is not given
+    where = dict.fromkeys(given, section)
+    for key, value in _legacy_values(legacy).items():
+        if key in given:
+            if given[key] != value:
+                problems.messages.append(
+                    f"{legacy_section}.{key}={value!r} and {section}.{key}={given[key]!r} disagree: ACR's settings "
+                    f"moved to {section}; remove {legacy_section}.{key}."
+                )
+            continue
+        warnings.warn(
+            f"{legacy_section}.{key} is deprecated: ACR's settings apply to every estimator and moved to "
+            f"{section}.{key}; set {section}.{key} instead (the old key is read until the next release).",
+            FutureWarning,
+            stacklevel=2,
+        )
+        given[key], where[key] = value, legacy_section
+    values = {**asdict(ACRConfig()), **given}
+    tau = problems.check(number, f"{where.get('tau', section)}.tau", values["tau"], 0.0, math.inf, low_open=True)
+    reward_range = problems.check(pair, f"{where.get('reward_range', section)}.reward_range", values["reward_range"])
+    alert = values["alert"]
+    if not isinstance(alert, AlertConfig):
+        alert = problems.check(resolve_alert, alert, f"{where.get('alert', section)}.alert")
+    problems.raise_any()
+    return ACRConfig(tau=tau, reward_range=reward_range, alert=alert)

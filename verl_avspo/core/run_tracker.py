@@ -1,0 +1,264 @@
+"""The one owner of a run's steps: the collapse measurement, the stall alert and the state a restart keeps
+(docs/architecture.md).
+
+Framework-free. Every host (verl's trainers and its replay-buffer hook, OpenRLHF, the sandbox) makes one
+:class:`RunTracker` per run and calls it the same way each training step::
+
+    tracker.measure(scores, index, dropped)       # the batch's raw scores, measured once
+    ...  the advantage stage; avspo and dcpo compute through tracker.avspo_advantages / dcpo_advantages
+    report = tracker.end_step(step, advantages)   # every acr/*, the estimator's avspo/*, acr/stalled
+
+and saves ``tracker.state_dict()`` with each checkpoint (``load_state_dict`` on resume). A host keeps
+only what is its own: where the scores, uids and advantages are read from, and where the state is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_avspo.core.acr_config import ACRConfig
+from verl_avspo.core.advantage import AdvantageOutput, compute_avspo_outcome_advantage, response_scores
+from verl_avspo.core.alert import ADVICE, StagnationMonitor
+from verl_avspo.core.baseline_settings import DCPOConfig
+from verl_avspo.core.collapse import (
+    DroppedGroups,
+    Measurement,
+    acr_metrics,
+    effective_collapse_rate,
+    group_ids,
+    measure,
+)
+from verl_avspo.core.config import AVSPOConfig
+from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.dcpo import PromptRewardHistory
+
+__all__ = ["STATE_VERSION", "StepReport", "RunTracker"]
+
+logger = logging.getLogger(__name__)
+
+# 2: {"version", "controller", "stagnation", "dcpo"}. Version 1 (no "version" key) had the same three
+# entries, so both load.
+STATE_VERSION = 2
+
+
+class StepReport(dict):
+    """One step's metrics (``acr/*``, the estimator's ``avspo/*``, ``acr/stalled``), as a dict, plus
+    ``newly_stalled``: True on the one step at which the run became stalled."""
+
+    newly_stalled: bool = False
+
+
+class RunTracker:
+    """A run's collapse measurement, stall alert and restartable state.
+
+    Args:
+        acr: the collapse test, reward range and alert (``algorithm.acr``).
+        avspo: AVSPO's settings when the run's estimator is avspo (it then owns AVSPO's controller).
+        dcpo: DCPO's settings when the run's estimator is dcpo (it then owns DCPO's reward history).
+        norm_adv_by_std: DCPO's standardisation (verl's ``norm_adv_by_std_in_grpo``).
+        rule_setting: how the host's user names the alert rule, for the stall warning
+            (``algorithm.acr.alert.rule`` in verl, ``--acr.alert.rule`` in OpenRLHF).
+        advice: what the stall warning advises, in the host's settings.
+    """
+
+    def __init__(
+        self,
+        acr: ACRConfig,
+        avspo: AVSPOConfig | None = None,
+        dcpo: DCPOConfig | None = None,
+        norm_adv_by_std: bool = True,
+        rule_setting: str = "algorithm.acr.alert.rule",
+        advice: str = ADVICE,
+    ):
+        self.acr = acr
+        self.avspo = avspo
+        self.dcpo = dcpo
+        self.norm_adv_by_std = norm_adv_by_std
+        self.alert = StagnationMonitor(acr.alert)
+        self.controller = AdaptiveController(avspo, acr) if avspo is not None else None
+        self.dcpo_history = (
+            PromptRewardHistory(epsilon=dcpo.epsilon, norm_adv_by_std=norm_adv_by_std) if dcpo is not None else None
+        )
+        self.rule_setting = rule_setting
+        self.advice = advice
+        # This step's: the raw measurement, the estimator's metrics, DCPO's prompt key per uid.
+        self.measurement: Measurement | None = None
+        self._host_measured = False  # False: the estimator measured its own batch (no host measured the step)
+        self._estimator_metrics: dict[str, float] = {}
+        self._prompt_keys: dict[str, Any] = {}
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def measure(self, scores: torch.Tensor, index: Any, dropped: DroppedGroups | None = None) -> Measurement:
+        """The step's raw measurement of (bs,) ``scores`` grouped by (bs,) ``index``, with the groups
+        ``dropped`` by a filter before this batch. A batch the estimator already measured this step
+        is not measured again."""
+        if self.measurement is None or dropped is not None or not self.measurement.same_batch(scores, index):
+            self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range, dropped)
+        self._host_measured = True
+        return self.measurement
+
+    def avspo_advantages(
+        self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any, norm_adv_by_std: bool = True
+    ) -> AdvantageOutput:
+        """AVSPO's advantages of this step's batch (``core.advantage``), deciding on the step's
+        measurement; the first call of a step without one measures this batch as the step's."""
+        if self.controller is None:
+            raise ValueError("this run's tracker was built without AVSPO settings: it cannot compute avspo advantages")
+        if not self._host_measured:  # no host measured this step: this batch is the step's
+            scores = response_scores(token_level_rewards, response_mask, index)
+            self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range)
+        with torch.no_grad():
+            output = compute_avspo_outcome_advantage(
+                token_level_rewards,
+                response_mask,
+                index,
+                self.avspo,
+                self.acr,
+                self.controller,
+                norm_adv_by_std,
+                measured=self.measurement,
+            )
+        self._estimator_metrics = output.metrics
+        return output
+
+    def set_prompt_keys(self, keys_by_uid: dict[str, Any]) -> None:
+        """DCPO: the stable prompt key of each uid of this step (None: padding rows, left out)."""
+        self._prompt_keys = dict(keys_by_uid)
+
+    def dcpo_advantages(
+        self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any
+    ) -> torch.Tensor:
+        """DCPO's smooth standardisation (``core.dcpo``) of this step's batch, (bs,) scalar advantages,
+        with the prompt keys set by :meth:`set_prompt_keys`; padding rows get 0."""
+        if self.dcpo_history is None:
+            raise ValueError("this run's tracker was built without DCPO settings: it cannot compute dcpo advantages")
+        # Checked before the history is touched: a NaN reward would poison its prompt's history for good.
+        scores = response_scores(token_level_rewards, response_mask, index)
+        real, keys = self._dcpo_rows(index)
+        advantage = torch.zeros_like(scores)
+        real_rows = torch.from_numpy(real).to(scores.device)
+        if keys:
+            real_index = np.asarray(index, dtype=object)[real]
+            with torch.no_grad():
+                advantage[real_rows] = self.dcpo_history.advantages(scores[real_rows], keys, real_index).to(
+                    scores.dtype
+                )
+        return advantage
+
+    def _dcpo_rows(self, index: Any) -> tuple[np.ndarray, list]:
+        """(N,) bool of the real (non-padding) rows and the prompt key of each real row; one
+        look-up per group. Consumes the step's keys."""
+        keys_by_uid, self._prompt_keys = self._prompt_keys, {}
+        uids, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+        missing = [uid for uid in uids if uid not in keys_by_uid]
+        if missing:
+            detail = f"uid {missing[0]!r} (and {len(missing) - 1} more)" if keys_by_uid else "any uid"
+            raise ValueError(
+                f"algorithm.adv_estimator=dcpo has no prompt identity for {detail}: DCPO keeps per-prompt reward "
+                "statistics across steps, and verl's uid is new every step. The trainer of `python -m "
+                "verl_avspo.main_ppo` passes the dataset's extra_info.index (algorithm.dcpo.prompt_key); stock "
+                "`python -m verl.trainer.main_ppo` cannot. Launch with `python -m verl_avspo.main_ppo "
+                "algorithm.adv_estimator=dcpo ...`."
+            )
+        group_keys = np.empty(len(uids), dtype=object)
+        group_keys[:] = [keys_by_uid[uid] for uid in uids]
+        real = np.array([key is not None for key in group_keys], dtype=bool)[inverse]
+        return real, group_keys[inverse[real]].tolist()
+
+    def batch_metrics(self, advantages: torch.Tensor | None = None, index: Any = None) -> dict[str, float]:
+        """The measured batch's ``acr/*`` (``acr/effective`` when its trained ``advantages`` are given:
+        (bs,) or (bs, L), of the measured rows, or of the rows labelled by ``index`` when the host
+        trained on other rows) and the estimator's ``avspo/*``; closes the batch.
+
+        Raises:
+            RuntimeError: nothing was measured.
+        """
+        measured = self.measurement
+        if measured is None:
+            raise RuntimeError("RunTracker: call measure() with the batch's raw scores first")
+        effective = None
+        if advantages is not None:
+            if index is None:
+                ids, count = measured.stats.ids, measured.stats.count
+            else:
+                ids, num_groups = group_ids(index, device=advantages.device)
+                count = torch.bincount(ids, minlength=num_groups)
+            effective = effective_collapse_rate(advantages, ids, count, self.acr.tau)
+        metrics = acr_metrics(measured.step_collapse, effective)
+        metrics.update(self._estimator_metrics)
+        self.measurement, self._host_measured, self._estimator_metrics = None, False, {}
+        return metrics
+
+    def observe_step(self, step: int, metrics: dict[str, float]) -> bool:
+        """Run the stall rule on a step's ``acr/*`` and add ``acr/stalled`` to ``metrics``; log the
+        stall warning and return True on the step at which it first holds. Once per training step (a host
+        that trains on several batches a step passes their aggregated metrics)."""
+        newly_stalled = self.alert.update(metrics)
+        metrics["acr/stalled"] = float(self.alert.stalled)
+        if newly_stalled:
+            rule = f"{self.rule_setting}={self.acr.alert.rule}"
+            logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
+        return newly_stalled
+
+    def end_step(self, step: int, advantages: torch.Tensor | None = None, index: Any = None) -> StepReport:
+        """:meth:`batch_metrics` then :meth:`observe_step`, for a host with one batch per step."""
+        report = StepReport(self.batch_metrics(advantages, index))
+        report.newly_stalled = self.observe_step(step, report)
+        return report
+
+    # ---- the state a restart keeps ------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue as if it never stopped (see :data:`STATE_VERSION`)."""
+        dcpo = None
+        if self.dcpo_history is not None:
+            dcpo = {**self.dcpo_history.state_dict(), "prompt_key": self.dcpo.prompt_key}  # what its keys are
+        return {
+            "version": STATE_VERSION,
+            "controller": self.controller.state_dict() if self.controller is not None else None,
+            "stagnation": self.alert.state_dict(),
+            "dcpo": dcpo,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (any version up to :data:`STATE_VERSION`).
+
+        Raises:
+            ValueError: a state of a newer version, or AVSPO state saved with other settings.
+        """
+        version = int(state.get("version", 1))
+        if version > STATE_VERSION:
+            raise ValueError(
+                f"the run state has version {version}, newer than this verl-avspo reads ({STATE_VERSION}): "
+                "upgrade verl-avspo to resume it"
+            )
+        if self.controller is not None and state.get("controller") is not None:
+            self.controller.load_state_dict(state["controller"])
+        elif self.controller is not None:
+            logger.warning("the saved run state holds no AVSPO controller: the adaptive threshold starts afresh")
+        if self.dcpo_history is not None:
+            self._load_dcpo(state.get("dcpo"))
+        if state.get("stagnation") is not None:
+            self.alert.load_state_dict(state["stagnation"])
+
+    def _load_dcpo(self, saved: dict[str, Any] | None) -> None:
+        if saved is None:
+            logger.warning(
+                "the saved run state holds no DCPO reward history (saved by a run with another estimator?): "
+                "every prompt's next visit counts as its first"
+            )
+        elif saved.get("prompt_key", self.dcpo.prompt_key) != self.dcpo.prompt_key:
+            # (A state from before prompt_key was saved is taken to match.)
+            logger.warning(
+                "the saved DCPO reward history is keyed by %s, this run by algorithm.dcpo.prompt_key=%s: no prompt "
+                "would match, so the history starts fresh (every next visit counts as the first)",
+                saved["prompt_key"],
+                self.dcpo.prompt_key,
+            )
+        else:
+            self.dcpo_history.load_state_dict(saved)
