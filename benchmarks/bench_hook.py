@@ -8,8 +8,8 @@ they do not compete for the cores.
 
 Printed: for every ``timing_s/*`` stage verl logs, the mean over the measured steps (the first
 ``--warmup`` steps are left out: they include compilation and cache warm-up) of each run, and the
-hook's own ``timing_s/acr_hook`` (the seconds its ``sample()`` spent measuring, part of verl's
-``timing_s/gen``) as a fraction of the hooked run's ``timing_s/step``. The two runs' stage
+hook's own ``timing_s/acr`` (the seconds the adopted trainer spent measuring ACR, its TransferQueue reads
+included, part of verl's ``timing_s/adv``) as a fraction of the hooked run's ``timing_s/step``. The two runs' stage
 times also differ by machine noise; the hook's own time is the direct measure of its cost.
 
 Usage:
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from verl_cpu.launch import VERL_ENTRY, TinyRun  # noqa: E402
 
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES  # noqa: E402
-from verl_avspo.verl_plugin.sampler import HOOK_TIMING_KEY  # noqa: E402
+from verl_avspo.verl_plugin.trainer_v1 import ACR_TIMING_KEY  # noqa: E402
 
 
 def stage_means(records: list[dict], warmup: int) -> dict[str, float]:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in keys:
         cells = [f"{means[name][key]:.4f}" if key in means[name] else "-" for name in ("without", "with hook")]
         print(f"{key:<28}{cells[0]:>14}{cells[1]:>16}")
-    hook, step = means["with hook"][HOOK_TIMING_KEY], means["with hook"]["timing_s/step"]
+    hook, step = means["with hook"][ACR_TIMING_KEY], means["with hook"]["timing_s/step"]
     print(f"the hook's own time: {hook * 1e3:.2f} ms a step, {100 * hook / step:.2f}% of the hooked run's step")
     return 0
 

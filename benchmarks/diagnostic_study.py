@@ -37,7 +37,7 @@ from verl_avspo.core.alert import ALERT_SIGNALS, stalled_steps  # noqa: E402
 from verl_avspo.core.config import AlertConfig  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
 from verl_avspo.tools.markdown import render_table  # noqa: E402
-from verl_avspo.tools.stats import early_acr  # noqa: E402
+from verl_avspo.tools.stats import early_acr, early_window  # noqa: E402
 
 MIXES = {"easy": "1+1,2+1,1*1", "default": "1+1,2+1,2+2,2*1", "hard": "2+2,2*1,3+2,1+1"}
 PAPER_R2 = 0.617
@@ -78,7 +78,7 @@ def run_grid(args: argparse.Namespace) -> None:
 
 
 def run_statistics(frame: pd.DataFrame, steps: int) -> dict[str, float]:
-    first = max(1, steps // 5)
+    first = early_window(steps)
     accuracy = frame["eval/acc_mean"].dropna()
     final = accuracy[accuracy.index > steps - steps // 5]  # evaluations in the last fifth
     return {
@@ -151,15 +151,14 @@ def analyse(args: argparse.Namespace) -> str:
         ]
     table.to_csv(args.out / "runs.csv")
 
-    lines = [f"{len(table)} GRPO runs, {args.steps} steps each; early window: steps 1–{args.steps // 5}.", ""]
+    early = early_window(args.steps)
+    lines = [f"{len(table)} GRPO runs, {args.steps} steps each; early window: steps 1–{early}.", ""]
     rows, fits = [], {}
     for outcome, label in (("acc_final", "final accuracy"), ("gain", "accuracy gain")):
         for predictor, name in PREDICTORS.items():
             a, b, r2 = fit(table[predictor].to_numpy(), table[outcome].to_numpy())
             fits[outcome, predictor] = (a, b, r2)
-            rows.append(
-                [f"{label} (points)", f"{name}, first {args.steps // 5} steps", f"{a:.1f} {b:+.1f}·x", f"{r2:.3f}"]
-            )
+            rows.append([f"{label} (points)", f"{name}, first {early} steps", f"{a:.1f} {b:+.1f}·x", f"{r2:.3f}"])
     rows.append(["MATH-500 accuracy (paper)", "raw ACR_100", "51.4 − 29.6·x", f"{PAPER_R2}"])
     lines.append(render_table(["outcome", "predictor", "fit", "R²"], rows))
     # Within a mix every run starts from the same warmed-up policy, so the gain is the final
@@ -219,7 +218,7 @@ def analyse(args: argparse.Namespace) -> str:
         json.dumps({f"{o}~{p}": v for (o, p), v in fits.items()} | {"rules": scores, "sweep": sweep}, indent=2)
     )
     if args.figures:
-        plot(table, fits, args.figures, args.steps // 5)
+        plot(table, fits, args.figures, early)
     return report
 
 

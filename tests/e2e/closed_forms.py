@@ -1,9 +1,15 @@
-"""docs/method.md's closed forms that the e2e tests check a real run's logs against, written here
-apart from the package's code (``core.controller``) so that a test can tell the two apart."""
+"""What the e2e tests check a real run's logs against, written here apart from the package's code
+(``core.collapse``, ``core.controller``) so that a test can tell the two apart: the metric names the docs
+promise on every step, and docs/method.md's closed forms."""
 
 from __future__ import annotations
 
 import math
+
+# Logged by every route on every step of a group estimator (README.md's metrics table).
+ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
+# Logged on every step of an avspo run.
+AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")
 
 
 def next_threshold(

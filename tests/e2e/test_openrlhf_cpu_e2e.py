@@ -28,13 +28,11 @@ import shutil
 
 import pytest
 import torch
-from closed_forms import next_threshold
+from closed_forms import ACR_KEYS, AVSPO_KEYS, next_threshold
 from openrlhf_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, OPENRLHF_ENTRY, TinyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.openrlhf, pytest.mark.ray]
 
-ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
-AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")
 # The AVSPO settings of the avspo runs: a large eta and a threshold off the ACR grid (multiples of
 # 1/4 with 4 groups a step), so the adaptive threshold moves on any step whose mean reward changes,
 # and low, so AVSPO triggers on the first step with a collapsed group.

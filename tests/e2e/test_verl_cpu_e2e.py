@@ -7,7 +7,8 @@ about one to three minutes, mostly process start-ups, so the eight runs are laun
 time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
-- ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint;
+- ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
+  folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
 - ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 3 steps with a
   checkpoint at step 2, and the same resumed from it;
@@ -15,7 +16,9 @@ time, and each test reads the logs and checkpoints of the run it is about:
   first step and stops the run;
 - ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
   ``sync``, ``grpo`` with DAPO's ``filter_groups``;
-- ``hook_colocate``: verl's own ``main_ppo`` with the hook, ``colocate_async``, ``avspo``.
+- ``hook_avspo`` and ``hook_avspo_resumed``: verl's own ``main_ppo`` with the hook, ``sync``, ``avspo``
+  (θ_1 = 0.2), a checkpoint every step: 3 steps, then the same folder resumed to step 5;
+- ``launcher_five``: our launcher, the same settings, 5 steps without a stop.
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -25,10 +28,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import shutil
 
 import pytest
 import torch
-from closed_forms import next_threshold
+from closed_forms import ACR_KEYS, AVSPO_KEYS, next_threshold
 from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
@@ -40,10 +44,11 @@ THREE_STEPS = ["trainer.total_training_steps=3"]
 # 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
 AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2"]
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
-# What the hook logs on every step: the rates of the sampled groups' raw scores.
-HOOK_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/groups")
-ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
-AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")
+# The stock-hook and launcher runs that are compared step for step across a stop and resume.
+AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1"]
+# The same on stock verl, whose config does not declare algorithm.avspo.
+STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
+                          "trainer.save_freq=1"]  # fmt: skip
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
@@ -68,21 +73,23 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             "resumed",
             AVSPO_ENTRY,
             [*AVSPO_SYNC, "trainer.resume_mode=auto", *THREE_STEPS],
-            prepare=lambda run: resume_from(avspo.run, 2, run),
+            prepare=lambda run: (
+                resume_from(avspo.run, 2, run),
+                shutil.copy(avspo.run.metrics_path(), run.metrics_path()),
+            ),
             num_ranks=2,
         )
-        # Stock verl + the hook, colocate_async, avspo (registered by verl's entry point or the hook's import).
-        hook_colocate = launch(
-            "hook_colocate",
+        # Stock verl + the hook, sync, avspo: 3 steps, then resumed in the same folder to step 5.
+        hook_avspo = launch(
+            "hook_avspo",
             VERL_ENTRY,
-            [
-                *HOOK_OVERRIDES,
-                *COLOCATE_ASYNC,
-                "algorithm.adv_estimator=avspo",
-                "+algorithm.avspo.preset=paper",
-                *THREE_STEPS,
-            ],
+            [*HOOK_OVERRIDES, *AVSPO_EVERY_STEP, "+algorithm.avspo.preset=paper", *THREE_STEPS],
         )
+        hook_run = hook_avspo.run
+        resumed_code = hook_run.launch(
+            VERL_ENTRY,
+            [*STOCK_AVSPO_EVERY_STEP, "trainer.resume_mode=auto", "trainer.total_training_steps=5"],
+        ).returncode
         dcpo = launch(
             "dcpo",
             AVSPO_ENTRY,
@@ -94,7 +101,13 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                 "trainer.total_training_steps=1",
             ],
         )
-        return {"avspo": avspo, "resumed": resumed, "hook_colocate": hook_colocate, "dcpo": dcpo}
+        return {
+            "avspo": avspo,
+            "resumed": resumed,
+            "hook_avspo": hook_avspo,
+            "hook_avspo_resumed": Outcome(hook_run, resumed_code),
+            "dcpo": dcpo,
+        }
 
     def lane_two() -> dict[str, Outcome]:
         outcomes = {
@@ -118,10 +131,10 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     *separate_async_overrides(1),
                     "algorithm.adv_estimator=grpo",
                     # The paper's rule, which needs no reward history: stalled on step 1.
-                    "algorithm.avspo.alert.rule=acr",
-                    "algorithm.avspo.alert.threshold=0.0",
-                    "algorithm.avspo.alert.window=1",
-                    "algorithm.avspo.alert.action=stop",
+                    "algorithm.acr.alert.rule=acr",
+                    "algorithm.acr.alert.threshold=0.0",
+                    "algorithm.acr.alert.window=1",
+                    "algorithm.acr.alert.action=stop",
                     *THREE_STEPS,
                 ],
             ),
@@ -143,7 +156,8 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             ],
             prepare=lambda run: resume_from(colocate.run, 2, run),
         )
-        return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed}
+        launcher_five = launch("launcher_five", AVSPO_ENTRY, [*AVSPO_EVERY_STEP, "trainer.total_training_steps=5"])
+        return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed, "launcher_five": launcher_five}
 
     # Made before the lanes start: pytest creates (and, with --basetemp, first empties) the base
     # folder on its first use, and two lanes doing that at once delete each other's work folders.
@@ -206,8 +220,11 @@ def test_save_freq_writes_checkpoints_with_the_avspo_state(runs):
 def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     uninterrupted = {record["step"]: record["data"] for record in runs["avspo"].records()}
     resumed_records = runs["resumed"].records()
-    assert [record["step"] for record in resumed_records] == [3]
-    resumed = resumed_records[0]["data"]
+    # The log keeps the rows up to the resumed step and drops the crashed attempt's later one (step 3),
+    # which the resumed run logs again.
+    assert [record["step"] for record in resumed_records] == [1, 2, 3]
+    assert [r["data"] for r in resumed_records[:2]] == [uninterrupted[1], uninterrupted[2]]
+    resumed = resumed_records[2]["data"]
     # The rollout is seeded from the weights and the prompt (hf_rollout.py), so step 3 samples the
     # same responses; everything computed from them must match.
     for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean", "critic/advantages/max", "critic/advantages/min"):
@@ -242,7 +259,7 @@ def test_alert_stop_ends_a_separate_async_run_early_with_a_checkpoint(runs):
     assert sorted(p.name for p in checkpoints.glob("global_step_*")) == ["global_step_1"]
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     assert outcome.state(1)["stagnation"] == {"streak": 1, "stalled": True, "rewards": []}
-    assert "stopping the run after step 1 (algorithm.avspo.alert.action=stop)" in outcome.log
+    assert "stopping the run after step 1 (algorithm.acr.alert.action=stop)" in outcome.log
     assert "adds nothing" not in outcome.log
 
 
@@ -272,8 +289,8 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
     assert [record["step"] for record in records] == [1, 2]
     for record in records:
         data = record["data"]
-        assert all(key in data for key in (*HOOK_KEYS, *ACTOR_KEYS)), record["step"]
-        assert "acr/effective" not in data and "acr/stalled" not in data  # the launcher's
+        assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS)), record["step"]
+        assert data["acr/effective"] == 0.0  # the trained batch holds no collapsed group
     # DAPO filtering stayed on: verl's own eviction metric, and collapsed groups counted in ACR
     # although none is in the trained batch.
     filtered = [r["data"] for r in records if r["data"].get("training/filter_groups/evicted_samples", 0) > 0]
@@ -282,15 +299,21 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
         assert data["acr/rate"] > 0 and data["acr/groups"] > 4
 
 
-def test_stock_main_ppo_with_the_hook_in_colocate_async_logs_acr_and_last_steps_avspo(runs):
-    records = runs["hook_colocate"].records()
-    assert [record["step"] for record in records] == [1, 2, 3]
-    for record in records:
-        assert all(key in record["data"] for key in (*HOOK_KEYS, *ACTOR_KEYS)), record["step"]
-        assert record["data"]["acr/groups"] == 4
-    # The estimator's metrics arrive one step late: none on step 1, then the previous step's.
-    assert not any(key.startswith("avspo/") for key in records[0]["data"])
-    for previous, record in zip(records, records[1:], strict=False):
-        assert all(key in record["data"] for key in AVSPO_KEYS)
-        assert record["data"]["avspo/signal"] == pytest.approx(previous["data"]["acr/rate"])
-    assert "'adv_estimator': 'avspo'" in runs["hook_colocate"].log
+def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):
+    """The hook's trainer saves the run's state with every checkpoint and restores it, and its log keeps
+    the first attempt's rows: steps 4-5 after a stop at 3 are the uninterrupted launcher run's."""
+    first = runs["hook_avspo"]
+    assert first.returncode == 0, first.log[-6000:]
+    resumed = runs["hook_avspo_resumed"].records()
+    straight = {record["step"]: record["data"] for record in runs["launcher_five"].records()}
+    assert [record["step"] for record in resumed] == [1, 2, 3, 4, 5]
+    for record in resumed:
+        data, step = record["data"], record["step"]
+        assert all(key in data for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS)), step
+        # The rollout is seeded from the weights and the prompt, so both routes sample alike.
+        for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean"):
+            assert data[key] == pytest.approx(straight[step][key], abs=1e-6), (step, key)
+    assert _same_controller(
+        runs["hook_avspo_resumed"].state(5)["controller"], runs["launcher_five"].state(5)["controller"]
+    )
+    assert runs["hook_avspo_resumed"].state(3)["controller"]["step"] == 3

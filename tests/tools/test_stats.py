@@ -1,9 +1,12 @@
 """The tools layer's shared pieces, each defined once: early ACR (full, short, sparse and resumed
-logs, and the same number from ``report``, ``table`` and the sandbox's summary), window means, last
+logs; one early-window rule; the same number from ``report``, ``table``, the sandbox's summary and
+``benchmarks/diagnostic_study.py``), window means, last
 values, the latest validation, the statistics over seeds (mean ± sample std cells, paired
 differences with their standard error, against closed forms), Markdown tables and run naming."""
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,9 +17,11 @@ from verl_avspo.tools.diagnosis import diagnose
 from verl_avspo.tools.logs import read_run, run_names, write_record
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.stats import (
+    EARLY_STEPS,
     EarlyACR,
     PairedDifference,
     early_acr,
+    early_window,
     last_value,
     latest_validation,
     mean_std,
@@ -52,6 +57,30 @@ def test_early_acr_skips_unlogged_steps_and_is_none_only_without_any_value():
     acr = acr_series([0, 1, 2, 3], [math.nan, 0.2, math.nan, 0.4])  # step 0: a validation-only record
     assert early_acr(acr, 100) == EarlyACR(pytest.approx(0.3), 1, 3, 2, False)
     assert early_acr(acr_series([1, 2], [math.nan, math.nan])) is None
+
+
+def test_one_early_window_rule_the_paper_s_100_steps_or_the_first_fifth_of_a_run_of_known_length():
+    assert early_window() == EARLY_STEPS == 100  # report and table: a log of unknown length
+    assert [early_window(steps) for steps in (1, 4, 5, 9, 10, 80, 500, 1000)] == [1, 1, 1, 1, 2, 16, 100, 200]
+
+
+def test_the_sandbox_summary_and_the_diagnostic_study_average_the_same_early_window():
+    # A 12-step sandbox log: ACR 0.2 on steps 1-2 (the first fifth), 0.8 after.
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "diagnostic_study.py"
+    spec = importlib.util.spec_from_file_location("diagnostic_study", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    rates = [math.nan] + [0.2, 0.2] + [0.8] * 10
+    frame = pd.DataFrame(
+        {
+            **{key: rates for key in ("acr/rate", "acr/effective", "acr/all_correct", "acr/all_wrong")},
+            **{key: [0.5] + [math.nan] * 11 + [0.7] for key in ("eval/acc_level_1", "eval/acc_mean")},
+            "eval/pass@4_level_1": [0.75] + [math.nan] * 12,
+        },
+        index=pd.Index(range(13), name="step"),
+    )
+    sandbox = run_statistics(frame, num_levels=1, pass_k=4, first_steps=early_window(12))["acr_first"]
+    assert study.run_statistics(frame, steps=12)["acr_early"] == sandbox == pytest.approx(0.2)
 
 
 def write_resumed_log(path, first_step=201, steps=200):

@@ -64,6 +64,11 @@ class ACRConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def measurement(self) -> dict[str, Any]:
+        """The settings that decide what is measured (``tau``, ``reward_range``): a resumed run must keep
+        them, while the alert, which only watches the measurements, may change."""
+        return {"tau": self.tau, "reward_range": self.reward_range}
+
 
 ACR_KEYS = tuple(f.name for f in fields(ACRConfig))
 ALERT_KEYS = tuple(f.name for f in fields(AlertConfig))

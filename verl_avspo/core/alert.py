@@ -2,7 +2,7 @@
 
 Framework-free. :class:`StagnationMonitor` is the streaming form used during training;
 :func:`stalled_steps` runs the same monitor over a log. A rule names the signal that must stay
-strictly above ``threshold`` for ``window`` consecutive steps (``algorithm.avspo.alert.rule``):
+strictly above ``threshold`` for ``window`` consecutive steps (``algorithm.acr.alert.rule``):
 
 - ``acr``: the raw ACR, the paper's rule ("ACR > 0.35 for more than 50 consecutive steps");
 - ``all_wrong``: the all-wrong part of ACR only. All-correct groups are prompts the policy has
@@ -93,7 +93,7 @@ class StagnationMonitor:
     def message(self, step: int, rule_setting: str | None = None, advice: str = ADVICE) -> str:
         """The warning for a run stalled at ``step``; ``rule_setting`` and ``advice`` spell the settings
         the way the framework's user gives them (default: verl's)."""
-        rule_setting = rule_setting or f"algorithm.avspo.alert.rule={self.config.rule}"
+        rule_setting = rule_setting or f"algorithm.acr.alert.rule={self.config.rule}"
         return (
             f"advantage collapse: {describe_rule(self.config)} (now step {step}, {rule_setting}); most groups give "
             f"no gradient. Try to {advice}."

@@ -73,8 +73,8 @@ class AdaptiveController:
 
     def _settings(self) -> dict[str, Any]:
         # What a resume must not change: the estimator's settings and the collapse test its ACR and
-        # virtual values depend on. The alert is the trainer's bookkeeping and may change.
-        return {**self.config.to_dict(), "tau": self.acr.tau, "reward_range": self.acr.reward_range}
+        # virtual values depend on (the alert may change).
+        return {**self.config.to_dict(), **self.acr.measurement()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved, current = state.get("config"), self._settings()

@@ -221,11 +221,12 @@ def run(args: argparse.Namespace) -> int:
     from verl_avspo.sandbox.summary import render_summary, run_statistics
     from verl_avspo.tools.logs import read_metrics
     from verl_avspo.tools.plots import plot_metrics
+    from verl_avspo.tools.stats import early_window
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     level_names = [level.name for level in parse_levels(config.levels)]
-    first_steps = max(1, config.steps // 5)
+    first_steps = early_window(config.steps)
     cache_dir = None if args.no_cache else args.cache_dir
     started = time.monotonic()
     seeds = range(args.seed_start, args.seed_start + args.seeds)

@@ -27,6 +27,7 @@ __all__ = [
     "PairedDifference",
     "StepCoverage",
     "early_acr",
+    "early_window",
     "last_value",
     "latest_validation",
     "mean_std",
@@ -69,6 +70,19 @@ class EarlyACR(NamedTuple):
     last_step: int
     steps: int  # how many logged steps were averaged
     resumed: bool  # the log starts after step ``early_steps``: its earliest logged steps were used
+
+
+def early_window(total_steps: int | None = None) -> int:
+    """How many first training steps early ACR averages: the one rule for every caller.
+
+    The paper's ACR_100 averages the first 100 of 500 training steps. A log of unknown length
+    (``report``, ``table``: a run may still be going) keeps the paper's 100 (:data:`EARLY_STEPS`);
+    a run of known length ``total_steps`` (the sandbox, ``benchmarks/diagnostic_study.py``) keeps
+    the paper's proportion, its first fifth, and at least one step.
+    """
+    if total_steps is None:
+        return EARLY_STEPS
+    return max(1, total_steps // 5)
 
 
 def early_acr(acr: pd.Series, early_steps: int = EARLY_STEPS) -> EarlyACR | None:

@@ -15,10 +15,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+import verl_avspo.verl_plugin.checks.resources as resources
+import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
 from verl_avspo.core.validation import Problems
-from verl_avspo.verl_plugin.checks import resources, values
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 
 __all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]

@@ -12,7 +12,7 @@ import functools
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_avspo.verl_plugin.checks import resources
+import verl_avspo.verl_plugin.checks.resources as resources
 
 __all__ = ["boolean_keys", "boolean_problems"]
 
