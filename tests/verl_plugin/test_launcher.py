@@ -839,5 +839,8 @@ def test_json_lines_data_and_an_empty_file_list_are_checked_too(tmp_path, capsys
     assert f"{tmp_path / 'text.jsonl'} does not start with a JSON object (one row per line), but with 'question" in err
     for name in ("good.jsonl", "rows.json"):
         assert dry_run([*base, f"data.train_files={tmp_path / name}"]) == 0, capsys.readouterr().err
-    assert dry_run([*base, "data.train_files=[]"]) == 1
-    assert "data.train_files is an empty list: give the training files" in capsys.readouterr().err
+    assert dry_run([*base, "data.train_files=[]", "data.val_files=null"]) == 1
+    err = capsys.readouterr().err
+    assert "data.train_files=[] names no file, and verl builds its training dataset from it" in err
+    assert "data.val_files=None names no file, and verl builds its validation dataset from it" in err
+    assert "(written by recipes/data/prepare_eval.py)" in err

@@ -51,11 +51,13 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
-    if OmegaConf.select(config, "data.train_files", default=None) is not None and not local_data_files(
-        config, "data.train_files"
-    ):
-        writer = DATA_WRITERS["data.train_files"]
-        yield f"data.train_files is an empty list: give the training files (written by {writer})."
+    for key in DATA_KEYS:
+        if not local_data_files(config, key):  # verl builds both datasets, validation or not
+            yield (
+                f"{key}={OmegaConf.select(config, key, default=None)} names no file, and verl builds its "
+                f"{'training' if key.endswith('train_files') else 'validation'} dataset from it before the first "
+                f"step (even with trainer.test_freq=-1). Give the files (written by {DATA_WRITERS[key]})."
+            )
     for key in DATA_KEYS:
         for name in local_data_files(config, key):
             if _REMOTE.match(name):
