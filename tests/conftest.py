@@ -53,6 +53,27 @@ def fresh_estimator_state():
     run_state.reset()
 
 
+@pytest.fixture(scope="session")
+def write_verl_parquet():
+    """A writer of one-row data files in verl's format (what a dry run reads: the columns and the
+    data sources), for tests that need data files that pass: ``write(path, data_source)``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def write(path, data_source="openai/gsm8k"):
+        row = {
+            "data_source": data_source,
+            "prompt": [{"role": "user", "content": "1 + 1 = ?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": "2"},
+            "extra_info": {"index": 0},
+        }
+        pq.write_table(pa.Table.from_pylist([row]), path)
+        return path
+
+    return write
+
+
 RAY_FIXTURES = {"transfer_queue_cluster", "ray_session"}
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import load_source, verl_row, write_parquet
+from common import check_writable, load_source, verl_row, write_parquet
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         if not value.isdigit() or int(value) < 1:
             parser.error(f"--max-samples {name}={value}: expected a positive integer, for example {name}=2000")
         max_samples[name] = int(value)
+    try:
+        check_writable(args.out_dir, "--out-dir")  # before the downloads, not after them
+    except ValueError as err:
+        parser.error(str(err))
     for name in args.benchmarks:
         benchmark = BENCHMARKS[name]
         out = Path(args.out_dir) / f"{name}.parquet"

@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from common import load_source, verl_row, write_parquet
+from common import check_writable, load_source, verl_row, write_parquet
 
 from verl_avspo.verl_plugin.rewards import last_boxed_answer
 
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_writable(args.out, "--out")  # before the download, not after it
         dataset = load_source(args.hub_name, None, "train", args.local_path)
         count = write_parquet(math_rows(dataset, args.levels), args.out)
     except (FileNotFoundError, ValueError) as err:

@@ -16,7 +16,7 @@ import argparse
 import sys
 
 import pandas as pd
-from common import read_parquet
+from common import check_writable, read_parquet
 from tqdm import tqdm
 
 from verl_avspo.verl_plugin.rewards import compute_score
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.samples < 1:
         parser.error(f"--samples {args.samples}: need at least one answer per problem")
     try:
+        check_writable(args.out, "--out")  # before the sampling, not after it
         rows = read_parquet(args.data)[: args.limit]
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     completions = BACKENDS[args.backend](args.model, [row["prompt"] for row in rows], args)
     rates = pass_rates(rows, completions)

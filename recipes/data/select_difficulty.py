@@ -17,7 +17,7 @@ import random
 import sys
 
 import pandas as pd
-from common import read_parquet, write_parquet
+from common import check_writable, read_parquet, write_parquet
 
 logger = logging.getLogger("select_difficulty")
 
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_writable(args.out, "--out")
         kept = select(
             read_parquet(args.data),
             pd.read_parquet(args.pass_rates),

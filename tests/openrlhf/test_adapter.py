@@ -228,6 +228,41 @@ def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolve
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--acr.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
         (["--avspo.tau", "0.1", "--acr.tau", "0.2"], r"--avspo\.tau=0\.1 and --acr\.tau=0\.2 disagree"),
+        # What torch.Generator.manual_seed refuses, refused here rather than at the first advantage step.
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.seed", str(2**64)],
+            r"--avspo\.seed=18446744073709551616 is invalid: expected an integer >= 0 and <= 18446744073709551615",
+        ),
+        # A value that is no value is not "the preset's default".
+        (
+            ["--algo.advantage.estimator", "avspo", "--avspo.k="],
+            r"--avspo\.k got '', which is no value\. To keep the default, leave --avspo\.k out; .*--avspo\.k "
+            r"adaptive$",
+        ),
+        (["--algo.advantage.estimator", "avspo", "--avspo.k", "null"], r"--avspo\.k got 'null', which is no value"),
+        (["--acr.tau="], r"--acr\.tau got '', which is no value"),
+        (
+            ["--acr.alert.window", "5", "--acr.alert", "3"],
+            r"--acr\.alert is a group of settings, not one: give its keys, for example --acr\.alert\.window 50",
+        ),
+        (["--avspo.alert.window", "5", "--avspo.alert", "3"], r"--avspo\.alert is a group of settings, not one"),
+        # argparse's abbreviations reach OpenRLHF as the full flag.
+        (["--train.async_e", "--acr.alert.action", "stop"], r"--acr\.alert\.action stop needs OpenRLHF's sync"),
+        # The group size OpenRLHF asserts (a bare AssertionError after its imports), named with the fix.
+        (
+            ["--algo.advantage.estimator", "avspo"],
+            r"^AVSPO compares the responses sampled for one prompt, so it needs at least "
+            r"2 per prompt, and this command has no --rollout\.n_samples_per_prompt \(OpenRLHF's default: 1\)\. Set "
+            r"--rollout\.n_samples_per_prompt 8",
+        ),
+        (
+            ["--algo.advantage.estimator", "dr_grpo", "--avspo.k", "2", "--rollout.n_samples=1"],
+            r"AVSPO compares .* this command has --rollout\.n_samples_per_prompt 1\.",
+        ),
+        (
+            ["--algo.advantage.est", "rloo", "--rollout.n_samples_per_prompt", "1"],
+            r"--algo\.advantage\.estimator rloo compares the responses",
+        ),
     ],
 )
 @pytest.mark.filterwarnings("ignore:--avspo.alert is deprecated:FutureWarning")
@@ -275,7 +310,7 @@ def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkey
         return version(name)
 
     monkeypatch.setattr(importlib.metadata, "version", without_openrlhf)
-    assert launcher.main(["--algo.advantage.estimator", "avspo"]) == 2
+    assert launcher.main(["--algo.advantage.estimator", "avspo", "--rollout.n_samples_per_prompt", "8"]) == 2
     err = capsys.readouterr().err
     assert "verl_avspo.openrlhf: error: OpenRLHF is not installed; supported: openrlhf>=0.10.4,<0.12" in err
     assert "pip install 'openrlhf>=0.10.4,<0.12'" in err
@@ -303,3 +338,26 @@ def test_ray_init_gets_the_setup_hook_and_settings():
     }
     with pytest.raises(ValueError, match=r"already has worker_process_setup_hook='mine'"):
         wrapped(runtime_env={"worker_process_setup_hook": "mine"})
+
+
+def test_a_group_size_of_two_or_more_passes_however_it_is_spelt():
+    for argv in (
+        ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "8"],
+        ["--algo.advantage.estimator=rloo", "--rollout.n_samples_per=2"],
+        ["--algo.advantage.estimator", "gae"],  # no groups, no group size
+        [],
+    ):
+        launcher._check_group_size(argv, avspo=False)
+
+
+def test_help_shows_our_options_when_openrlhf_cannot_be_imported(capsys, monkeypatch):
+    """Without flash_attn (OpenRLHF's trainer does not import), --help still shows ours, exit 0."""
+
+    def unimportable():
+        raise launcher.OpenRLHFIncompatibleError("OpenRLHF 0.11.2 is installed but its trainer does not import")
+
+    monkeypatch.setattr(launcher, "check_openrlhf", unimportable)
+    assert launcher.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m verl_avspo.openrlhf") and "--acr.alert.rule" in out
+    assert "OpenRLHF's own options cannot be listed here: OpenRLHF 0.11.2 is installed but its trainer" in out

@@ -261,3 +261,54 @@ def test_a_corrupt_local_file_is_named_not_a_traceback(scripts, tmp_path, capsys
         scripts["prepare_math"].main(["--local-path", str(corrupt), "--out", str(tmp_path / "out.parquet")])
     assert exit_info.value.code == 2
     assert f"--local-path {corrupt} cannot be read as json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("script", "argv"),
+    [
+        ("prepare_math", ["--local-path", str(FIXTURES / "math_train.jsonl")]),
+        ("prepare_eval", ["--benchmarks", "gsm8k", "--local-path", f"gsm8k={FIXTURES / 'gsm8k.jsonl'}"]),
+        ("select_difficulty", ["--data", "missing.parquet", "--pass-rates", "missing.parquet"]),
+        ("sample_pass_rates", ["--data", "missing.parquet", "--model", "none"]),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(
+    script, argv, scripts, tmp_path, capsys, monkeypatch
+):
+    """The traceback used to come after the download (or the sampling) was done."""
+    for reader in ("load_source", "read_parquet"):  # what each script starts its work with
+        if hasattr(scripts[script], reader):
+            monkeypatch.setattr(scripts[script], reader, lambda *a, **k: pytest.fail("the work must not start"))
+    (tmp_path / "a_file").write_text("")
+    option = "--out-dir" if script == "prepare_eval" else "--out"
+    target = tmp_path / "a_file" / ("eval" if script == "prepare_eval" else "out.parquet")
+    with pytest.raises(SystemExit) as exit_info:
+        scripts[script].main([*argv, option, str(target)])
+    assert exit_info.value.code == 2
+    assert f"{option} {target}: {tmp_path / 'a_file'} is a file, not a folder; choose another {option}" in (
+        capsys.readouterr().err
+    )
+    if script != "prepare_eval":  # a folder where the parquet file should go
+        with pytest.raises(SystemExit):
+            scripts[script].main([*argv, option, str(tmp_path)])
+        assert f"{option} {tmp_path} is a folder; give the parquet file to write" in capsys.readouterr().err
+
+
+def test_an_unreachable_hub_is_said_at_once_with_the_offline_route(scripts, tmp_path, capsys, monkeypatch):
+    """Offline, datasets retried for about 30 s and ended in a ConnectionError traceback."""
+    import time
+
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # tests/conftest.py sets it
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("no download without the hub"))
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        scripts["prepare_math"].main(["--out", str(tmp_path / "out.parquet")])
+    assert exit_info.value.code == 2 and time.monotonic() - start < 15
+    err = capsys.readouterr().err
+    assert "DigitalLearningGmbH/MATH-lighteval is downloaded from http://127.0.0.1:9, which does not answer" in err
+    assert "pass it as --local-path" in err and "HF_DATASETS_OFFLINE=1" in err

@@ -216,15 +216,18 @@ def test_bad_recipe_values_are_refused_by_the_dry_run(variable, value, message, 
     assert message in capsys.readouterr().err
 
 
-def test_dry_run_end_to_end(tmp_path):
+def test_dry_run_end_to_end(tmp_path, write_verl_parquet):
     """The real thing: bash, then ``python -m verl_avspo.main_ppo --dry-run`` in a fresh process,
-    with the recipe's data files present and one logical GPU (the dry run checks both)."""
-    runs, data = tmp_path / "runs", tmp_path / "data"
+    with the recipe's data files present (in verl's format, with the sources recipes/data writes),
+    a local model folder (the hub is off in tests: a hub id not in the HF cache is refused) and one
+    logical GPU (the dry run checks them all)."""
+    runs, data, model = tmp_path / "runs", tmp_path / "data", tmp_path / "model"
+    model.mkdir()
     (data / "eval").mkdir(parents=True)
     (data / "math" / "train_level3_qwen2.5-math-1.5b.parquet").parent.mkdir()
-    (data / "math" / "train_level3_qwen2.5-math-1.5b.parquet").write_bytes(b"")
+    write_verl_parquet(data / "math" / "train_level3_qwen2.5-math-1.5b.parquet", "math")
     for name in ("math500", "gsm8k", "minerva_math", "olympiadbench", "amc23", "aime2024"):
-        (data / "eval" / f"{name}.parquet").write_bytes(b"")
+        write_verl_parquet(data / "eval" / f"{name}.parquet", name)
     result = _run(
         MAIN,
         "trainer.test_freq=5",
@@ -233,6 +236,7 @@ def test_dry_run_end_to_end(tmp_path):
         ESTIMATOR="dapo",
         RUNS_DIR=str(runs),
         DATA_DIR=str(data),
+        MODEL_PATH=str(model),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     command = result.stdout.splitlines()[0]

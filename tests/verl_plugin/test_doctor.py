@@ -60,3 +60,16 @@ def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypat
     monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "dcpo", len)
     assert doctor.run(argparse.Namespace(no_ray=True)) == 1
     assert "[FAIL] baselines: RuntimeError: the 'dcpo' loss is registered by builtins" in capsys.readouterr().out
+
+
+def test_doctor_imports_what_the_given_overrides_name(capsys):
+    """The hook's overrides as a user typed them for stock main_ppo: a misspelt class fails the doctor."""
+    hook_path = "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler"
+    assert doctor._hook([hook_path, "trainer.v1.sampler.custom_sampler.name=ACRSampler", "trainer.nnodes=1"]).endswith(
+        "import(s) as verl will import them"
+    )
+    args = argparse.Namespace(no_ray=True, overrides=[hook_path, "+trainer.v1.sampler.custom_sampler.name=ACRSamplr"])
+    assert doctor.run(args) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] stock main_ppo hook: RuntimeError: trainer.v1.sampler.custom_sampler.name=ACRSamplr" in out
+    assert "Did you mean trainer.v1.sampler.custom_sampler.name=ACRSampler?" in out

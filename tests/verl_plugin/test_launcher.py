@@ -1,5 +1,6 @@
 """``python -m verl_avspo.main_ppo``: config composition, fail-fast checks, ``--dry-run``, ``--cfg job``."""
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -29,12 +30,12 @@ SEPARATE_ASYNC = [
 
 
 @pytest.fixture(scope="module")
-def on_this_machine(tmp_path_factory):
-    """Overrides that make RUNNABLE's resources real here: local data files and model folder (their
-    existence is what a dry run checks), and one logical GPU for Ray's local cluster."""
+def on_this_machine(tmp_path_factory, write_verl_parquet):
+    """Overrides that make RUNNABLE's resources real here: local data files (in verl's format) and
+    model folder (what a dry run checks), and one logical GPU for Ray's local cluster."""
     folder = tmp_path_factory.mktemp("resources")
     for name in ("train.parquet", "val.parquet"):
-        (folder / name).write_bytes(b"")
+        write_verl_parquet(folder / name)
     (folder / "model").mkdir()
     return [
         f"data.train_files={folder / 'train.parquet'}",
@@ -44,6 +45,21 @@ def on_this_machine(tmp_path_factory):
         "+ray_kwargs.ray_init.num_gpus=1",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # verl's default, 2, does not fit one GPU
     ]
+
+
+@contextlib.contextmanager
+def hf_cache_holding(repo_id, cache):
+    """A Hugging Face cache at ``cache`` that holds ``repo_id``'s config.json, as a download leaves it."""
+    import huggingface_hub
+
+    snapshot = cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir(exist_ok=True)
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abc")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+        yield
 
 
 def launch(cwd, *args):
@@ -91,6 +107,10 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
     [
         (["algorithm.avspo.k=0"], "algorithm.avspo.k=0 is invalid: expected a positive integer or 'adaptive'"),
         (["algorithm.avspo.alert.action=halt"], "algorithm.avspo.alert.action='halt' is invalid"),
+        (
+            ["algorithm.avspo.strategy=random", f"algorithm.avspo.seed={2**64}"],
+            f"algorithm.avspo.seed={2**64} is invalid: expected an integer >= 0 and <= {2**64 - 1}",
+        ),
         (
             ["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"],
             "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=rloo: a group estimator",
@@ -510,14 +530,16 @@ def test_a_dry_run_checks_the_trainer_mode_files_model_and_gpus(tmp_path, capsys
     assert (
         "reward.custom_reward_function.path=my_reward.py does not exist on this machine. Fix the path (or name" in err
     )
-    # A hub id and a remote file pass, and the dry run says it did not check them.
+    # A hub id in the HF cache and a remote file pass, and the dry run says it did not check them.
     hub = [*RUNNABLE, *on_this_machine, "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B"]
-    assert dry_run([*hub, "data.val_files=[hdfs://cluster/val.parquet]"]) == 0
+    with hf_cache_holding("Qwen/Qwen2.5-0.5B", tmp_path / "hf"):
+        assert dry_run([*hub, "data.val_files=[hdfs://cluster/val.parquet]"]) == 0
     out = capsys.readouterr().out
-    assert "Not checked: actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B (a Hugging Face hub id" in out
+    assert "Not checked: actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B (a Hugging Face hub id, found in the HF" in out
     assert "Not checked: data.val_files entry hdfs://cluster/val.parquet (remote)." in out
     # A cluster given by address is not contacted by a dry run: said, not guessed.
-    assert dry_run([*hub, "+ray_kwargs.ray_init.address=10.0.0.1:6379"]) == 0
+    with hf_cache_holding("Qwen/Qwen2.5-0.5B", tmp_path / "hf"):
+        assert dry_run([*hub, "+ray_kwargs.ray_init.address=10.0.0.1:6379"]) == 0
     assert "Not checked: that the Ray cluster at 10.0.0.1:6379 has the 1 GPU(s)" in capsys.readouterr().out
 
 
@@ -593,6 +615,13 @@ def test_rollout_replicas_that_do_not_fit_their_gpus_are_refused(capsys, on_this
         ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node=0 is invalid: expected an integer >= 1"),
         ("data.train_batch_size=-8", "data.train_batch_size=-8 is invalid: expected an integer >= 1"),
         ("actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 is invalid"),
+        # verl compares these with 0 after the first step (a TypeError there) or divides by it.
+        ("trainer.save_freq=abc", "trainer.save_freq='abc' is invalid: expected an integer >= -1"),
+        ("trainer.test_freq=5.5", "trainer.test_freq=5.5 is invalid: expected an integer >= -1"),
+        (
+            "actor_rollout_ref.actor.ppo_mini_batch_size=0",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=0 is invalid: expected an integer >= 1",
+        ),
     ],
 )
 def test_recipe_values_of_the_wrong_kind_are_refused_before_verl(override, message, capsys):
@@ -613,3 +642,205 @@ def test_a_real_launch_without_the_gpus_stops_before_ray(monkeypatch, capsys, on
     with pytest.raises(SystemExit):
         launcher.train(no_gpus)
     assert "asks for 8 GPU(s), but this machine (torch.cuda.device_count()) has 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["Flase", "maybe", "yes", "0"])
+def test_text_for_a_boolean_is_refused_not_read_as_true(value, capsys):
+    """``trainer.use_v1=Flase`` is a non-empty string: verl's ``if config.trainer.use_v1`` took it as
+    True. Every key whose default in verl's YAML is a boolean is checked, before verl is imported."""
+    assert dry_run([*RUNNABLE, f"trainer.use_v1={value}", f"reward.reward_model.enable={value}"]) == 1
+    err = capsys.readouterr().err
+    shown = repr(int(value)) if value.isdigit() else repr(value)
+    read_as = "False" if value == "0" else "True"
+    for key in ("trainer.use_v1", "reward.reward_model.enable"):
+        assert f"{key}={shown} is not a boolean, and verl would read it as {read_as}" in err, err
+    assert ("Did you mean trainer.use_v1=False?" in err) == (value == "Flase")
+    assert "Not yet checked, because verl is not imported" in err
+    assert dry_run([*RUNNABLE, "trainer.use_v1=false", "reward.reward_model.enable=False"]) == 1  # real booleans
+    assert "is not a boolean" not in capsys.readouterr().err
+
+
+def test_the_boolean_keys_are_those_verl_reads_as_booleans():
+    from verl_avspo.verl_plugin.checks.values import boolean_keys
+
+    keys = boolean_keys()
+    launcher_reads = (
+        "trainer.use_v1",
+        "reward.reward_model.enable",
+        "reward.reward_model.enable_resource_pool",
+        "algorithm.filter_groups.enable",
+        "actor_rollout_ref.hybrid_engine",
+        "actor_rollout_ref.model.use_fused_kernels",
+        "actor_rollout_ref.actor.use_dynamic_bsz",
+        "critic.enable",
+    )
+    assert set(launcher_reads) <= set(keys)
+    assert "actor_rollout_ref.rollout.n" not in keys and "algorithm.adv_estimator" not in keys
+
+
+def test_avspo_settings_with_another_estimator_are_refused_in_the_dry_run(capsys):
+    """The issue's case: gae, one sample per prompt, and an AVSPO key, which was accepted silently."""
+    overrides = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1", "algorithm.avspo.k=4"]
+    assert dry_run([*RUNNABLE, *overrides]) == 1
+    err = capsys.readouterr().err
+    assert "algorithm.avspo.k=4 set with algorithm.adv_estimator=gae: AVSPO's settings apply only to the avspo" in err
+    assert "Set algorithm.adv_estimator=avspo, or remove them" in err
+
+
+def test_a_misspelt_hook_or_custom_class_is_imported_and_refused_before_ray(tmp_path, capsys, on_this_machine):
+    """Stock main_ppo failed 40 s into the run, inside Ray, on a misspelt custom_sampler; the dry run
+    imports what each path/name pair names, as verl's loader will."""
+    hook_path, hook_name = HOOK_OVERRIDES
+    base = [*RUNNABLE, *on_this_machine]
+    assert dry_run([*base, hook_path, hook_name]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert dry_run([*base, hook_path, "trainer.v1.sampler.custom_sampler.name=ACRSamplr"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "trainer.v1.sampler.custom_sampler.name=ACRSamplr: trainer.v1.sampler.custom_sampler.path="
+        "pkg://verl_avspo.verl_plugin.sampler has no ACRSamplr. Did you mean "
+        "trainer.v1.sampler.custom_sampler.name=ACRSampler?" in err
+    ), err
+    assert (
+        dry_run([*base, "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr", hook_name]) == 1
+    )
+    err = capsys.readouterr().err
+    assert "custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr cannot be imported: No module named" in err, err
+    # A file, as verl takes it: the class must be there, and be a class; a path without a name is ignored by verl.
+    (tmp_path / "my_data.py").write_text("class MathDataset:\n    pass\n\nhelper = 3\n")
+    custom = f"data.custom_cls.path={tmp_path / 'my_data.py'}"
+    assert dry_run([*base, custom, "data.custom_cls.name=MathDataset"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert dry_run([*base, custom, "data.custom_cls.name=MathDatset"]) == 1
+    assert "Did you mean data.custom_cls.name=MathDataset?" in capsys.readouterr().err
+    assert dry_run([*base, custom, "data.custom_cls.name=helper"]) == 1
+    assert "defines helper, but not as a class (int)" in capsys.readouterr().err
+    assert dry_run([*base, custom]) == 1
+    assert (
+        f"data.custom_cls.path={tmp_path / 'my_data.py'} is set without data.custom_cls.name" in capsys.readouterr().err
+    )
+    # A module whose own code fails shows its error.
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    assert dry_run([*base, f"reward.custom_reward_function.path={tmp_path / 'broken.py'}"]) == 1
+    err = capsys.readouterr().err
+    assert "broken.py fails to import: ModuleNotFoundError: No module named 'not_a_module_anywhere'" in err, err
+
+
+def test_data_files_are_read_as_far_as_their_schema_and_sources(tmp_path, capsys, on_this_machine, write_verl_parquet):
+    """A text file named .parquet, a parquet without verl's columns and a data_source no reward scores
+    all passed the dry run, and failed after the models had loaded (the last at the first reward)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = [*RUNNABLE, *on_this_machine]
+    (tmp_path / "text.parquet").write_text("hello")
+    pq.write_table(pa.Table.from_pylist([{"question": "1 + 1", "answer": "2"}]), tmp_path / "raw.parquet")
+    write_verl_parquet(tmp_path / "mine.parquet", "my_benchmark")
+    write_verl_parquet(tmp_path / "math500.parquet", "math500")  # ours scores it, verl's default does not
+    (tmp_path / "data.csv").write_text("prompt\n")
+    assert dry_run([*base, f"data.train_files=[{tmp_path / 'text.parquet'},{tmp_path / 'raw.parquet'}]"]) == 1
+    err = capsys.readouterr().err
+    assert f"data.train_files: {tmp_path / 'text.parquet'} is not a readable parquet file (" in err, err
+    assert (
+        f"data.train_files: {tmp_path / 'raw.parquet'} has no column prompt, data_source, reward_model (it has: "
+        "question, answer)" in err
+    )
+    assert "write the file with recipes/data/prepare_math.py" in err
+    assert dry_run([*base, f"data.val_files={tmp_path / 'data.csv'}"]) == 1
+    err = capsys.readouterr().err
+    assert "is not a .parquet, .json or .jsonl file" in err and "recipes/data/prepare_eval.py" in err
+    for source in ("mine", "math500"):
+        assert dry_run([*base, f"data.val_files={tmp_path / f'{source}.parquet'}"]) == 1
+        err = capsys.readouterr().err
+        assert "has data_source values that the reward function does not score: " in err, err
+        assert "verl would stop at the first reward with NotImplementedError" in err
+    ours = ["reward.custom_reward_function.path=pkg://verl_avspo.verl_plugin.rewards"]
+    assert dry_run([*base, *ours, f"data.val_files={tmp_path / 'math500.parquet'}"]) == 0, capsys.readouterr().err
+    assert dry_run([*base, *ours, f"data.val_files={tmp_path / 'mine.parquet'}"]) == 1
+    assert "'my_benchmark'" in capsys.readouterr().err
+    (tmp_path / "my_reward.py").write_text("def compute_score(**kwargs):\n    return 0.0\n")
+    theirs = [f"reward.custom_reward_function.path={tmp_path / 'my_reward.py'}"]
+    assert dry_run([*base, *theirs, f"data.val_files={tmp_path / 'mine.parquet'}"]) == 0, capsys.readouterr().err
+    assert "Not checked: the data_source values against reward.custom_reward_function.path=" in capsys.readouterr().out
+
+
+def test_verls_default_reward_dispatch_is_read_from_its_source():
+    from verl.utils.reward_score import default_compute_score
+
+    from verl_avspo.verl_plugin.rewards import scores_source, verl_scores_source
+
+    assert verl_scores_source("openai/gsm8k") and verl_scores_source("aime2025")  # == and startswith
+    assert not verl_scores_source("gsm8k") and scores_source("gsm8k")  # ours adds the short names
+    with pytest.raises(NotImplementedError):  # the control: verl itself refuses what we call unknown
+        default_compute_score("my_benchmark", "\\boxed{2}", "2")
+    assert default_compute_score("openai/gsm8k", "#### 2", "2") == 1.0
+
+
+def test_a_hub_id_that_cannot_load_is_refused_in_seconds_not_after_a_minute_of_retries(
+    monkeypatch, capsys, on_this_machine
+):
+    """Offline, the dry run spent about a minute in huggingface_hub's retries before verl's own model
+    config failed (the critic's, with gae). Now: the HF cache, or one request to the hub, decides."""
+    import time
+
+    import huggingface_hub
+
+    gae = [*RUNNABLE, *on_this_machine, "algorithm.adv_estimator=gae", "critic.use_dynamic_bsz=True"]
+    hub_ids = ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B", "critic.model.path=Qwen/Qwen2.5-0.5B"]
+    assert huggingface_hub.constants.HF_HUB_OFFLINE  # tests/conftest.py switches the hub off
+    assert dry_run([*gae, *hub_ids]) == 1
+    err = capsys.readouterr().err
+    for key in ("actor_rollout_ref.model.path", "critic.model.path"):
+        assert f"{key}=Qwen/Qwen2.5-0.5B is a Hugging Face hub id that is not in the HF cache" in err, err
+    assert "HF_HUB_OFFLINE is set, so it cannot be downloaded" in err and "HFModelConfig" not in err
+    # Online, but the hub does not answer (nothing listens on this port): one failed request, no retries.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    start = time.monotonic()
+    assert dry_run([*gae, *hub_ids]) == 1
+    assert time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert "critic.model.path=Qwen/Qwen2.5-0.5B is neither a local directory nor in the HF cache, and " in err, err
+    assert "http://127.0.0.1:9 does not answer (ConnectError" in err and "HFModelConfig" not in err
+
+
+def test_gae_without_a_critic_model_says_what_to_set(capsys, on_this_machine):
+    """verl's message named its placeholder model (~/models/deepseek-llm-7b-chat) in a repo-id error."""
+    gae = [*RUNNABLE, *on_this_machine, "algorithm.adv_estimator=gae", "critic.use_dynamic_bsz=True"]
+    assert dry_run(gae) == 1
+    err = capsys.readouterr().err
+    actor = next(o for o in on_this_machine if o.startswith("actor_rollout_ref.model.path="))
+    assert (
+        "critic.model.path=~/models/deepseek-llm-7b-chat does not exist on this machine: algorithm.adv_estimator=gae "
+        "trains a critic (a value model) starting from critic.model.path" in err
+    ), err
+    assert f"usually to the actor's model (critic.{actor.removeprefix('actor_rollout_ref.')})" in err
+    assert "HFModelConfig" not in err and err.startswith("verl-avspo: critic.model.path=")
+    model_file = actor.removeprefix("actor_rollout_ref.model.path=") + "/../train.parquet"
+    assert dry_run([*gae, f"critic.model.path={model_file}"]) == 1
+    assert f"critic.model.path={model_file} is a file; give the model's folder" in capsys.readouterr().err
+    # A local folder passes the path check; what is in it is verl's to judge (this one is empty).
+    assert dry_run([*gae, f"critic.{actor.removeprefix('actor_rollout_ref.')}"]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" not in err and "verl's validate_config rejected the config" in err, err
+
+
+def test_json_lines_data_and_an_empty_file_list_are_checked_too(tmp_path, capsys, on_this_machine):
+    """verl's dataset also reads .json/.jsonl: their first row's keys are its columns."""
+    base = [*RUNNABLE, *on_this_machine]
+    (tmp_path / "raw.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+    (tmp_path / "text.jsonl").write_text("question,answer\n")
+    (tmp_path / "rows.json").write_text('[{"question": "1 + 1"}]')  # an array: not read here
+    good = '{"data_source": "openai/gsm8k", "prompt": [], "reward_model": {"ground_truth": "2"}}\n'
+    (tmp_path / "good.jsonl").write_text(good)
+    assert dry_run([*base, f"data.train_files=[{tmp_path / 'raw.jsonl'},{tmp_path / 'text.jsonl'}]"]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'raw.jsonl'} has no column prompt, data_source, reward_model (it has: question, answer)" in err
+    assert f"{tmp_path / 'text.jsonl'} does not start with a JSON object (one row per line), but with 'question" in err
+    for name in ("good.jsonl", "rows.json"):
+        assert dry_run([*base, f"data.train_files={tmp_path / name}"]) == 0, capsys.readouterr().err
+    assert dry_run([*base, "data.train_files=[]", "data.val_files=null"]) == 1
+    err = capsys.readouterr().err
+    assert "data.train_files=[] names no file, and verl builds its training dataset from it" in err
+    assert "data.val_files=None names no file, and verl builds its validation dataset from it" in err
+    assert "(written by recipes/data/prepare_eval.py)" in err

@@ -21,12 +21,12 @@ pytestmark = pytest.mark.verl
 
 
 @pytest.fixture(scope="module")
-def runnable(tmp_path_factory) -> str:
+def runnable(tmp_path_factory, write_verl_parquet) -> str:
     """The overrides of a config that passes a dry run here (local data files and model folder, one
     logical GPU for Ray's local cluster), as the text of a Python list for the subprocess."""
     folder = tmp_path_factory.mktemp("resources")
     for name in ("train.parquet", "val.parquet"):
-        (folder / name).write_bytes(b"")
+        write_verl_parquet(folder / name)
     (folder / "model").mkdir()
     return repr(
         [

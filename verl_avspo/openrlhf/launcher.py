@@ -46,8 +46,10 @@ __all__ = ["WORKER_SETUP_HOOK", "split_settings_arguments", "choose_estimator", 
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
-_ESTIMATOR_PREFIX = "--algo.advantage.e"
 _ASYNC_FLAG = "--train.async_enable"
+_GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
+# The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
+OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 # Each group of settings: its flags' prefix, the keys it takes and what it is called in messages.
 _GROUPS = {
     f"{AVSPO_FLAGS}.": (AVSPO_KEYS, "an AVSPO setting"),
@@ -113,6 +115,12 @@ def _value(tokens: Sequence[str], prefix: str, key: str) -> Any:
             raise UsageError(f"{prefix}{key} needs a value, and {key!r} is not {what} (docs/configuration.md)")
         raise UsageError(f"{prefix}{key} needs a value, for example {prefix}{key} {example}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
+    if any(value is None for value in values):  # "--avspo.k=", "--avspo.k null": not "the preset's default"
+        example = _example(key)
+        raise UsageError(
+            f"{prefix}{key} got {' '.join(tokens)!r}, which is no value. To keep the default, leave {prefix}{key} "
+            f"out" + (f"; to set it, give a value, for example {prefix}{key} {example}" if example else "")
+        )
     return values[0] if len(values) == 1 else values
 
 
@@ -146,6 +154,11 @@ def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, 
             values, i = list(argv[i + 1 : end]), end
         if not key:
             raise UsageError(f"{flag} is not a setting: give a key, for example --avspo.preset paper or --acr.tau 1e-6")
+        if key == "alert":
+            raise UsageError(
+                f"{flag} is a group of settings, not one: give its keys, for example {flag}.window 50 (keys: "
+                f"{', '.join(ALERT_KEYS)})"
+            )
         settings = groups[prefix]
         section, dot, alert_key = key.partition(".")
         target = settings.setdefault("alert", {}) if section == "alert" and dot else settings
@@ -167,8 +180,7 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     position, estimator = None, None
     for i, token in enumerate(argv):
         flag, has_value, inline = token.partition("=")
-        # argparse also takes an unambiguous prefix; no other OpenRLHF option starts like this one.
-        if flag == _LEGACY_ESTIMATOR_FLAG or (flag.startswith(_ESTIMATOR_PREFIX) and _ESTIMATOR_FLAG.startswith(flag)):
+        if flag == _LEGACY_ESTIMATOR_FLAG or _names(flag, _ESTIMATOR_FLAG):
             if has_value:
                 position, estimator = i, inline
                 argv[i] = f"{_ESTIMATOR_FLAG}={inline}"
@@ -193,10 +205,45 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     return argv, settings
 
 
+def _names(token: str, flag: str) -> bool:
+    """Whether ``token`` (before any ``=``) is ``flag`` as OpenRLHF's argparse reads it: the flag itself,
+    or an abbreviation of it (a prefix that goes past its section, ``--train.async_e``); an ambiguous
+    one argparse refuses itself."""
+    name = token.partition("=")[0]
+    return name.startswith("--") and flag.startswith(name) and len(name) > flag.rindex(".") + 1
+
+
+def _option_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--flag VALUE``, ``--flag=VALUE``, or an abbreviation), or None."""
+    value = None
+    for i, token in enumerate(argv):
+        if _names(token, flag):
+            _, has_value, inline = token.partition("=")
+            value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def _check_group_size(argv: Sequence[str], avspo: bool) -> None:
+    """OpenRLHF asserts a group size above 1 for its group estimators (a bare AssertionError, after
+    its imports); AVSPO runs as group_norm."""
+    estimator = _option_value(argv, _ESTIMATOR_FLAG) or "gae"
+    if estimator not in OPENRLHF_GROUP_ESTIMATORS:
+        return
+    given = _option_value(argv, _GROUP_SIZE_FLAG)
+    size = _number(given) if given is not None else 1
+    if isinstance(size, int) and size < 2:
+        what = "AVSPO" if avspo else f"{_ESTIMATOR_FLAG} {estimator}"
+        shown = f"{_GROUP_SIZE_FLAG} {given}" if given is not None else f"no {_GROUP_SIZE_FLAG} (OpenRLHF's default: 1)"
+        raise UsageError(
+            f"{what} compares the responses sampled for one prompt, so it needs at least 2 per prompt, and this "
+            f"command has {shown}. Set {_GROUP_SIZE_FLAG} 8 (the paper's group size) or more."
+        )
+
+
 def _check_alert_stop(argv: Sequence[str], acr: ACRConfig) -> None:
     """``--acr.alert.action stop`` ends the synchronous trainer's loop; the asynchronous one
     generates in another actor, which the alert cannot stop."""
-    if acr.alert.action == "stop" and any(token.partition("=")[0] == _ASYNC_FLAG for token in argv):
+    if acr.alert.action == "stop" and any(_names(token, _ASYNC_FLAG) for token in argv):
         raise UsageError(
             f"{ACR_FLAGS}.alert.action stop needs OpenRLHF's synchronous trainer; with {_ASYNC_FLAG} the alert can "
             f"only warn. Drop {_ASYNC_FLAG} or use {ACR_FLAGS}.alert.action warn."
@@ -271,8 +318,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(token in ("-h", "--help") for token in argv):
         print(USAGE)
+        try:
+            check_openrlhf()
+        except OpenRLHFIncompatibleError as error:  # ours are shown; OpenRLHF's need OpenRLHF importable
+            print(f"\nOpenRLHF's own options cannot be listed here: {error}")
+            return 0
     try:
         rest, settings, acr = resolve_arguments(argv)
+        _check_group_size(rest, avspo=settings is not None)
         version = check_openrlhf()
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def registered_by() -> str:
@@ -35,6 +35,13 @@ _PROBE = "from verl_avspo.verl_plugin.doctor import registered_by; print(registe
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray actor check (it starts a local Ray)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="your stock main_ppo overrides: the custom_sampler (the ACR hook), custom_cls and custom_reward_function "
+        "they name are imported and checked (default: the hook's own overrides)",
+    )
 
 
 def _versions() -> str:
@@ -162,16 +169,23 @@ def _baselines() -> str:
     return f"dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR {intuitor}"
 
 
-def _hook() -> str:
-    """The ACR hook for stock ``main_ppo``: its module loads (as verl's ``pkg://`` loader would load
-    it), and the overrides to add."""
-    import importlib
+def _hook(overrides: Sequence[str] = ()) -> str:
+    """The ACR hook for stock ``main_ppo``: imported as verl's loader would import it, and the
+    overrides to add; with ``overrides``, what their ``path``/``name`` pairs name instead (the hook's
+    ``trainer.v1.sampler.custom_sampler``, a custom dataset or reward function, ...)."""
+    from omegaconf import OmegaConf
 
-    from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, SAMPLER_NAME, SAMPLER_PATH
+    from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
+    from verl_avspo.verl_plugin.checks.extern import EXTERN_SECTIONS, extern_object_problems
 
-    module = importlib.import_module(SAMPLER_PATH.removeprefix("pkg://"))
-    if not hasattr(module, SAMPLER_NAME):
-        raise RuntimeError(f"{SAMPLER_PATH} has no {SAMPLER_NAME}")
+    named = [
+        arg.lstrip("+") for arg in overrides if arg.lstrip("+").partition("=")[0].rpartition(".")[0] in EXTERN_SECTIONS
+    ]
+    problems = extern_object_problems(OmegaConf.from_dotlist(["trainer.use_v1=true", *(named or HOOK_OVERRIDES)]))
+    if problems:
+        raise RuntimeError(" ".join(problems))
+    if named:
+        return f"{' '.join(named)} import(s) as verl will import them"
     return f"ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add {' '.join(HOOK_OVERRIDES)}"
 
 
@@ -185,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         checks.append(("Ray actor", _ray_actor))
     checks.append(("launcher config", _config))
     checks.append(("baselines", _baselines))
-    checks.append(("stock main_ppo hook", _hook))
+    checks.append(("stock main_ppo hook", lambda: _hook(getattr(args, "overrides", ()))))
     failures = 0
     for name, check in checks:
         try:

@@ -96,9 +96,8 @@ def _fail(err: ConfigCheckError) -> None:
 
 # Said after a dry run passes, so that nobody reads "OK" as "it will train".
 DRY_RUN_LIMITS = (
-    "Not checked by a dry run: that the model and tokenizer load and fit in GPU memory, the data's columns and "
-    "prompt lengths, the reward function's output, the rollout engine (vllm/sglang) being installed, and "
-    "network access."
+    "Not checked by a dry run: that the model and tokenizer load and fit in GPU memory, the prompt lengths, the "
+    "reward function's output, and the rollout engine (vllm/sglang) being installed."
 )
 
 
@@ -200,8 +199,9 @@ def dry_run(overrides: Sequence[str]) -> int:
         return 1
     print(_describe(config, checked))
     print(
-        "OK: the config composes and passes verl-avspo's and verl's checks; the local data files and model path "
-        "exist, the trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"
+        "OK: the config composes and passes verl-avspo's and verl's checks; the local data files exist with verl's "
+        "columns and data sources the reward scores, the model path exists, what the config names imports, the "
+        "trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"
     )
     print(DRY_RUN_LIMITS + "".join(f"\nNot checked: {item}." for item in not_checked))
     return 0

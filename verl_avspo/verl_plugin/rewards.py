@@ -20,6 +20,9 @@ extra_info=)`` once per response and logs the returned float as ``acc``, so vali
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import re
 import threading
 from typing import Any
@@ -31,6 +34,8 @@ __all__ = [
     "MATH_SOURCES",
     "CHOICE_SOURCES",
     "compute_score",
+    "scores_source",
+    "verl_scores_source",
     "math_score",
     "choice_score",
     "extract_choice",
@@ -138,3 +143,38 @@ def compute_score(
     if data_source in MATH_SOURCES:
         return math_score(solution_str, ground_truth)
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+@functools.cache
+def _verl_dispatch() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The ``data_source`` values verl's ``default_compute_score`` dispatches on (``==`` and ``in [...]``),
+    and the prefixes it accepts (``startswith``), read from its source: it raises NotImplementedError
+    for any other only when the first reward is computed."""
+    tree = ast.parse(inspect.getsource(default_compute_score))
+    names, prefixes = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "data_source":
+            for compared in node.comparators:
+                names.update(
+                    c.value for c in ast.walk(compared) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "startswith"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "data_source"
+        ):
+            prefixes += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return frozenset(names), tuple(prefixes)
+
+
+def verl_scores_source(data_source: str) -> bool:
+    """Whether verl's ``default_compute_score`` has a scorer for ``data_source``."""
+    names, prefixes = _verl_dispatch()
+    return data_source in names or data_source.startswith(prefixes)
+
+
+def scores_source(data_source: str) -> bool:
+    """Whether :func:`compute_score` has a scorer for ``data_source`` (ours, else verl's)."""
+    return data_source in CHOICE_SOURCES or data_source in MATH_SOURCES or verl_scores_source(data_source)

@@ -8,23 +8,26 @@ once. They come in two stages:
 - :func:`settings_problems` (:mod:`.settings`) needs no verl import (about a second): the group
   size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and
   ``algorithm.intrinsic`` value, and how they combine with the trainer, the data (DCPO's prompt
-  indices, :mod:`.prompt_index`) and the policy loss. The launcher runs it first, so a typo is
-  refused in seconds rather than after verl's imports.
+  indices, :mod:`.prompt_index`) and the policy loss; text given for a boolean (:mod:`.values`).
+  The launcher runs it first, so a typo is refused in seconds rather than after verl's imports.
 - :func:`registry_problems` (here) imports verl: the estimator, the policy loss and the V1 trainer
   mode against verl's registries, and verl's own ``validate_config``.
 
 :func:`resource_problems` (:mod:`.resources`) checks what the run will find on the machine: local
-data files, a local model path, and whether the Ray cluster can supply the GPUs the config asks
-for; it also says what it could not check.
+data files with their columns and data sources (:mod:`.data`), a local model path or a hub id that
+can load (:mod:`.hub`), the classes and functions the config names (:mod:`.extern`), and whether
+the Ray cluster can supply the GPUs the config asks for; it also says what it could not check.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import re
 import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
+from verl_avspo.verl_plugin.checks.hub import hub_offline
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.resources import (
     cluster_gpus,
@@ -158,6 +162,16 @@ def registry_problems(config: DictConfig) -> list[str]:
     return problems
 
 
+def _unloadable_model_section(config: DictConfig, error: str) -> str | None:
+    """The model section (``critic.model``, ...) whose config verl failed to build, when its path is
+    not a local directory (a placeholder, a typo or a hub id: reported by the path checks)."""
+    match = re.search(r"full_key: (\S+\.model)\b", error)
+    if match is None:
+        return None
+    path = OmegaConf.select(config, f"{match.group(1)}.path", default=None)
+    return match.group(1) if path is None or not Path(str(path)).expanduser().is_dir() else None
+
+
 def _verl_validate_problems(config: DictConfig) -> list[str]:
     """verl's own launcher-side validation (batch sizes, micro batches, ...), which needs no GPU.
     verl stops at its first complaint, so this gives at most one."""
@@ -168,12 +182,18 @@ def _verl_validate_problems(config: DictConfig) -> list[str]:
 
     try:
         auto_set_device(config)
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        with hub_offline():  # hub ids are checked with the resources; verl would retry for a minute
+            validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except hydra.errors.InstantiationException as err:
+        model = _unloadable_model_section(config, str(err))
+        if model is not None:  # the path checks name it, with the fix
+            return []
+        return [f"verl's validate_config rejected the config: {err}"]
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         fix = f" Set it on the command line: {key}=<value>." if key else ""
         return [f"verl's config is incomplete: {str(err).splitlines()[0]}.{fix}"]
-    except (AssertionError, ValueError, hydra.errors.InstantiationException) as err:
+    except (AssertionError, ValueError) as err:
         return [f"verl's validate_config rejected the config: {err}"]
     except TypeError as err:  # verl's YAML is untyped, so text given for a number fails in its arithmetic
         where = traceback.extract_tb(err.__traceback__)[-1].line

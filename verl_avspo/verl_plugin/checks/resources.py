@@ -1,6 +1,8 @@
 """What a run will find on this machine: the installed verl (found without importing it), local
-data files, a local model path, and whether the Ray cluster can supply the GPUs the config asks
-for (verl otherwise waits for them). Pure: problems and what could not be checked are returned.
+data files (read by :mod:`.data`), a local model path or a hub id that loads (:mod:`.hub`), the
+classes the config names (:mod:`.extern`), and whether the Ray cluster can supply the GPUs the
+config asks for (verl otherwise waits for them). Pure: problems and what could not be checked are
+returned.
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["verl_package_dir", "verl_has_self_certainty", "cluster_gpus", "resource_problems"]
+from verl_avspo.verl_plugin.checks.data import DATA_KEYS, DATA_WRITERS, data_problems, local_data_files
+from verl_avspo.verl_plugin.checks.extern import extern_object_problems
+from verl_avspo.verl_plugin.checks.hub import hub_model_problem
+
+__all__ = [
+    "verl_package_dir",
+    "verl_has_self_certainty",
+    "uses_critic",
+    "model_path_keys",
+    "cluster_gpus",
+    "resource_problems",
+]
 
 
 def verl_package_dir() -> Path:
@@ -38,43 +50,80 @@ _REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-def _listed(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(item) for item in value]
-
-
 def _path_problems(config: DictConfig, not_checked: list[str]) -> Iterator[str]:
-    for key in ("data.train_files", "data.val_files"):
-        for name in _listed(OmegaConf.select(config, key, default=None)):
+    for key in DATA_KEYS:
+        if not local_data_files(config, key):  # verl builds both datasets, validation or not
+            yield (
+                f"{key}={OmegaConf.select(config, key, default=None)} names no file, and verl builds its "
+                f"{'training' if key.endswith('train_files') else 'validation'} dataset from it before the first "
+                f"step (even with trainer.test_freq=-1). Give the files (written by {DATA_WRITERS[key]})."
+            )
+    for key in DATA_KEYS:
+        for name in local_data_files(config, key):
             if _REMOTE.match(name):
                 not_checked.append(f"{key} entry {name} (remote)")
             elif not Path(name).expanduser().exists():
                 yield (
                     f"{key}: {name} does not exist. Fix the path, or write the data first (recipes/README.md, "
-                    "recipes/data/prepare_math.py)."
+                    f"{DATA_WRITERS[key]})."
                 )
-    for key in ("actor_rollout_ref.model.path", "reward.custom_reward_function.path"):
+    for key in (*model_path_keys(config), "reward.custom_reward_function.path"):
         name = OmegaConf.select(config, key, default=None)
+        if name is not None and key in _MODEL_KEYS and Path(str(name)).expanduser().is_file():
+            yield f"{key}={name} is a file; give the model's folder (the one that holds its config.json)."
+            continue
         if name is None or Path(str(name)).expanduser().exists():
             continue
         name = str(name)
         if _REMOTE.match(name):  # pkg:// (a module), hdfs://, ...
             if not name.startswith("pkg://"):
                 not_checked.append(f"{key}={name} (remote)")
-        elif key.endswith("model.path") and _HUB_ID.match(name):
-            not_checked.append(
-                f"{key}={name} (a Hugging Face hub id: downloaded, or read from the HF cache, at launch)"
+        elif key in _MODEL_KEYS and _HUB_ID.match(name):
+            problem, unchecked = hub_model_problem(key, name)
+            if problem:
+                yield problem
+            else:
+                not_checked.append(unchecked)
+        elif key == "critic.model.path":
+            actor = OmegaConf.select(config, "actor_rollout_ref.model.path", default=None)
+            why = (
+                "critic.enable=True"
+                if OmegaConf.select(config, "critic.enable", default=None) is True
+                else f"algorithm.adv_estimator={config.algorithm.adv_estimator}"
+            )
+            yield (
+                f"critic.model.path={name} does not exist on this machine: {why} trains a critic (a value model) "
+                "starting from critic.model.path, and verl's default is a placeholder. Set critic.model.path, "
+                f"usually to the actor's model (critic.model.path={actor}), or use an estimator without a critic "
+                "(avspo, grpo)."
             )
         else:
             accepted = (
                 "a hub id such as Qwen/Qwen2.5-0.5B is also accepted"
-                if key.endswith("model.path")
+                if key in _MODEL_KEYS
                 else "or name a module as pkg://package.module"
             )
             yield f"{key}={name} does not exist on this machine. Fix the path ({accepted})."
+
+
+def uses_critic(config: DictConfig) -> bool:
+    """Whether verl trains a critic: ``critic.enable``, or by default with the gae estimator (verl's
+    ``need_critic``, without importing verl)."""
+    enable = OmegaConf.select(config, "critic.enable", default=None)
+    return enable is True or (enable is None and config.algorithm.adv_estimator == "gae")
+
+
+_MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward.reward_model.model_path")
+
+
+def model_path_keys(config: DictConfig) -> list[str]:
+    """The model paths the run loads: the actor's, and the critic's and the reward model's when used."""
+    keys = [_MODEL_KEYS[0]]
+    if uses_critic(config):
+        keys.append(_MODEL_KEYS[1])
+    if OmegaConf.select(config, "reward.reward_model.enable", default=False) is True:
+        keys.append(_MODEL_KEYS[2])
+    return keys
 
 
 def _gpu_pools(config: DictConfig) -> dict[str, int]:
@@ -196,8 +245,9 @@ def _rollout_replica_problems(config: DictConfig) -> Iterator[str]:
 
 
 def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[list[str], list[str]]:
-    """What the run will find: local data files and model path, rollout replicas that fit their GPUs,
-    and the GPUs of its Ray cluster.
+    """What the run will find: local data files (with their columns and data sources) and model path,
+    the classes and functions it names (imported), rollout replicas that fit their GPUs, and the GPUs
+    of its Ray cluster.
 
     Returns:
         (problems, not checked): each problem names the key and the fix; "not checked" lists what
@@ -205,6 +255,8 @@ def resource_problems(config: DictConfig, *, connect: bool = False) -> tuple[lis
     """
     not_checked: list[str] = []
     problems = list(_path_problems(config, not_checked))
+    problems += data_problems(config, not_checked)
+    problems += extern_object_problems(config)
     problems += _rollout_replica_problems(config)
     problems += _gpu_problems(config, not_checked, connect=connect)
     return problems, not_checked

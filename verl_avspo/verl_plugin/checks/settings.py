@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import verl_avspo.verl_plugin.checks.resources as resources
+import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
 from verl_avspo.core.validation import Problems
@@ -70,6 +71,10 @@ _NUMBERS = (
     ("trainer.n_gpus_per_node", True, 1, False, math.inf),
     ("trainer.nnodes", True, 1, False, math.inf),
     ("trainer.total_epochs", True, 1, False, math.inf),
+    # Compared with 0 after the first step (-1 or 0: off); text fails there with a TypeError.
+    ("trainer.save_freq", True, -1, False, math.inf),
+    ("trainer.test_freq", True, -1, False, math.inf),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", True, 1, False, math.inf),
 )
 
 
@@ -282,6 +287,7 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     resolved. Logs nothing."""
     algorithm = config.algorithm
     problems, warnings = Problems(), []
+    problems.messages.extend(values.boolean_problems(config))
     problems.messages.extend(_rollout_problems(config))
     problems.messages.extend(_number_problems(config))
     problems.messages.extend(_separate_async_problems(config))
