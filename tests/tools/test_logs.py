@@ -1,11 +1,12 @@
-"""Reading verl's file-logger JSONL: merging, malformed lines, and which files count as logs."""
+"""Reading verl's file-logger JSONL: merging, malformed lines, and which files count as logs; keeping a
+resumed run's history (keep_history)."""
 
 import io
 import json
 
 import pytest
 
-from verl_avspo.tools.logs import find_logs, read_metrics, write_record
+from verl_avspo.tools.logs import find_logs, keep_history, read_metrics, write_record
 
 
 def test_round_trip_merges_records_of_one_step(tmp_path):
@@ -56,3 +57,28 @@ def test_directories_yield_only_metric_logs(tmp_path):
     assert find_logs([tmp_path / "validation" / "0.jsonl"]) == [tmp_path / "validation" / "0.jsonl"]
     with pytest.raises(FileNotFoundError, match="no such log file or directory"):
         find_logs([tmp_path / "missing"])
+
+
+def test_keep_history_keeps_steps_up_to_the_resumed_one_and_drops_the_crashed_attempts_rest(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with path.open("w") as stream:
+        for step in (0, 1, 2, 3, 3, 4, 5):  # two records of step 3: training and validation
+            write_record(stream, step, {"acr/rate": step / 10})
+    assert keep_history(path, 3) == 5
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 3]
+    with path.open("a") as stream:  # the resumed run appends its steps once
+        for step in (4, 5, 6):
+            write_record(stream, step, {"acr/rate": step / 10})
+    assert read_metrics(path).index.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert keep_history(path, 0) == 1 and keep_history(tmp_path / "absent.jsonl", 3) == 0
+    assert not (tmp_path / "absent.jsonl").exists()
+
+
+def test_keep_history_drops_a_truncated_last_line_with_a_warning(tmp_path):
+    path = tmp_path / "run.jsonl"
+    records = [json.dumps({"step": step, "data": {"acr/rate": 0.5}}) for step in (1, 2, 3)]
+    path.write_text("\n".join(records[:2]) + "\n" + records[2][:12])  # killed while writing step 3
+    with pytest.warns(UserWarning, match=r"dropped 1 line\(s\).*run.jsonl:3"):
+        assert keep_history(path, 5) == 2
+    assert path.read_text() == "\n".join(records[:2]) + "\n"
+    assert not (tmp_path / "run.jsonl.partial").exists()

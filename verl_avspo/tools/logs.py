@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -19,7 +20,16 @@ from typing import IO, Any
 
 import pandas as pd
 
-__all__ = ["write_record", "read_metrics", "find_logs", "is_metrics_log", "run_name", "read_run", "collect_runs"]
+__all__ = [
+    "write_record",
+    "keep_history",
+    "read_metrics",
+    "find_logs",
+    "is_metrics_log",
+    "run_name",
+    "read_run",
+    "collect_runs",
+]
 
 # Files named after what they hold rather than after their run, so named after their folder: the
 # recipes' runs/<run>/metrics.jsonl (training) and eval.jsonl (final evaluation), and TensorBoard's.
@@ -37,6 +47,42 @@ def _record(line: str) -> tuple[int, dict[str, Any]]:
     if not isinstance(record, dict) or not isinstance(record.get("data"), dict) or "step" not in record:
         raise ValueError("not of the form {'step': N, 'data': {...}}")
     return int(record["step"]), record["data"]
+
+
+def keep_history(path: str | Path, resumed_step: int) -> int:
+    """Rewrite a verl JSONL log for a run resumed at ``resumed_step``: keep its records of steps up
+    to and including ``resumed_step``, in their order, and drop later ones, which the attempt that
+    stopped after its last checkpoint wrote and the resumed run writes again. Returns how many
+    records were kept; a missing file keeps none and is not created.
+
+    A line that is not a record (the last line of a killed run) is dropped with a warning naming
+    the file and the line. The file is replaced in one rename, so a crash here leaves either the
+    old or the new file whole.
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    kept: list[str] = []
+    bad: list[str] = []
+    with path.open(errors="replace") as stream:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                step, _ = _record(line)
+            except (ValueError, TypeError) as err:
+                bad.append(f"{path}:{number} ({str(err).splitlines()[0][:80]})")
+                continue
+            if step <= resumed_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    if bad:
+        warnings.warn(
+            f"dropped {len(bad)} line(s) that are not verl file-logger records: {'; '.join(bad[:3])}", stacklevel=2
+        )
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(kept))
+    os.replace(partial, path)
+    return len(kept)
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:
