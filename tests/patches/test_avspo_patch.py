@@ -2,27 +2,21 @@
 order, and each passes its own ``_on_cpu`` tests and verl's CPU tests for the files it touches;
 with the series, the native ``avspo`` estimator and ACR metrics equal the plugin's.
 
-verl's sources come from the installed verl 0.9.1 wheel: its ``verl`` package and the ``tests``
-package it ships (the repository layout) are copied to a temporary directory, the patches are
-applied there with ``git apply`` (or ``patch -p1``), and pytest and the parity script run in
-subprocesses that import verl from that copy, with external plugins off so that only the native
-estimator is registered. Nothing is mocked.
+verl's sources are copies of the installed verl 0.9.1 (``conftest.patched_tree``); pytest and the
+parity script run in subprocesses that import verl from such a copy, with external plugins off so
+that only the native estimator is registered. Nothing is mocked.
 """
 
-import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from verl_tree import SERIES, patched_tree
 
 pytestmark = pytest.mark.verl
-
-PATCHES = Path(__file__).resolve().parents[2] / "patches"
-SERIES = sorted(PATCHES.glob("[0-9][0-9]-*.patch"))
 
 # verl's own CPU tests for the files each patch touches (the wheel ships no test of
 # verl/utils/tracking.py, monkey_patch.py or utils/model.py, so those patches bring their own only).
@@ -111,33 +105,12 @@ def _run(args, cwd, tree):
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _patched_tree(root: Path, patches: list[Path]) -> Path:
-    """A copy of the installed verl 0.9.1 sources (``verl`` and the wheel's ``tests``) with ``patches`` applied."""
-    site = Path(importlib.util.find_spec("verl").origin).parents[1]
-    for package in ("verl", "tests"):
-        shutil.copytree(site / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
-    assert (root / "verl" / "version" / "version").read_text().strip() == "0.9.1"
-    for patch in patches:
-        if shutil.which("git"):
-            command = ["git", "apply", "--verbose", str(patch)]
-        else:
-            command = ["patch", "-p1", "--forward", "--batch", "-i", str(patch)]
-        result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, f"{patch.name}: " + result.stdout + result.stderr
-    return root
-
-
 def _pytest(tree: Path, tests: list[str]) -> str:
     result = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=tree, tree=tree)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
     return summary
-
-
-@pytest.fixture(scope="module")
-def series_tree(tmp_path_factory):
-    return _patched_tree(tmp_path_factory.mktemp("verl-0.9.1-series"), SERIES)
 
 
 def test_the_series_is_numbered_and_each_patch_has_its_description_and_cpu_tests():
@@ -152,7 +125,7 @@ def test_the_series_is_numbered_and_each_patch_has_its_description_and_cpu_tests
 
 @pytest.mark.parametrize("patch", SERIES, ids=[p.stem for p in SERIES])
 def test_each_patch_applies_alone_and_passes_its_tests_and_verls(patch, tmp_path):
-    tree = _patched_tree(tmp_path, [patch])
+    tree = patched_tree(tmp_path, [patch])
     _pytest(tree, _new_tests(patch) + VERL_TESTS.get(patch.name, []))
 
 
