@@ -46,7 +46,7 @@ def test_native_avspo_run_checkpoints_its_state_and_a_resume_keeps_the_log(serie
     assert [row["step"] for row in uninterrupted] == [1, 2, 3]
     for row in uninterrupted:
         assert ACR_KEYS | AVSPO_KEYS <= set(row["data"]), sorted(row["data"])
-    assert (run.checkpoints / "global_step_2" / "avspo_state.pt").exists()
+    assert (run.checkpoints / "global_step_2" / "avspo_estimator_state.pt").exists()
 
     shutil.rmtree(run.checkpoints / "global_step_3")
     (run.checkpoints / "latest_checkpointed_iteration.txt").write_text("2")
@@ -56,6 +56,6 @@ def test_native_avspo_run_checkpoints_its_state_and_a_resume_keeps_the_log(serie
     # steps 1 and 2 kept as they were, the crashed attempt's step 3 replaced by the resumed one
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert rows[:2] == uninterrupted[:2]
-    # θ_3 follows from steps 1 and 2 only, so restored from avspo_state.pt it equals the uninterrupted
+    # θ_3 follows from steps 1 and 2 only, so restored from avspo_estimator_state.pt it equals the uninterrupted
     # run's (a restart would log threshold_init, 0.2; this harness's θ_3 was 0.1945 when written)
     assert rows[2]["data"]["avspo/threshold"] == uninterrupted[2]["data"]["avspo/threshold"]
