@@ -1,28 +1,32 @@
-"""The upstream patch in ``patches/`` applies to verl 0.9.1 and makes ``avspo`` native.
+"""The upstream series in ``patches/NN-*.patch`` applies to verl 0.9.1, each patch alone and all in
+order, and each passes its own ``_on_cpu`` tests and verl's CPU tests for the files it touches;
+with the series, the native ``avspo`` estimator and ACR metrics equal the plugin's.
 
-The installed verl 0.9.1 sources (and the ``tests`` package its wheel ships) are copied to a
-temporary directory, the patch is applied there with ``patch -p1`` (or ``git apply``), and verl is
-imported from that copy in subprocesses, with external plugins off so that only the native
-estimator is registered. Nothing is mocked.
+verl's sources are copies of the installed verl 0.9.1 (``conftest.patched_tree``); pytest and the
+parity script run in subprocesses that import verl from such a copy, with external plugins off so
+that only the native estimator is registered. Nothing is mocked.
 """
 
-import importlib.util
 import os
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from verl_tree import SERIES, patched_tree
 
 pytestmark = pytest.mark.verl
 
-PATCH = Path(__file__).resolve().parents[2] / "patches" / "verl-0.9.1-avspo.patch"
-PATCH_TESTS = ["tests/trainer/ppo/test_avspo_on_cpu.py", "tests/trainer/ppo/test_advantage_collapse_metrics_on_cpu.py"]
-VERL_TESTS = ["tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/trainer/ppo/test_metric_utils_on_cpu.py"]
+# verl's own CPU tests for the files each patch touches (the wheel ships no test of
+# verl/utils/tracking.py, monkey_patch.py or utils/model.py, so those patches bring their own only).
+VERL_TESTS = {
+    "03-acr-metrics.patch": ["tests/trainer/ppo/test_metric_utils_on_cpu.py"],
+    "04-avspo-estimator.patch": ["tests/trainer/ppo/test_core_algos_on_cpu.py"],
+}
 
-# Runs in the patched tree: the native estimator against the plugin's framework-free core, step by
-# step (the adaptive threshold, EMA and RNG carry over), on random batches of binary rewards.
+# Runs in the patched tree: the native estimator and metrics against the plugin's framework-free
+# core, step by step (the adaptive threshold, EMA and RNG carry over), on random batches of binary rewards.
 PARITY = """
 import itertools, sys
 import numpy as np, torch
@@ -48,6 +52,7 @@ checked = 0
 for avspo, norm in itertools.product(settings, [True, False]):
     core_algos.reset_avspo_state()
     config = OmegaConf.create({"adv_estimator": "avspo", "norm_adv_by_std_in_grpo": norm, "avspo": avspo})
+    native_cfg = core_algos.get_avspo_config(config)
     resolved, acr = resolve_settings(avspo)
     controller = AdaptiveController(resolved, acr)
     gen = torch.Generator().manual_seed(checked)
@@ -68,7 +73,9 @@ for avspo, norm in itertools.product(settings, [True, False]):
         native = compute_advantage(data, "avspo", config=config)
         plugin = compute_avspo_outcome_advantage(rewards, mask, index, resolved, acr, controller, norm)
         torch.testing.assert_close(native.batch["advantages"], plugin.advantages, rtol=0, atol=1e-6)
-        metrics = compute_advantage_collapse_metrics(native, config)
+        # the trainers log the ACR patch's metrics and the estimator's own avspo/* diagnostics
+        metrics = compute_advantage_collapse_metrics(native, tau=native_cfg.tau, reward_range=native_cfg.reward_range)
+        metrics.update(core_algos.get_avspo_metrics(config))
         # acr/reward_mean is read only by the stall alert, which the native version does not have.
         assert set(metrics) == set(plugin.metrics) - {"acr/reward_mean"}, sorted(metrics)
         for key, value in metrics.items():
@@ -78,6 +85,16 @@ print("parity steps", checked)
 """
 
 
+def _headers(patch: Path) -> list[str]:
+    return [line.split()[2][2:] for line in patch.read_text().splitlines() if line.startswith("diff --git")]
+
+
+def _new_tests(patch: Path) -> list[str]:
+    """The test files the patch adds (``--- /dev/null``)."""
+    text = patch.read_text()
+    return re.findall(r"^--- /dev/null\n\+\+\+ b/(tests/\S+_on_cpu\.py)$", text, flags=re.M)
+
+
 def _run(args, cwd, tree):
     env = {
         **os.environ,
@@ -85,46 +102,47 @@ def _run(args, cwd, tree):
         "VERL_USE_EXTERNAL_PLUGINS": "none",  # our plugin would register its own `avspo` beside the native one
         "VERL_USE_EXTERNAL_MODULES": "",
     }
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def patched_tree(tmp_path_factory):
-    """A copy of the installed verl 0.9.1 sources with the patch applied."""
-    site = Path(importlib.util.find_spec("verl").origin).parents[1]
-    tree = tmp_path_factory.mktemp("verl-0.9.1")
-    for package in ("verl", "tests"):
-        shutil.copytree(site / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
-    assert (tree / "verl" / "version" / "version").read_text().strip() == "0.9.1"
-    if shutil.which("patch"):
-        command = ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH)]
-    else:
-        command = ["git", "apply", "--verbose", str(PATCH)]
-    result = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return tree
-
-
-def test_patch_touches_only_verl_sources_and_its_own_tests():
-    headers = [line.split()[2] for line in PATCH.read_text().splitlines() if line.startswith("diff --git")]
-    assert all(path.startswith(("a/verl/", "a/tests/trainer/ppo/test_")) for path in headers), headers
-    assert {f"a/{path}" for path in PATCH_TESTS} <= set(headers)
-    assert "a/verl/trainer/ppo/core_algos.py" in headers and "a/verl/trainer/config/algorithm.py" in headers
-
-
-def test_patch_tests_and_verl_core_algos_tests_pass_on_the_patched_tree(patched_tree):
-    result = _run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PATCH_TESTS, *VERL_TESTS],
-        cwd=patched_tree,
-        tree=patched_tree,
-    )
+def _pytest(tree: Path, tests: list[str]) -> str:
+    result = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=tree, tree=tree)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
+    return summary
 
 
-def test_native_estimator_equals_the_plugin_on_random_batches(patched_tree, tmp_path):
-    result = _run([sys.executable, "-c", PARITY, str(patched_tree)], cwd=tmp_path, tree=patched_tree)
+def test_the_series_is_numbered_and_each_patch_has_its_description_and_cpu_tests():
+    assert [p.name[:3] for p in SERIES] == [f"{i:02d}-" for i in range(1, len(SERIES) + 1)]
+    assert len(SERIES) == 4
+    for patch in SERIES:
+        assert patch.with_suffix(".md").exists(), patch.name
+        assert all(path.startswith(("verl/", "tests/")) for path in _headers(patch)), patch.name
+        assert _new_tests(patch), f"{patch.name} adds no tests/**/test_*_on_cpu.py"
+    assert "verl/trainer/config/algorithm.py" in _headers(SERIES[3])
+
+
+@pytest.mark.parametrize("patch", SERIES, ids=[p.stem for p in SERIES])
+def test_each_patch_applies_alone_and_passes_its_tests_and_verls(patch, tmp_path):
+    tree = patched_tree(tmp_path, [patch])
+    _pytest(tree, _new_tests(patch) + VERL_TESTS.get(patch.name, []))
+
+
+def test_the_series_in_order_passes_the_tests_of_the_patches_that_share_files(series_tree):
+    # A patch whose files no other patch touches behaves in the series as it does alone (tested above);
+    # so do verl's tests of metric_utils.py and core_algos.py, which one patch each touches.
+    shared = [
+        patch
+        for patch in SERIES
+        if any(set(_headers(patch)) & set(_headers(other)) for other in SERIES if other != patch)
+    ]
+    assert [p.name[:2] for p in shared] == ["01", "03", "04"]  # ray_trainer.py and v1/trainer_base.py
+    _pytest(series_tree, [test for patch in shared for test in _new_tests(patch)])
+
+
+def test_native_estimator_and_metrics_equal_the_plugin_on_random_batches(series_tree, tmp_path):
+    result = _run([sys.executable, "-c", PARITY, str(series_tree)], cwd=tmp_path, tree=series_tree)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.strip().splitlines()[-1] == "parity steps 192"
 

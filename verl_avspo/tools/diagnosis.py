@@ -52,7 +52,7 @@ class RunDiagnosis:
 def _missing_acr(name: str, frame: pd.DataFrame) -> str:
     how = (
         "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
-        "trainer logs acr/* for any group estimator) or apply patches/verl-0.9.1-avspo.patch to verl."
+        "trainer logs acr/* for any group estimator) or apply patches/03-acr-metrics.patch to verl."
     )
     if any(column.startswith("critic/score/") for column in frame):
         return (

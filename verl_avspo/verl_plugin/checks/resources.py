@@ -34,7 +34,7 @@ def verl_package_dir() -> Path:
     """The installed verl's folder, found without importing verl (its ``__init__`` is the slow part)."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("verl is not installed: pip install 'verl[verl-core]>=0.9.1,<0.10'")
+        raise ModuleNotFoundError("verl is not installed: pip install 'verl[verl-core]>=0.9.0,<0.10'")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
