@@ -36,9 +36,8 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.metric_utils import compute_advantage_collapse_metrics
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.config import resolve_settings
-from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.run_tracker import RunTracker
 
 assert verl.__file__.startswith(sys.argv[1]), verl.__file__
 settings = [
@@ -54,7 +53,7 @@ for avspo, norm in itertools.product(settings, [True, False]):
     config = OmegaConf.create({"adv_estimator": "avspo", "norm_adv_by_std_in_grpo": norm, "avspo": avspo})
     native_cfg = core_algos.get_avspo_config(config)
     resolved, acr = resolve_settings(avspo)
-    controller = AdaptiveController(resolved, acr)
+    tracker = RunTracker(acr, resolved)  # the plugin's one step owner, as every host runs it
     gen = torch.Generator().manual_seed(checked)
     for step in range(6):
         groups, n = 12, 8
@@ -71,15 +70,16 @@ for avspo, norm in itertools.product(settings, [True, False]):
             non_tensors={"uid": index},
         )
         native = compute_advantage(data, "avspo", config=config)
-        plugin = compute_avspo_outcome_advantage(rewards, mask, index, resolved, acr, controller, norm)
+        plugin = tracker.avspo_advantages(rewards, mask, index, norm)
         torch.testing.assert_close(native.batch["advantages"], plugin.advantages, rtol=0, atol=1e-6)
+        plugin_metrics = tracker.end_step(step + 1, plugin.advantages)
         # the trainers log the ACR patch's metrics and the estimator's own avspo/* diagnostics
         metrics = compute_advantage_collapse_metrics(native, tau=native_cfg.tau, reward_range=native_cfg.reward_range)
         metrics.update(core_algos.get_avspo_metrics(config))
-        # acr/reward_mean is read only by the stall alert, which the native version does not have.
-        assert set(metrics) == set(plugin.metrics) - {"acr/reward_mean"}, sorted(metrics)
+        # acr/reward_mean and acr/stalled belong to the stall alert, which the native version does not have.
+        assert set(metrics) == set(plugin_metrics) - {"acr/reward_mean", "acr/stalled"}, sorted(metrics)
         for key, value in metrics.items():
-            assert abs(plugin.metrics[key] - value) < 1e-9, (avspo, step, key, value, plugin.metrics[key])
+            assert abs(plugin_metrics[key] - value) < 1e-9, (avspo, step, key, value, plugin_metrics[key])
         checked += 1
 print("parity steps", checked)
 """

@@ -52,7 +52,7 @@ def inspect_v1(runner):
         # every mode builds ours, under verl's own mode name
         "modes_are_ours": all(trainer_base.TRAINER_REGISTRY[mode] is cls for mode, cls in V1_TRAINERS.items()),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
-        "settings_preset": runner.trainer.avspo_settings.preset,
+        "settings_preset": runner.trainer.tracker.avspo.preset,
     }
 
 
