@@ -44,6 +44,7 @@ def config_for(tmp_path, *overrides):
 def inspect_v1(runner):
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
+    from verl.utils import tracking
 
     from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS
 
@@ -53,6 +54,8 @@ def inspect_v1(runner):
         "modes_are_ours": all(trainer_base.TRAINER_REGISTRY[mode] is cls for mode, cls in V1_TRAINERS.items()),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
         "settings_preset": runner.trainer.tracker.avspo.preset,
+        # a resumed run keeps its file log: verl's Tracking builds ours in this process
+        "file_logger": tracking.FileLogger.__name__,
     }
 
 
@@ -66,6 +69,7 @@ def test_v1_task_runner_builds_our_sync_trainer_inside_the_actor(tmp_path):
         "modes_are_ours": True,
         "avspo_registered": True,
         "settings_preset": "paper",
+        "file_logger": "ResumedFileLogger",
     }
     ray.kill(runner)
 
