@@ -171,7 +171,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "paths", nargs="+", help="run directories, folders of runs, verl JSONL logs, TensorBoard or wandb CSV files"
     )
     parser.add_argument("--final-window", type=int, default=10, help="steps averaged for the final ACR (default 10)")
-    parser.add_argument("--early-steps", type=int, default=100, help="steps averaged for the early ACR (default 100)")
+    parser.add_argument(
+        "--early-steps",
+        type=int,
+        default=EARLY_STEPS,
+        help=f"steps averaged for the early ACR (default {EARLY_STEPS}, the paper's ACR_{EARLY_STEPS})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
