@@ -26,6 +26,7 @@ import pandas as pd
 
 __all__ = [
     "write_record",
+    "parse_record",
     "read_metrics",
     "find_logs",
     "is_metrics_log",
@@ -54,7 +55,7 @@ def _is_step(value: Any) -> bool:
     return float(value).is_integer() and value >= 0
 
 
-def _record(line: str) -> tuple[int, dict[str, Any]]:
+def parse_record(line: str | bytes) -> tuple[int, dict[str, Any]]:
     """(step, data) of one file-logger line. Raises ValueError (or a subclass) if it is not one."""
     record = json.loads(line)
     if not isinstance(record, dict) or not isinstance(record.get("data"), dict) or "step" not in record:
@@ -102,7 +103,7 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
             if not line.strip():
                 continue
             try:
-                step, data = _record(line)
+                step, data = parse_record(line)
             except (ValueError, TypeError) as err:  # json.JSONDecodeError is a ValueError
                 bad.append(f"{path}:{number} ({str(err).splitlines()[0][:80]})")
                 continue

@@ -11,7 +11,6 @@ resume, see :mod:`verl_avspo.verl_plugin.sampler`.)
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -19,6 +18,8 @@ from typing import Any
 
 from verl.utils import tracking
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+from verl_avspo.tools.logs import parse_record
 
 __all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "install_resumed_file_logger"]
 
@@ -55,15 +56,6 @@ def file_log_path(project_name: str, experiment_name: str) -> str:
     return path
 
 
-def _step(line: bytes) -> int | None:
-    """The step of a file-logger line ``{"step": N, "data": {...}}``; None if it is not one."""
-    try:
-        record = json.loads(line)
-        return int(record["step"]) if isinstance(record, dict) and isinstance(record.get("data"), dict) else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def kept_rows(path: str, last_step: int) -> bytes:
     """The lines of the JSONL log at ``path`` whose step is at most ``last_step``, as they are; a line
     that cannot be read (a crash cut it) is dropped with a warning naming it."""
@@ -72,8 +64,9 @@ def kept_rows(path: str, last_step: int) -> bytes:
     kept = []
     with open(path, "rb") as log:
         for number, line in enumerate(log, 1):
-            step = _step(line)
-            if step is None:
+            try:
+                step, _ = parse_record(line)
+            except ValueError:  # json's decode errors are ValueErrors too
                 if line.strip():
                     logger.warning("%s:%d is not a readable log row; it is not kept", path, number)
                 continue
