@@ -36,6 +36,7 @@ class AdvantageOutput:
     augmented: torch.Tensor  # (num_groups,) bool; for strategy beta, the collapsed groups given a signal
     virtual_k: torch.Tensor  # (num_groups,) int64, 0 where not augmented (always 0 for strategy beta)
     metrics: dict[str, float]  # the estimator's own avspo/* (acr/* are the step owner's: core.run_tracker)
+    measurement: Measurement  # this batch's raw measurement (the host's, when it measured this very batch)
 
 
 def _shape(value: Any) -> Any:
@@ -150,7 +151,7 @@ def compute_avspo_outcome_advantage(
         "avspo/virtual_k": float(virtual_k.sum()) / num_augmented if num_augmented else 0.0,
         **extra,
     }
-    return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics)
+    return AdvantageOutput(advantages, scalar, stats, collapse, decision, augmented, virtual_k, metrics, own)
 
 
 def _batch_at_one_end(batch_low: float, batch_high: float, acr: ACRConfig) -> bool:

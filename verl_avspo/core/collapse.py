@@ -153,10 +153,13 @@ class DroppedGroups:
 
     @classmethod
     def of(cls, scores: torch.Tensor, tau: float = 1e-6) -> DroppedGroups:
-        """The groups of (num_groups, G) ``scores`` a filter dropped: the collapsed ones (population
-        std below ``tau``) by shared score, the others as surplus."""
-        collapsed = scores.to(torch.float64).std(dim=1, unbiased=False) < tau
-        values, counts = torch.unique(scores[collapsed][:, 0].to(torch.float64), return_counts=True)
+        """The groups of (num_groups, G) ``scores`` a filter dropped: the collapsed ones (docs/method.md §2)
+        by shared score, the others as surplus."""
+        num_groups, size = scores.shape
+        ids = torch.arange(num_groups, device=scores.device).repeat_interleave(size)
+        stats = group_stats(scores.reshape(-1), ids, num_groups)
+        collapsed = detect_collapse(stats, tau).collapsed
+        values, counts = torch.unique(stats.min[collapsed], return_counts=True)  # min: a member, exactly
         return cls(dict(zip(values.tolist(), counts.tolist(), strict=True)), int((~collapsed).sum()))
 
 

@@ -109,9 +109,7 @@ class RunTracker:
         measurement; the first call of a step without one measures this batch as the step's."""
         if self.controller is None:
             raise ValueError("this run's tracker was built without AVSPO settings: it cannot compute avspo advantages")
-        if not self._host_measured:  # no host measured this step: this batch is the step's
-            scores = response_scores(token_level_rewards, response_mask, index)
-            self.measurement = measure(scores, index, self.acr.tau, self.acr.reward_range)
+        measured = self.measurement if self._host_measured else None
         with torch.no_grad():
             output = compute_avspo_outcome_advantage(
                 token_level_rewards,
@@ -121,8 +119,10 @@ class RunTracker:
                 self.acr,
                 self.controller,
                 norm_adv_by_std,
-                measured=self.measurement,
+                measured=measured,
             )
+        if measured is None:  # no host measured this step: the estimator's batch is the step's
+            self.measurement = output.measurement
         self._estimator_metrics = output.metrics
         return output
 
