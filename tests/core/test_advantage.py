@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import group_uids, outcome_batch
+from helpers import group_uids, outcome_batch, released_code_rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,22 +151,6 @@ def test_paper_code_is_one_opposite_label_sample_with_unbiased_std_always_on():
     expected = (1.0 - augmented.mean()) / (augmented.std() + 1e-4)  # the released code's epsilon
     torch.testing.assert_close(first_token(out)[:n], expected.expand(n))
     assert out.metrics["avspo/virtual_k"] == 1.0 and out.metrics["avspo/threshold"] == 0.0
-
-
-def released_code_rule(rewards, group_size):
-    """A hand-written reference of the advantage rule of the authors' released code (hexixiang/ACR
-    @ ca40ccf, trl_scope/trainer/grpo_trainer.py), written from its semantics: rewards arrive in
-    contiguous groups; if the whole batch is all 0 (all 1), every group gets one virtual reward 1
-    (0); each group is normalised by the mean and unbiased std of its rewards (with the virtual one
-    when added), A = (r - mean) / (std + 1e-4); the virtual sample's own advantage is dropped."""
-    rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    grouped = rewards.view(-1, group_size)
-    normaliser = grouped
-    if bool((rewards == 0).all()) or bool((rewards == 1).all()):
-        virtual = 1.0 - rewards[0]
-        normaliser = torch.cat([grouped, torch.full((grouped.shape[0], 1), float(virtual))], dim=1)
-    mean, std = normaliser.mean(dim=1, keepdim=True), normaliser.std(dim=1, keepdim=True)
-    return ((grouped - mean) / (std + 1e-4)).reshape(-1)
 
 
 @pytest.mark.parametrize("group_size", [2, 4, 8, 16])

@@ -1,7 +1,8 @@
 """Test set-up that several test files share, written once: hand-built outcome batches (each
 response's score on its last valid token, the response mask, one uid per prompt group), the same
-batch as verl's ``DataProto`` and as the V1 trainer finds it in TransferQueue, and verl's V1
-trainer built from our config with its GPU parts stubbed.
+batch as verl's ``DataProto`` and as the V1 trainer finds it in TransferQueue, verl's V1
+trainer built from our config with its GPU parts stubbed, and the authors' released advantage rule
+(the reference of the core's and the TRL adapter's ``paper_code`` tests).
 
 Imported as ``helpers``: tests/conftest.py puts this folder on ``sys.path`` (``tests`` is no package
 here, and verl installs a top-level package of that name). The framework imports sit inside the
@@ -27,6 +28,7 @@ __all__ = [
     "outcome_batch",
     "outcome_data",
     "put_groups",
+    "released_code_rule",
     "with_checkpoint_parts",
 ]
 
@@ -142,3 +144,19 @@ def with_checkpoint_parts(trainer):
     trainer.actor_rollout_wg = RecordingWorkerGroup()
     trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
     return trainer
+
+
+def released_code_rule(rewards, group_size):
+    """A hand-written reference of the advantage rule of the authors' released code (hexixiang/ACR
+    @ ca40ccf, trl_scope/trainer/grpo_trainer.py), written from its semantics: rewards arrive in
+    contiguous groups; if the whole batch is all 0 (all 1), every group gets one virtual reward 1
+    (0); each group is normalised by the mean and unbiased std of its rewards (with the virtual one
+    when added), A = (r - mean) / (std + 1e-4); the virtual sample's own advantage is dropped."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    grouped = rewards.view(-1, group_size)
+    normaliser = grouped
+    if bool((rewards == 0).all()) or bool((rewards == 1).all()):
+        virtual = 1.0 - rewards[0]
+        normaliser = torch.cat([grouped, torch.full((grouped.shape[0], 1), float(virtual))], dim=1)
+    mean, std = normaliser.mean(dim=1, keepdim=True), normaliser.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + 1e-4)).reshape(-1)

@@ -1,0 +1,268 @@
+"""TRL's own ``GRPOTrainer`` (1.16, no vLLM), end to end on CPU, with the adapter (``verl_avspo.trl``)
+in front of it: generation, the reward function, TRL's advantages or AVSPO's, the loss, TRL's log,
+checkpoints and resume, the stall alert's stop, evaluation, buffered generations, and two processes
+whose groups straddle them.
+
+Every run trains the tiny random Qwen2 of ``trl_cpu.harness`` in this process (one model and dataset
+for the module; a run costs about a second), except the two-process run, which ``accelerate launch``
+starts. The harness's recorders copy, per generation, the rewards TRL gathered, TRL's own
+advantages, the advantages the mixin handed on and those TRL's completions log holds; each test
+checks them against the core's estimator run apart (a fresh ``RunTracker``), or against the authors'
+released rule, and checks TRL's log against the core's measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'verl-avspo[trl]')")
+
+from closed_forms import ACR_KEYS, AVSPO_KEYS  # noqa: E402
+from helpers import released_code_rule  # noqa: E402
+from trl_cpu.harness import GROUP_SIZE, TinyAssets, contains_sum, launch, make_trainer  # noqa: E402
+
+from verl_avspo.core.collapse import measure_collapse  # noqa: E402
+from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
+from verl_avspo.trl import STATE_FILE, resolve_trl_settings  # noqa: E402
+
+# A large eta and a low first threshold: AVSPO triggers on the first step with a collapsed group, and the
+# threshold moves whenever the mean reward changes.
+AVSPO = {"eta": 0.5, "threshold_init": 0.2}
+CHECKPOINTED = {"save_strategy": "steps", "save_steps": 2}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return TinyAssets.build(tmp_path_factory.mktemp("trl_tiny"))
+
+
+@pytest.fixture(scope="module")
+def avspo_run(tiny, tmp_path_factory):
+    """AVSPO (the paper preset, AVSPO above), 4 steps, a checkpoint every 2."""
+    trainer = make_trainer(tiny, tmp_path_factory.mktemp("trl_avspo"), avspo=AVSPO, config=CHECKPOINTED)
+    trainer.train()
+    return trainer
+
+
+def step_rows(trainer, prefix: str = "") -> dict[int, dict]:
+    """TRL's log rows of training steps (``prefix='eval_'``: of evaluations), by step."""
+    key = f"{prefix}loss"
+    return {row["step"]: row for row in trainer.state.log_history if key in row}
+
+
+def scores_and_index(record) -> tuple[torch.Tensor, np.ndarray]:
+    """The one reward function's gathered rewards, and each row's group (G consecutive rows a prompt)."""
+    scores = record["rewards"][:, 0]
+    return scores, np.arange(len(scores)) // GROUP_SIZE
+
+
+def replay(settings, records) -> list[tuple[torch.Tensor, dict]]:
+    """The core's estimator on the recorded rewards, apart from the trainer: each generation's
+    advantages and metrics, from a fresh tracker with the run's ``settings`` (``TRLSettings``)."""
+    tracker = RunTracker(settings.acr, settings.avspo)
+    expected = []
+    for record in records:
+        scores, index = scores_and_index(record)
+        tracker.measure(scores, index)
+        output = tracker.avspo_advantages(scores.unsqueeze(1), torch.ones(len(scores), 1), index)
+        expected.append((output.scalar_advantages, dict(tracker.end_step(record["step"], output.scalar_advantages))))
+    return expected
+
+
+def loss_inputs_by_generation(trainer, per_generation: int) -> list[torch.Tensor]:
+    """The advantages the training loss received, sorted, per generation batch."""
+    training = [advantages for was_training, advantages in trainer.loss_advantages if was_training]
+    chunks = [training[i : i + per_generation] for i in range(0, len(training), per_generation)]
+    return [torch.cat(chunk).sort().values for chunk in chunks]
+
+
+def test_avspo_run_logs_every_metric_on_every_step_beside_trls_own(avspo_run):
+    rows = step_rows(avspo_run)
+    assert sorted(rows) == [1, 2, 3, 4]
+    for row in rows.values():
+        assert set(ACR_KEYS + AVSPO_KEYS) <= set(row), row
+        # TRL's own collapse count is untouched and, with group scaling, the same rate (TRL's in float32).
+        assert row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"])
+    assert any(row["avspo/triggered"] > 0 for row in rows.values())  # AVSPO changed some advantages
+
+
+def test_avspo_advantages_are_the_core_estimators_and_reach_the_loss_and_completions_log(avspo_run):
+    rows = step_rows(avspo_run)
+    expected = replay(avspo_run.avspo_settings, avspo_run.records)
+    for record, (advantages, metrics), lost in zip(
+        avspo_run.records, expected, loss_inputs_by_generation(avspo_run, 1), strict=True
+    ):
+        assert torch.equal(record["advantages"], advantages)
+        assert record["logged"] == advantages.tolist()  # the completions table shows what was trained on
+        assert torch.equal(lost, advantages.sort().values)
+        assert {key: rows[record["step"]][key] for key in metrics} == pytest.approx(metrics)
+    differs = [not torch.equal(r["advantages"], r["trl_advantages"]) for r in avspo_run.records]
+    assert any(differs)
+
+
+def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path):
+    checkpoint = Path(avspo_run.args.output_dir) / "checkpoint-2"
+    saved = torch.load(checkpoint / STATE_FILE, weights_only=True)
+    assert saved["controller"]["step"] == 2 and saved["stagnation"]["streak"] >= 0
+    resumed = make_trainer(tiny, tmp_path, avspo=AVSPO, config=CHECKPOINTED)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    full, again = step_rows(avspo_run), step_rows(resumed)
+    for step in (3, 4):
+        assert {k: v for k, v in again[step].items() if k != "step_time"} == {
+            k: v for k, v in full[step].items() if k != "step_time"
+        }
+    final, continued = avspo_run.tracker.state_dict(), resumed.tracker.state_dict()
+    assert torch.equal(final["controller"].pop("rng_state"), continued["controller"].pop("rng_state"))
+    assert continued == final
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_grpo_estimator_keeps_trls_advantages_and_measures_them(tiny, tmp_path, scale_rewards):
+    trainer = make_trainer(tiny, tmp_path, estimator="grpo", config={"max_steps": 3, "scale_rewards": scale_rewards})
+    trainer.train()
+    rows = step_rows(trainer)
+    assert trainer.tracker.controller is None
+    for record in trainer.records:
+        row = rows[record["step"]]
+        assert torch.equal(record["advantages"], record["trl_advantages"])
+        scores, index = scores_and_index(record)
+        measured = measure_collapse(scores, index, advantages=record["trl_advantages"])
+        assert set(ACR_KEYS) <= set(row) and {key: row[key] for key in measured} == pytest.approx(measured)
+        assert not any(key.startswith("avspo/") for key in row)
+        # With batch scaling, TRL's frac_reward_zero_std says only whether the whole batch is equal.
+        trls_rate = row["acr/rate"] if scale_rewards == "group" else float(bool((scores == scores[0]).all()))
+        assert row["frac_reward_zero_std"] == pytest.approx(trls_rate)
+
+
+def unscorable_when_odd(completions: list[str], answer: list[str], **kwargs) -> list[float | None]:
+    """:func:`contains_sum`, but None (unscorable, TRL's NaN) for every completion of odd length."""
+    scores = contains_sum(completions, answer)
+    return [None if len(completion) % 2 else score for completion, score in zip(completions, scores, strict=True)]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_the_grpo_preset_gives_trls_advantages_unscorable_rows_included(tiny, tmp_path, scale_rewards):
+    """With TRL's epsilon, AVSPO's ``grpo`` preset is TRL's GRPO: unscorable completions (None) are left
+    out of their group's statistics and get 0, a group left with one scorable completion gets 0."""
+    trainer = make_trainer(
+        tiny,
+        tmp_path,
+        avspo={"preset": "grpo"},
+        reward_funcs=unscorable_when_odd,
+        config={"max_steps": 3, "scale_rewards": scale_rewards},
+    )
+    trainer.train()
+    rows = step_rows(trainer)
+    unscorable = 0
+    for record in trainer.records:
+        torch.testing.assert_close(record["advantages"], record["trl_advantages"], rtol=0, atol=1e-6)
+        scores, index = scores_and_index(record)
+        scorable = ~torch.isnan(scores)
+        unscorable += int((~scorable).sum())
+        assert bool((record["advantages"][~scorable] == 0).all())
+        measured = measure_collapse(scores[scorable], index[scorable.numpy()])
+        assert rows[record["step"]]["acr/rate"] == pytest.approx(measured["acr/rate"])
+    assert unscorable > 0
+
+
+def scheduled_reward(completions: list[str], answer: list[str], trainer_state, **kwargs) -> list[float]:
+    """All 0 on step 1 and all 1 on step 2 (the released rule fires), then :func:`contains_sum`."""
+    step = trainer_state.global_step + 1
+    if step in (1, 2):
+        return [float(step - 1)] * len(completions)
+    return contains_sum(completions, answer)
+
+
+def test_paper_code_with_batch_scope_is_the_authors_released_rule_through_trls_trainer(tiny, tmp_path):
+    trainer = make_trainer(
+        tiny,
+        tmp_path,
+        avspo={"preset": "paper_code", "trigger_scope": "batch"},
+        reward_funcs=scheduled_reward,
+        config={"loss_type": "grpo"},
+    )
+    trainer.train()
+    for record, lost in zip(trainer.records, loss_inputs_by_generation(trainer, 1), strict=True):
+        scores, _ = scores_and_index(record)
+        torch.testing.assert_close(record["advantages"], released_code_rule(scores, GROUP_SIZE))
+        assert torch.equal(lost, record["advantages"].sort().values)  # loss_type grpo trains on them
+    rows = step_rows(trainer)
+    assert rows[1]["avspo/triggered"] == rows[2]["avspo/triggered"] == 1.0
+    assert any(row["avspo/triggered"] == 0.0 for row in rows.values())  # a step the rule left alone
+
+
+def test_buffered_generations_are_measured_once_and_evaluation_moves_no_state(tiny, tmp_path):
+    """steps_per_generation=2: one generation serves two optimizer steps; its metrics are logged once
+    and AVSPO's controller and the alert step once. Evaluation logs eval_acr/*, keeps TRL's advantages
+    (AVSPO would step its controller) and leaves the controller and the alert alone."""
+    trainer = make_trainer(
+        tiny,
+        tmp_path,
+        avspo=AVSPO,
+        eval_dataset=tiny.dataset().select(range(2)),
+        config={
+            "per_device_train_batch_size": GROUP_SIZE,
+            "steps_per_generation": 2,
+            "loss_type": "dr_grpo",
+            "eval_strategy": "steps",
+            "eval_steps": 2,
+            "per_device_eval_batch_size": 2 * GROUP_SIZE,
+        },
+    )
+    trainer.train()
+    train = [record for record in trainer.records if record["training"]]
+    evaluation = [record for record in trainer.records if not record["training"]]
+    assert [record["step"] for record in train] == [1, 3] and len(evaluation) == 2
+    rows = step_rows(trainer)
+    assert [step for step, row in rows.items() if "acr/rate" in row] == [1, 3]
+    assert trainer.tracker.controller.step == 2 and len(trainer.tracker.alert.rewards) == 2
+    for record, (advantages, _), lost in zip(
+        train, replay(trainer.avspo_settings, train), loss_inputs_by_generation(trainer, 2), strict=True
+    ):
+        assert torch.equal(record["advantages"], advantages) and torch.equal(lost, advantages.sort().values)
+    for record in evaluation:
+        assert torch.equal(record["advantages"], record["trl_advantages"])
+    eval_rows = step_rows(trainer, "eval_")
+    assert sorted(eval_rows) == [2, 4]
+    assert all("eval_acr/rate" in row and "eval_acr/stalled" not in row for row in eval_rows.values())
+
+
+def test_the_stall_alert_stops_training_after_checkpointing_the_stalled_step(tiny, tmp_path, caplog):
+    alert = {"rule": "acr", "threshold": 0.0, "window": 1, "action": "stop"}
+    trainer = make_trainer(tiny, tmp_path, estimator="grpo", acr={"alert": alert})
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    rows = step_rows(trainer)
+    stalled = min(step for step, row in rows.items() if row["acr/rate"] > 0)
+    assert trainer.state.global_step == stalled < trainer.args.max_steps
+    assert rows[stalled]["acr/stalled"] == 1.0
+    saved = torch.load(tmp_path / f"checkpoint-{stalled}" / STATE_FILE, weights_only=True)
+    assert saved["stagnation"]["stalled"] is True
+    assert "advantage collapse" in caplog.text and "acr.alert.rule=acr" in caplog.text
+    assert f"stopping the run after step {stalled}" in caplog.text
+
+
+@pytest.mark.slow
+def test_two_processes_give_groups_that_straddle_them_the_single_process_advantages(tiny, tmp_path):
+    """2 accelerate CPU processes, 6 rows each, groups of 4: the middle group has two rows on each."""
+    settings = {"avspo": {"preset": "paper_code"}}
+    result = launch(tiny, tmp_path, settings, {"per_device_train_batch_size": 6, "max_steps": 2})
+    assert result.returncode == 0, (tmp_path / "run.log").read_text()[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+    assert [rank["num_processes"] for rank in ranks] == [2, 2]
+    expected = replay(resolve_trl_settings("avspo", settings["avspo"]), ranks[0]["records"])
+    for first, second, (advantages, _) in zip(ranks[0]["records"], ranks[1]["records"], expected, strict=True):
+        assert torch.equal(first["rewards"], second["rewards"])
+        assert torch.equal(torch.cat([first["advantages"], second["advantages"]]), advantages)
+        assert first["logged"] == second["logged"] == advantages.tolist()
+    assert any(metrics["acr/rate"] > 0 for _, metrics in expected)  # some collapsed group was augmented
+    states = [rank["state"] for rank in ranks]
+    assert torch.equal(states[0]["controller"].pop("rng_state"), states[1]["controller"].pop("rng_state"))
+    assert states[0] == states[1] and states[0]["controller"]["step"] == 2
+    rows = [row for row in ranks[0]["log_history"] if "loss" in row]
+    assert len(rows) == 2 and all(row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"]) for row in rows)

@@ -1,0 +1,202 @@
+"""ACR metrics, the stall alert and AVSPO inside TRL's ``GRPOTrainer`` (docs/trl.md).
+
+:class:`ACRMixin` goes in front of ``GRPOTrainer`` (or a subclass of it); :class:`AVSPOGRPOTrainer`
+is the two together. The run's :class:`~verl_avspo.core.run_tracker.RunTracker` is called once per
+generation batch, on every process, with the rewards TRL gathered from all of them:
+
+- ``_calculate_rewards`` (TRL gathers every process's rewards there) is kept as the step's rewards;
+- after TRL's ``_generate_and_score_completions``, the tracker measures the scores (the weighted sum of
+  the reward functions, as TRL's ``sum_then_normalize``), AVSPO computes the whole batch's advantages
+  (``estimator='avspo'``, training only) and this process's rows replace ``output["advantages"]``;
+  TRL's buffer then serves them to every optimizer step of the generation. ``acr/*``, ``avspo/*`` and
+  ``acr/stalled`` join TRL's own metrics, so they reach its console, ``trainer_state.json`` and every
+  ``report_to`` logger. Every process computes the same values from the same gathered rewards, so
+  nothing more is communicated (``estimator='grpo'`` gathers TRL's advantages for ``acr/effective``);
+- ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the tracker's state (AVSPO's controller, the
+  alert's streak) is ``checkpoint-N/avspo_state.pt``, restored on every process on resume, where TRL
+  keeps its own entropy controller's state;
+- ``acr.alert.action='stop'``: the stalled step is checkpointed and training ends through TRL's
+  ``TrainerControl``.
+
+The hooks are TRL's private methods (TRL has no advantage hook: huggingface/trl#4525); a TRL outside
+:data:`TESTED_TRL` gets a warning, and one that no longer gathers the rewards where this adapter reads
+them is refused at the first step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from packaging.specifiers import SpecifierSet
+
+try:
+    import trl
+    from trl import GRPOTrainer
+except ImportError as error:
+    raise ImportError(f"verl_avspo.trl needs TRL ({error}): pip install 'verl-avspo[trl]'") from error
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.trl.settings import ACR_SECTION, TRL_ADVICE, resolve_trl_settings
+
+__all__ = ["TESTED_TRL", "STATE_FILE", "ACRMixin", "AVSPOGRPOTrainer"]
+
+logger = logging.getLogger(__name__)
+
+# The TRL releases this adapter was tested with (the `trl` extra of pyproject.toml).
+TESTED_TRL = ">=1.16,<1.17"
+# The run tracker's state in each checkpoint folder (the name the verl trainers use too).
+STATE_FILE = "avspo_state.pt"
+
+if trl.__version__ not in SpecifierSet(TESTED_TRL, prereleases=True):
+    warnings.warn(
+        f"verl_avspo.trl was tested with trl{TESTED_TRL}, and TRL {trl.__version__} is installed: the adapter "
+        "overrides GRPOTrainer's private _calculate_rewards and _generate_and_score_completions, which may have "
+        "changed. Install a tested TRL (pip install 'verl-avspo[trl]').",
+        stacklevel=2,
+    )
+
+
+class _StopAfterStall(TrainerCallback):
+    """Ends training after the step at which the stall alert fired with ``acr.alert.action='stop'``:
+    that step is logged and checkpointed first (TRL's loop saves, then stops)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.requested:
+            control.should_log = control.should_save = control.should_training_stop = True
+            logger.error(
+                "stopping the run after step %d (%s.alert.action='stop'); checkpoint: %s. Change the setup as "
+                "advised above, then resume with trainer.train(resume_from_checkpoint=...).",
+                state.global_step,
+                ACR_SECTION,
+                os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"),
+            )
+        return control
+
+
+class ACRMixin:
+    """ACR metrics, the stall alert and (``estimator='avspo'``) AVSPO's advantages for a ``GRPOTrainer``.
+
+    Keyword arguments, besides the trainer's own:
+        estimator: ``'avspo'`` (default): AVSPO's advantages replace TRL's; ``'grpo'``: TRL's advantages,
+            with every ``acr/*`` metric and the stall alert.
+        avspo: AVSPO's settings (docs/configuration.md, ``algorithm.avspo``), e.g. ``{"preset": "paper"}``;
+            ``epsilon`` defaults to TRL's 1e-4.
+        acr: ACR's settings (``algorithm.acr``: ``tau``, ``reward_range``, ``alert``).
+
+    Raises:
+        SettingsError: at ``__init__``, before TRL loads the model, every bad setting and every
+            ``GRPOConfig`` option the estimator does not support, each with its fix.
+    """
+
+    def __init__(self, *args: Any, estimator: str = "avspo", avspo: Any = None, acr: Any = None, **kwargs: Any):
+        grpo_config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        self.avspo_settings = resolve_trl_settings(estimator, avspo, acr, grpo_config)
+        super().__init__(*args, **kwargs)
+        settings = self.avspo_settings
+        self.tracker = RunTracker(
+            settings.acr, settings.avspo, rule_setting=f"{ACR_SECTION}.alert.rule", advice=TRL_ADVICE
+        )
+        self._gathered_rewards: torch.Tensor | None = None
+        self._stop_after_stall = _StopAfterStall()
+        self.add_callback(self._stop_after_stall)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        num_rows = len(inputs) * self.accelerator.num_processes
+        captured = None if rewards_per_func is None else rewards_per_func.shape[0]
+        if captured != num_rows:
+            raise RuntimeError(
+                f"verl_avspo.trl expected the rewards of all {num_rows} completions gathered by "
+                f"GRPOTrainer._calculate_rewards, got {captured}: "
+                f"TRL {trl.__version__} no longer computes them where this adapter reads them. Install "
+                f"trl{TESTED_TRL} (pip install 'verl-avspo[trl]')."
+            )
+        training = self.model.training
+        mode = "train" if training else "eval"
+        group_size = self.num_generations if training else self.num_generations_eval
+        # TRL's score of a completion: the weighted sum of its rewards; unscorable (every function
+        # returned None) rows are NaN, left out of their group and given advantage 0, as TRL does.
+        weights = self.reward_weights.to(rewards_per_func.device)
+        scores = (rewards_per_func * weights).nansum(dim=1)
+        scorable = ~torch.isnan(rewards_per_func).all(dim=1)
+        if not bool(scorable.any()):
+            return output
+        index = (np.arange(num_rows) // group_size)[scorable.cpu().numpy()]
+        self.tracker.measure(scores[scorable], index)
+        if training and self.tracker.avspo is not None:
+            advantages = self._avspo_advantages(scores, scorable, index)
+            start = self.accelerator.process_index * len(inputs)
+            output["advantages"] = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
+            self._log_completion_advantages(advantages)
+        else:
+            advantages = self.accelerator.gather(output["advantages"])  # TRL's own, for acr/effective
+        if training:
+            report = self.tracker.end_step(self.state.global_step + 1, advantages[scorable])
+            if report.newly_stalled and self.tracker.acr.alert.action == "stop":
+                self._stop_after_stall.requested = True
+        else:  # an evaluation is no training step: no stall rule
+            report = self.tracker.batch_metrics(advantages[scorable])
+        for key, value in report.items():
+            self._metrics[mode][key].append(value)
+        return output
+
+    def _avspo_advantages(self, scores: torch.Tensor, scorable: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+        """(num_rows,) AVSPO advantages of the gathered batch: 0 for unscorable rows and for groups left
+        with one scorable row (no baseline: TRL's NaN std gives them 0 too)."""
+        kept = scores[scorable].unsqueeze(1)
+        output = self.tracker.avspo_advantages(
+            kept, torch.ones_like(kept), index, norm_adv_by_std=self.avspo_settings.norm_adv_by_std
+        )
+        alone = output.stats.count[output.stats.ids] < 2
+        advantages = torch.zeros_like(scores)
+        advantages[scorable] = output.scalar_advantages.masked_fill(alone, 0.0).to(scores.dtype)
+        return advantages
+
+    def _log_completion_advantages(self, advantages: torch.Tensor) -> None:
+        """The completions table (``log_completions``) shows the advantages trained on: TRL's own, the
+        last ones it logged, are replaced."""
+        logged = self._logs["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            path = os.path.join(self._get_output_dir(trial=trial), folder, STATE_FILE)
+            torch.save(self.tracker.state_dict(), path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning(
+                "%s has no %s (written without verl_avspo?): the AVSPO threshold and the stall streak start fresh",
+                checkpoint,
+                STATE_FILE,
+            )
+            return
+        self.tracker.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+
+
+class AVSPOGRPOTrainer(ACRMixin, GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with ACR metrics, the stall alert and AVSPO (:class:`ACRMixin`'s arguments)."""
