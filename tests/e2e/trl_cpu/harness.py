@@ -8,7 +8,8 @@
 - :func:`make_trainer`: :class:`~verl_avspo.trl.ACRMixin` over TRL's real ``GRPOTrainer``, between
   two recorders that keep what each generation computed (:class:`Recorder` in front of the mixin,
   :class:`TRLAdvantages` behind it);
-- :func:`launch`: the same run in two processes with ``accelerate launch`` (``train.py``).
+- :func:`launch`: the same run as a program (``train.py``), in one process or in several with
+  ``accelerate launch``.
 
 Nothing of TRL's is edited or mocked: the recorders only copy what the methods return.
 """
@@ -31,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 GROUP_SIZE = 4
 PROMPTS_PER_STEP = 2
-# A two-process run (two accelerate CPU processes on gloo) ends within this many seconds.
+# A launched run ends within this many seconds.
 TIMEOUT_S = 300
 
 
@@ -161,19 +162,29 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch(tiny: TinyAssets, out: Path, settings: dict[str, Any], config: dict[str, Any], processes: int = 2):
-    """Run ``train.py`` in ``processes`` accelerate CPU processes (torchrun, gloo): each writes
-    ``out/rank<R>.pt``. ``--cpu`` would start one process whatever ``--num_processes`` says, so
-    ``--multi_gpu`` is given; with no GPU, accelerate then makes a multi-CPU (gloo) group."""
+def launch(
+    tiny: TinyAssets,
+    out: Path,
+    settings: dict[str, Any],
+    config: dict[str, Any],
+    processes: int = 2,
+    resume: Path | None = None,
+):
+    """Run ``train.py`` (resumed from the checkpoint ``resume`` if given): one process, or ``processes``
+    accelerate CPU processes (torchrun, gloo). Each writes ``out/rank<R>.pt``; the console goes to
+    ``out/run.log``. ``accelerate launch --cpu`` would start one process whatever ``--num_processes``
+    says, so ``--multi_gpu`` is given; with no GPU, accelerate then makes a multi-CPU (gloo) group."""
     out.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-        str(HERE / "train.py"),
-        "--assets", tiny.to_json(), "--out", str(out),
-        "--settings", json.dumps(settings), "--config", json.dumps(config),
-    ]  # fmt: skip
+    command = [sys.executable]
+    if processes > 1:
+        command += [
+            "-m", "accelerate.commands.launch",
+            "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        ]  # fmt: skip
+    command += [str(HERE / "train.py"), "--assets", tiny.to_json(), "--out", str(out)]
+    command += ["--settings", json.dumps(settings), "--config", json.dumps(config)]
+    command += ["--resume", str(resume)] if resume is not None else []
     pythonpath = os.pathsep.join([str(REPO), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, **assets.QUIET_OFFLINE_ENV, "PYTHONPATH": pythonpath}
     with open(out / "run.log", "w") as log:

@@ -1,7 +1,6 @@
-"""One process of a tiny TRL GRPO run (``harness.launch`` starts it with ``accelerate launch``):
-trains, then writes ``--out/rank<R>.pt``: per generation the gathered rewards, this process's
-advantages and the completions log's (whole-batch) advantages; TRL's ``log_history``; the tracker's
-final state."""
+"""One process of a tiny TRL GRPO run (``harness.launch`` starts it, with ``accelerate launch`` for
+several): trains (``--resume``: from a checkpoint), then writes ``--out/rank<R>.pt``: the recorders'
+records of each generation (``harness.Recorder``), TRL's ``log_history`` and the tracker's final state."""
 
 from __future__ import annotations
 
@@ -26,11 +25,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--settings", default="{}", help="estimator, avspo, acr, as JSON")
     parser.add_argument("--config", default="{}", help="GRPOConfig overrides, as JSON")
+    parser.add_argument("--resume", default=None, help="a checkpoint folder to resume from")
     args = parser.parse_args()
     trainer = make_trainer(
         TinyAssets.from_json(args.assets), args.out, config=json.loads(args.config), **json.loads(args.settings)
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=args.resume)
     torch.save(
         {
             "records": [{key: _cpu(value) for key, value in record.items()} for record in trainer.records],
