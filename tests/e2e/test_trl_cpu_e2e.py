@@ -105,6 +105,19 @@ def test_avspo_advantages_are_the_core_estimators_and_reach_the_loss_and_complet
     assert any(differs)
 
 
+@pytest.mark.parametrize("preset", ["beta_loo", "beta_fitted"])
+def test_the_beta_presets_run_through_trls_trainer(tiny, tmp_path, preset):
+    """The presets the runs above do not use (paper: avspo_run; grpo, paper_code: below)."""
+    trainer = make_trainer(tiny, tmp_path, avspo={"preset": preset}, config={"max_steps": 2})
+    trainer.train()
+    rows = step_rows(trainer)
+    expected = replay(trainer.avspo_settings, trainer.records)
+    for record, (advantages, metrics) in zip(trainer.records, expected, strict=True):
+        assert torch.equal(record["advantages"], advantages)
+        assert {key: rows[record["step"]][key] for key in metrics} == pytest.approx(metrics)
+    assert all("avspo/prior_strength" in row for row in rows.values())
+
+
 def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path):
     checkpoint = Path(avspo_run.args.output_dir) / "checkpoint-2"
     saved = torch.load(checkpoint / STATE_FILE, weights_only=True)
