@@ -136,7 +136,7 @@ def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path):
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch"])
 def test_grpo_estimator_keeps_trls_advantages_and_measures_them(tiny, tmp_path, scale_rewards):
-    trainer = make_trainer(tiny, tmp_path, estimator="grpo", config={"max_steps": 3, "scale_rewards": scale_rewards})
+    trainer = make_trainer(tiny, tmp_path, estimator="grpo", config={"max_steps": 2, "scale_rewards": scale_rewards})
     trainer.train()
     rows = step_rows(trainer)
     assert trainer.tracker.controller is None
@@ -183,12 +183,14 @@ def test_the_grpo_preset_gives_trls_advantages_unscorable_rows_included(tiny, tm
     assert unscorable > 0
 
 
-def scheduled_reward(completions: list[str], answer: list[str], trainer_state, **kwargs) -> list[float]:
-    """All 0 on step 1 and all 1 on step 2 (the released rule fires), then :func:`contains_sum`."""
-    step = trainer_state.global_step + 1
+def scheduled_reward(completions: list[str], **kwargs) -> list[float]:
+    """The released rule's three cases: all 0 on step 1 and all 1 on step 2 (it adds a virtual sample
+    to every group), then a mixed group beside a collapsed one (it adds none: plain GRPO; the default
+    ``trigger_scope="group"`` would augment the collapsed group)."""
+    step = kwargs["trainer_state"].global_step + 1
     if step in (1, 2):
         return [float(step - 1)] * len(completions)
-    return contains_sum(completions, answer)
+    return [float(i < GROUP_SIZE and i % 2 == 0) for i in range(len(completions))]
 
 
 def test_paper_code_with_batch_scope_is_the_authors_released_rule_through_trls_trainer(tiny, tmp_path):
@@ -197,7 +199,7 @@ def test_paper_code_with_batch_scope_is_the_authors_released_rule_through_trls_t
         tmp_path,
         avspo={"preset": "paper_code", "trigger_scope": "batch"},
         reward_funcs=scheduled_reward,
-        config={"loss_type": "grpo"},
+        config={"loss_type": "grpo", "max_steps": 3},
     )
     trainer.train()
     for record, lost in zip(trainer.records, loss_inputs_by_generation(trainer, 1), strict=True):
@@ -205,8 +207,8 @@ def test_paper_code_with_batch_scope_is_the_authors_released_rule_through_trls_t
         torch.testing.assert_close(record["advantages"], released_code_rule(scores, GROUP_SIZE))
         assert torch.equal(lost, record["advantages"].sort().values)  # loss_type grpo trains on them
     rows = step_rows(trainer)
-    assert rows[1]["avspo/triggered"] == rows[2]["avspo/triggered"] == 1.0
-    assert any(row["avspo/triggered"] == 0.0 for row in rows.values())  # a step the rule left alone
+    assert [rows[step]["avspo/triggered"] for step in (1, 2, 3)] == [1.0, 1.0, 0.0]
+    assert rows[3]["acr/rate"] == 0.5
 
 
 def test_buffered_generations_are_measured_once_and_evaluation_moves_no_state(tiny, tmp_path):

@@ -72,6 +72,7 @@ class _StopAfterStall(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.requested:
+            self.requested = False
             control.should_log = control.should_save = control.should_training_stop = True
             logger.error(
                 "stopping the run after step %d (%s.alert.action='stop'); checkpoint: %s. Change the setup as "
