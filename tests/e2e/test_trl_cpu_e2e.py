@@ -14,6 +14,7 @@ released rule, and checks TRL's log against the core's measurement.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def test_the_beta_presets_run_through_trls_trainer(tiny, tmp_path, preset):
     assert all("avspo/prior_strength" in row for row in rows.values())
 
 
-def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path):
+def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path, caplog):
     checkpoint = Path(avspo_run.args.output_dir) / "checkpoint-2"
     saved = torch.load(checkpoint / STATE_FILE, weights_only=True)
     assert saved["controller"]["step"] == 2 and saved["stagnation"]["streak"] >= 0
@@ -132,6 +133,12 @@ def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path):
     final, continued = avspo_run.tracker.state_dict(), resumed.tracker.state_dict()
     assert torch.equal(final["controller"].pop("rng_state"), continued["controller"].pop("rng_state"))
     assert continued == final
+    # A checkpoint without the file (a run without the adapter): TRL's state loads, the tracker's stays.
+    bare = shutil.copytree(checkpoint, tmp_path / "bare")
+    (bare / STATE_FILE).unlink()
+    with caplog.at_level(logging.WARNING):
+        resumed._load_optimizer_and_scheduler(str(bare))
+    assert f"has no {STATE_FILE}" in caplog.text and resumed.tracker.controller.step == 4
 
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch"])
