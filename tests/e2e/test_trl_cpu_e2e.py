@@ -254,14 +254,20 @@ def test_buffered_generations_are_measured_once_and_evaluation_moves_no_state(ti
     assert all("eval_acr/rate" in row and "eval_acr/stalled" not in row for row in eval_rows.values())
 
 
+def never_right(completions: list[str], **kwargs) -> list[float]:
+    return [0.0] * len(completions)
+
+
 def test_the_stall_alert_stops_training_after_checkpointing_the_stalled_step(tiny, tmp_path, caplog):
-    alert = {"rule": "acr", "threshold": 0.0, "window": 1, "action": "stop"}
-    trainer = make_trainer(tiny, tmp_path, estimator="grpo", acr={"alert": alert})
+    """Every group all wrong, an alert on 2 steps in a row with ACR above 0.5: it fires on step 2."""
+    alert = {"rule": "acr", "threshold": 0.5, "window": 2, "action": "stop"}
+    trainer = make_trainer(tiny, tmp_path, estimator="grpo", reward_funcs=never_right, acr={"alert": alert})
     with caplog.at_level(logging.WARNING):
         trainer.train()
     rows = step_rows(trainer)
-    stalled = min(step for step, row in rows.items() if row["acr/rate"] > 0)
-    assert trainer.state.global_step == stalled < trainer.args.max_steps
+    stalled = 2
+    assert trainer.state.global_step == stalled < trainer.args.max_steps and sorted(rows) == [1, 2]
+    assert rows[1]["acr/stalled"] == 0.0
     assert rows[stalled]["acr/stalled"] == 1.0
     saved = torch.load(tmp_path / f"checkpoint-{stalled}" / STATE_FILE, weights_only=True)
     assert saved["stagnation"]["stalled"] is True
@@ -278,13 +284,15 @@ def test_two_processes_give_groups_that_straddle_them_the_single_process_advanta
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
     assert [rank["num_processes"] for rank in ranks] == [2, 2]
     expected = replay(resolve_trl_settings("avspo", settings["avspo"]), ranks[0]["records"])
-    for first, second, (advantages, _) in zip(ranks[0]["records"], ranks[1]["records"], expected, strict=True):
+    rows = [row for row in ranks[0]["log_history"] if "loss" in row]
+    records = zip(ranks[0]["records"], ranks[1]["records"], expected, rows, strict=True)
+    for first, second, (advantages, metrics), row in records:
         assert torch.equal(first["rewards"], second["rewards"])
         assert torch.equal(torch.cat([first["advantages"], second["advantages"]]), advantages)
         assert first["logged"] == second["logged"] == advantages.tolist()
+        assert {key: row[key] for key in metrics} == pytest.approx(metrics)
+        assert row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"])
     assert any(metrics["acr/rate"] > 0 for _, metrics in expected)  # some collapsed group was augmented
     states = [rank["state"] for rank in ranks]
     assert torch.equal(states[0]["controller"].pop("rng_state"), states[1]["controller"].pop("rng_state"))
     assert states[0] == states[1] and states[0]["controller"]["step"] == 2
-    rows = [row for row in ranks[0]["log_history"] if "loss" in row]
-    assert len(rows) == 2 and all(row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"]) for row in rows)
