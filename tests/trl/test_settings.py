@@ -1,7 +1,8 @@
 """The TRL adapter's settings (``verl_avspo.trl.settings``) and what the trainer refuses at ``__init__``:
 every bad ``estimator`` / ``avspo`` / ``acr`` value and every ``GRPOConfig`` option AVSPO cannot stand
 in for, all in one message, before TRL loads the model; TRL's epsilon as AVSPO's default; the tested
-TRL range is the package's ``trl`` extra. No model is built here (the runs are tests/e2e/test_trl_cpu_e2e.py).
+TRL range is the package's ``trl`` extra, and another TRL, or none, is told at import. No model is
+built here (the runs are tests/e2e/test_trl_cpu_e2e.py).
 """
 
 import importlib
@@ -85,9 +86,20 @@ def test_the_tested_trl_range_is_the_packages_trl_extra():
     assert extras["trl"] == [f"trl{TESTED_TRL}"]
 
 
-def test_without_trl_the_package_says_how_to_install_it(monkeypatch):
+def reimport_adapter(monkeypatch):
+    """Import ``verl_avspo.trl`` afresh (the test's changes to ``sys.modules`` are undone after it)."""
     for name in [name for name in sys.modules if name.startswith("verl_avspo.trl")]:
         monkeypatch.delitem(sys.modules, name)
+    return importlib.import_module("verl_avspo.trl")
+
+
+def test_an_untested_trl_gets_a_warning_on_import(monkeypatch):
+    monkeypatch.setattr(sys.modules["trl"], "__version__", "1.17.0")
+    with pytest.warns(UserWarning, match=r"tested with trl>=1.16,<1.17, and TRL 1.17.0 is installed"):
+        reimport_adapter(monkeypatch)
+
+
+def test_without_trl_the_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
     with pytest.raises(ImportError, match=r"verl_avspo.trl needs TRL .*pip install 'verl-avspo\[trl\]'"):
-        importlib.import_module("verl_avspo.trl")
+        reimport_adapter(monkeypatch)

@@ -65,7 +65,7 @@ if trl.__version__ not in SpecifierSet(TESTED_TRL, prereleases=True):
 
 class _StopAfterStall(TrainerCallback):
     """Ends training after the step at which the stall alert fired with ``acr.alert.action='stop'``:
-    that step is logged and checkpointed first (TRL's loop saves, then stops)."""
+    that step is logged and checkpointed first (transformers' training loop saves, then stops)."""
 
     def __init__(self) -> None:
         self.requested = False
