@@ -121,11 +121,13 @@ def test_the_beta_presets_run_through_trls_trainer(tiny, tmp_path, preset):
 
 def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path, caplog):
     checkpoint = Path(avspo_run.args.output_dir) / "checkpoint-2"
-    saved = torch.load(checkpoint / STATE_FILE, weights_only=True)
-    assert saved["controller"]["step"] == 2 and saved["stagnation"]["streak"] >= 0
+    full = step_rows(avspo_run)
+    saved = torch.load(checkpoint / STATE_FILE, weights_only=True)  # after step 2: θ_3, the alert's two rewards
+    assert saved["controller"]["step"] == 2 and saved["controller"]["threshold"] == full[3]["avspo/threshold"]
+    assert saved["stagnation"]["rewards"] == [full[1]["acr/reward_mean"], full[2]["acr/reward_mean"]]
     resumed = make_trainer(tiny, tmp_path, avspo=AVSPO, config=CHECKPOINTED)
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    full, again = step_rows(avspo_run), step_rows(resumed)
+    again = step_rows(resumed)
     for step in (3, 4):
         assert {k: v for k, v in again[step].items() if k != "step_time"} == {
             k: v for k, v in full[step].items() if k != "step_time"
