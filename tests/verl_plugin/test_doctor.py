@@ -1,8 +1,14 @@
-"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one."""
+"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one;
+TRL, where it is installed (a stand-in ``trl`` from ``trl_stand_in`` in fresh interpreters, or the
+installed one)."""
 
 import argparse
+import importlib.metadata
+import importlib.util
+import sys
 
 import pytest
+from trl_stand_in import VERSION, run_python, stand_in_trl
 
 from verl_avspo.verl_plugin import doctor
 
@@ -27,6 +33,7 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
         "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler "
         "trainer.v1.sampler.custom_sampler.name=ACRSampler"
     )
+    assert out[7].startswith("[ok]   TRL: ")
     assert out[-1] == "all checks passed"
 
 
@@ -73,3 +80,46 @@ def test_doctor_imports_what_the_given_overrides_name(capsys):
     out = capsys.readouterr().out
     assert "[FAIL] stock main_ppo hook: RuntimeError: trainer.v1.sampler.custom_sampler.name=ACRSamplr" in out
     assert "Did you mean trainer.v1.sampler.custom_sampler.name=ACRSampler?" in out
+
+
+def test_doctor_says_when_trl_is_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trl", None)  # importlib.util.find_spec("trl") is None
+    assert doctor._trl().startswith("not installed (pip install 'verl-avspo[trl]'")
+
+
+VERL_NEXT_TO_TRL = """
+from verl_avspo.verl_plugin.doctor import _verl_next_to_trl
+try:
+    print("ok:", _verl_next_to_trl())
+except RuntimeError as error:
+    print("failed:", error)
+"""
+
+
+@pytest.mark.parametrize(
+    ("layout", "plugins", "said"),
+    [
+        ("none", "auto", "ok: TRL has none, and verl-avspo's guard skips verl's state_dict patch for it"),
+        ("experimental", "auto", "ok: TRL has it, so verl's own state_dict patch runs and the guard is idle"),
+        (
+            "none",
+            "none",
+            f"failed: verl cannot build any model next to TRL {VERSION}, which has no "
+            "AutoModelForCausalLMWithValueHead, and verl-avspo's guard is not installed here: "
+            "VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load",
+        ),
+    ],
+)
+def test_doctor_says_what_verl_does_with_trls_value_head_class(tmp_path, layout, plugins, said):
+    done = run_python(VERL_NEXT_TO_TRL, [stand_in_trl(tmp_path, layout)], VERL_USE_EXTERNAL_PLUGINS=plugins)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(said)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed (pip install -e '.[trl]')")
+def test_doctor_reports_the_installed_trl():
+    # make setup installs a TRL in the adapter's tested range.
+    version = importlib.metadata.version("trl")
+    said = doctor._trl()
+    assert said.startswith(f"trl {version} (tested); GRPOTrainer and verl_avspo.trl.AVSPOGRPOTrainer import; ")
+    assert said.partition("verl and TRL's value-head class: ")[2].startswith(("TRL has none", "TRL has it", "verl"))
