@@ -52,8 +52,8 @@ VALIDATION_PREFIX = "val-core/"  # verl's headline validation metrics, e.g. val-
 SCORE_NAMES = (  # a training step's mean reward
     "critic/score/mean",  # verl: the batch's mean raw score
     "train/reward_mean",  # the CPU sandbox
-    "reward",  # OpenRLHF: the trained experiences' mean reward
-    "train/reward",  # the same, as OpenRLHF's wandb and TensorBoard loggers name it
+    "reward",  # OpenRLHF: the trained experiences' mean reward; TRL: the generated batch's mean reward
+    "train/reward",  # the same, as OpenRLHF's and the Hugging Face Trainer's wandb and TensorBoard loggers name it
     "rollout/reward_mean",  # OpenRLHF 0.11: the mean reward of every generated sample
     "train/rollout/reward_mean",
 )
