@@ -126,6 +126,13 @@ def test_a_trl_run_without_our_metrics_is_diagnosed_on_trls_rate_labelled_as_trl
     assert findings[-1].endswith("verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').")
 
 
+def test_a_trl_log_without_any_collapse_rate_says_how_to_get_one():
+    frame = read_run(STATE).drop(columns=["frac_reward_zero_std"])
+    (finding,) = [f for f in diagnose("grpo", frame).findings if "no collapse rate" in f]
+    assert finding.startswith("grpo: neither acr/* nor TRL's frac_reward_zero_std metrics; no collapse rate can be")
+    assert finding.endswith("train with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md).")
+
+
 def test_a_trl_run_with_our_metrics_is_read_like_a_verl_log(tmp_path):
     # The adapter logs acr/* and avspo/* under verl's names beside TRL's own metrics.
     state = json.loads(STATE.read_text())

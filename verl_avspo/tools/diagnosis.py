@@ -78,13 +78,14 @@ _TRY_AVSPO = {
     "verl": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
     "trl": "To try AVSPO on the same setup in TRL: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').",
 }
-# TRL's GRPO metrics, which verl and OpenRLHF do not log: what marks a TRL run's log.
-_TRL_METRICS = (TRL_ZERO_STD, "reward_std")
 
 
 def _framework(frame: pd.DataFrame) -> str:
-    """``trl`` for a TRL run's log (its reward metrics), else ``verl`` (whose advice serves OpenRLHF's too)."""
-    return "trl" if any(name in frame for name in _TRL_METRICS) else "verl"
+    """``trl`` for a TRL run's log (TRL's GRPO metrics, which verl and OpenRLHF do not log:
+    ``frac_reward_zero_std``, ``rewards/<function>/mean``), else ``verl`` (whose advice serves
+    OpenRLHF's logs too)."""
+    trl = TRL_ZERO_STD in frame or any(str(column).startswith("rewards/") for column in frame)
+    return "trl" if trl else "verl"
 
 
 def _missing_acr(name: str, frame: pd.DataFrame) -> str:
