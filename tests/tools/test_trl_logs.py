@@ -1,7 +1,8 @@
 """``verl-avspo report`` and ``table`` on TRL's logs: the ``trainer_state.json`` that TRL's own
 ``GRPOTrainer`` wrote (in a checkpoint folder, or found in the output folder), the same log history
-as a wandb CSV export names it (``train/`` prefix), a cut-off file, and the diagnosis of a TRL run
-with and without our ``acr/*`` metrics (TRL's ``frac_reward_zero_std``, labelled as TRL's).
+as a wandb CSV export and the Trainer's TensorBoard callback name it (``train/`` prefix), a cut-off
+file, and the diagnosis of a TRL run with and without our ``acr/*`` metrics (TRL's
+``frac_reward_zero_std``, labelled as TRL's).
 
 The fixtures in ``fixtures/trl/`` come from a real CPU run of TRL 1.16's ``GRPOTrainer`` (12 steps,
 ``scale_rewards="group"``, an evaluation at steps 6 and 12); ``fixtures/make_trl_logs.py`` says how
@@ -73,6 +74,26 @@ def test_wandb_export_reads_trls_train_names_like_the_trainer_state():
     assert score_column(exported) == "train/reward" and exported["train/reward"].equals(state["reward"])
     assert validation_columns(exported) == ["eval/reward"]
     assert exported["eval/reward"].dropna().equals(state["eval_reward"].dropna())
+
+
+def test_tensorboard_files_of_the_trainers_callback_read_like_the_trainer_state(tmp_path):
+    # transformers' own TensorBoardCallback replays the run's log history (train/ and eval/ names).
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers import TrainerControl, TrainerState
+    from transformers.integrations import TensorBoardCallback
+
+    callback = TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(tmp_path / "runs" / "grpo")))
+    state = TrainerState()
+    for entry in json.loads(STATE.read_text())["log_history"]:
+        state.global_step = entry["step"]
+        callback.on_log(None, state, TrainerControl(), logs={k: v for k, v in entry.items() if k != "step"})
+    callback.on_train_end(None, state, TrainerControl())
+    frame, expected = collect_runs([tmp_path / "runs"])["grpo"], read_run(STATE)
+    for name in ("frac_reward_zero_std", "reward_std", "rewards/contains_sum/mean"):
+        assert frame[name].to_numpy() == pytest.approx(expected[name].to_numpy()), name  # float32 in event files
+    assert validation_columns(frame) == ["eval/reward"] and diagnose("grpo", frame).values["acr_source"] == (
+        "frac_reward_zero_std"
+    )
 
 
 def test_a_cut_off_trainer_state_keeps_its_complete_entries(tmp_path):
