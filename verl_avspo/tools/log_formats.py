@@ -168,9 +168,8 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     into every checkpoint folder): its ``log_history``, whose entries are ``{"step": N, <metric>:
     value, ...}``, training and evaluation (``eval_*``) ones at the same step merged. The entry that
     sums up training (``train_runtime``, ``train_loss``, ...) and the ``epoch`` that the Trainer adds
-    to every entry are left out. A file cut off (a run
-    killed while saving) keeps every complete entry, with a warning; an entry without a valid step is
-    skipped with a warning.
+    to every entry are left out. A file cut off (a run killed while saving) keeps every complete
+    entry, with a warning; an entry without a valid step is skipped with a warning.
 
     Raises:
         ValueError: the file has no ``log_history``, or no entry of it can be read.
