@@ -1,7 +1,8 @@
 """On a verl with the upstream fix (patches/02-trl-value-head-import.patch), the entry point's TRL
 guard (``verl_plugin.trl_guard``) changes nothing: verl's own code imports the value-head class only
-for a value-head model, and raises its own error where TRL lacks it. A stand-in ``trl`` without the
-class is first on the path (``trl_stand_in``); the plugins are on, as in a user's environment."""
+for a value-head model, and raises its own error where TRL lacks it; ``verl-avspo doctor`` says so.
+A stand-in ``trl`` without the class is first on the path (``trl_stand_in``); the plugins are on, as
+in a user's environment."""
 
 import json
 
@@ -31,6 +32,8 @@ try:
     model_utils.get_trl_value_head_class()
 except ImportError as error:
     report["error"] = str(error)
+from verl_avspo.verl_plugin.doctor import _verl_next_to_trl
+report["doctor"] = _verl_next_to_trl()
 print(json.dumps(report))
 """
 
@@ -45,3 +48,4 @@ def test_the_guard_leaves_a_verl_with_patch_02_alone(tmp_path):
     assert report["guarded"] == []
     assert report["load_valuehead_model"] == "verl.utils.model.load_valuehead_model"
     assert report["error"].startswith("The critic needs trl's AutoModelForCausalLMWithValueHead")
+    assert report["doctor"] == "verl imports it only for a value-head critic (verl carries patches/02), so the guard is idle"

@@ -1,6 +1,6 @@
 """``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one;
-TRL, where it is installed (a stand-in ``trl`` from ``trl_stand_in`` in fresh interpreters, or the
-installed one)."""
+TRL, where it is installed (its verdict on verl next to TRLs with and without the value-head class
+is tested with the guard, in tests/verl_plugin/test_trl_guard.py)."""
 
 import argparse
 import importlib.metadata
@@ -8,7 +8,6 @@ import importlib.util
 import sys
 
 import pytest
-from trl_stand_in import VERSION, run_python, stand_in_trl
 
 from verl_avspo.verl_plugin import doctor
 
@@ -85,35 +84,6 @@ def test_doctor_imports_what_the_given_overrides_name(capsys):
 def test_doctor_says_when_trl_is_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # importlib.util.find_spec("trl") is None
     assert doctor._trl().startswith("not installed (pip install 'verl-avspo[trl]'")
-
-
-VERL_NEXT_TO_TRL = """
-from verl_avspo.verl_plugin.doctor import _verl_next_to_trl
-try:
-    print("ok:", _verl_next_to_trl())
-except RuntimeError as error:
-    print("failed:", error)
-"""
-
-
-@pytest.mark.parametrize(
-    ("layout", "plugins", "said"),
-    [
-        ("none", "auto", "ok: TRL has none, and verl-avspo's guard skips verl's state_dict patch for it"),
-        ("experimental", "auto", "ok: TRL has it, so verl's own state_dict patch runs and the guard is idle"),
-        (
-            "none",
-            "none",
-            f"failed: verl cannot build any model next to TRL {VERSION}, which has no "
-            "AutoModelForCausalLMWithValueHead, and verl-avspo's guard is not installed here: "
-            "VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load",
-        ),
-    ],
-)
-def test_doctor_says_what_verl_does_with_trls_value_head_class(tmp_path, layout, plugins, said):
-    done = run_python(VERL_NEXT_TO_TRL, [stand_in_trl(tmp_path, layout)], VERL_USE_EXTERNAL_PLUGINS=plugins)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].startswith(said)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed (pip install -e '.[trl]')")

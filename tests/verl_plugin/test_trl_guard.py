@@ -1,7 +1,8 @@
 """The TRL guard (``verl_plugin.trl_guard``) that the entry point installs: verl 0.9.1's model set-up
 (``apply_monkey_patch`` on a tiny random Qwen2 actor) works next to a TRL without
 ``AutoModelForCausalLMWithValueHead``, a value-head critic gets an error naming the TRL version and
-the fixes, and the guard changes nothing where TRL is absent or has the class.
+the fixes, and the guard changes nothing where TRL is absent or has the class. In the same
+interpreters, ``verl-avspo doctor``'s verdict on verl next to that TRL (``_verl_next_to_trl``).
 
 Each case runs in a fresh interpreter (the entry point runs at ``import verl``), with a stand-in
 ``trl`` first on the path (``trl_stand_in``) or the installed TRL. The case with the plugins off is
@@ -39,6 +40,11 @@ except Exception as error:
 state = trl_guard.state(check_trl=True)
 report.update(installed=state.installed, guarded=list(state.guarded), missing=state.trl_without_value_head,
               verl_sees_trl=monkey_patch.is_trl_available())
+from verl_avspo.verl_plugin.doctor import _verl_next_to_trl
+try:
+    report["doctor"] = "ok: " + _verl_next_to_trl()
+except RuntimeError as error:
+    report["doctor"] = f"failed: {{error}}"
 print(json.dumps(report))
 """
 
@@ -80,6 +86,7 @@ def test_actor_trains_and_critic_error_names_the_trl_version_when_trl_lacks_the_
     assert f"trl {VERSION} has it neither in trl.experimental.ppo nor in trl" in critic
     assert str(tmp_path / "qwen2") in critic and "AutoModelForTokenClassification" in critic
     assert "patches/02-trl-value-head-import.patch" in critic
+    assert report["doctor"].startswith("ok: TRL has none, and verl-avspo's guard skips verl's state_dict patch")
 
 
 def test_without_the_plugin_verl_fails_on_the_same_trl(tmp_path):
@@ -88,6 +95,10 @@ def test_without_the_plugin_verl_fails_on_the_same_trl(tmp_path):
     report = _probe(tmp_path, [trl_root], VERL_USE_EXTERNAL_PLUGINS="none")
     assert report["actor"].startswith("ImportError: cannot import name 'AutoModelForCausalLMWithValueHead' from 'trl'")
     assert not report["installed"] and report["guarded"] == []
+    assert report["doctor"].startswith(
+        f"failed: verl cannot build any model next to TRL {VERSION}, which has no AutoModelForCausalLMWithValueHead, "
+        "and verl-avspo's guard is not installed here: VERL_USE_EXTERNAL_PLUGINS=none tells verl not to load"
+    )
 
 
 def test_install_guards_verl_modules_imported_before_it(tmp_path):
@@ -107,11 +118,19 @@ def test_a_trl_with_the_value_head_gets_verls_own_state_dict_patch(tmp_path, lay
     assert report["missing"] is None and report["verl_sees_trl"] is True
     # verl's patch replaced the stand-in's state_dict, as it does without the guard.
     assert report["state_dict"] == "apply_monkey_patch.<locals>.state_dict"
+    assert report["doctor"] == "ok: TRL has it, so verl's own state_dict patch runs and the guard is idle"
 
 
 def test_without_trl_the_guard_is_not_installed(tmp_path):
     report = _probe(tmp_path, before="sys.modules['trl'] = None  # find_spec('trl') is None: no TRL")
-    assert report == {"actor": "patched", "installed": False, "guarded": [], "missing": None, "verl_sees_trl": False}
+    assert report == {
+        "actor": "patched",
+        "installed": False,
+        "guarded": [],
+        "missing": None,
+        "verl_sees_trl": False,
+        "doctor": "ok: TRL is not installed, so verl never looks for it",
+    }
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed (pip install -e '.[trl]')")

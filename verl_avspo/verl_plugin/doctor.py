@@ -202,6 +202,8 @@ def _verl_next_to_trl() -> str:
     from verl_avspo.verl_plugin import trl_guard
 
     state = trl_guard.state(check_trl=True)
+    if importlib.util.find_spec("trl") is None:
+        return "TRL is not installed, so verl never looks for it"
     if not hasattr(monkey_patch, "is_trl_available"):
         return "verl imports it only for a value-head critic (verl carries patches/02), so the guard is idle"
     if state.trl_without_value_head is None:
