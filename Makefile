@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 	# torch first: a plain dependency resolve would pull a multi-GB CUDA build. Where no CPU wheel
 	# is found locally, pass TORCH_INDEX=https://download.pytorch.org/whl/cpu.
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
+	# The trl extra too: TRL's GRPOTrainer for tests/trl and the TRL e2e, and every verl test then runs with
+	# TRL 1.16 importable, as a user's environment with both has it (docs/troubleshooting.md, "verl next to TRL").
+	$(BIN)/python -m pip install --quiet -e ".[test,dev,trl]"
 	# OpenRLHF, for tests/openrlhf/test_trainer.py and tests/e2e: its wheel pins CUDA-only packages (flash-attn,
 	# vllm), so it goes in without dependencies; deepspeed, which its trainer imports, is an sdist
 	# built against the torch above (no ops are compiled).

@@ -158,7 +158,8 @@ def test_a_directory_of_plain_logs_skips_the_figures_it_cannot_draw(tmp_path):
             write_record(stream, step, {"critic/score/mean": 0.5})
     _, files = write_report(collect_runs([path.parent]), tmp_path / "out")
     assert [f.name for f in files] == ["reward.png", "summary.md"]
-    assert "Not drawn: acr.png (no run logs acr/rate, acr/effective)" in (tmp_path / "out" / "summary.md").read_text()
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "Not drawn: acr.png (no run logs acr/rate, acr/effective, frac_reward_zero_std)" in summary
 
 
 def test_run_names_from_files_and_recipe_folders(tmp_path):

@@ -102,7 +102,7 @@ def test_errors_name_the_problem(tmp_path, capsys):
     assert main(["table", str(tmp_path / "missing")]) == 1
     assert f"no such log file or directory: {tmp_path / 'missing'}" in capsys.readouterr().err
     assert main(["table", str(tmp_path)]) == 1
-    assert "no logs (*.jsonl, events.out.tfevents.*, *.csv) found in" in capsys.readouterr().err
+    assert "no logs (*.jsonl, events.out.tfevents.*, *.csv, trainer_state.json) found in" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert main(["table", str(bad)]) == 1
@@ -163,8 +163,8 @@ def test_a_tensorboard_directory_reads_and_a_log_without_acr_says_why_its_row_is
     ]
     assert notes.splitlines() == [
         "Notes:",
-        "- plain: no ACR: the log has no acr/* metrics (verl-avspo's trainer, hook and OpenRLHF adapter log them; "
-        "`verl-avspo report` says how to get them).",
+        "- plain: no ACR: the log has no acr/* metrics (verl-avspo's trainers, hook and OpenRLHF and TRL adapters log "
+        "them; `verl-avspo report` says how to get them).",
     ]
 
 

@@ -1,6 +1,11 @@
-"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one."""
+"""``verl-avspo doctor`` reports each link of the plugin chain and fails loudly on a broken one;
+TRL, where it is installed (its verdict on verl next to TRLs with and without the value-head class
+is tested with the guard, in tests/verl_plugin/test_trl_guard.py)."""
 
 import argparse
+import importlib.metadata
+import importlib.util
+import sys
 
 import pytest
 
@@ -27,6 +32,7 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
         "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler "
         "trainer.v1.sampler.custom_sampler.name=ACRSampler"
     )
+    assert out[7].startswith("[ok]   TRL: ")
     assert out[-1] == "all checks passed"
 
 
@@ -73,3 +79,17 @@ def test_doctor_imports_what_the_given_overrides_name(capsys):
     out = capsys.readouterr().out
     assert "[FAIL] stock main_ppo hook: RuntimeError: trainer.v1.sampler.custom_sampler.name=ACRSamplr" in out
     assert "Did you mean trainer.v1.sampler.custom_sampler.name=ACRSampler?" in out
+
+
+def test_doctor_says_when_trl_is_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trl", None)  # importlib.util.find_spec("trl") is None
+    assert doctor._trl().startswith("not installed (pip install 'verl-avspo[trl]'")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed (pip install -e '.[trl]')")
+def test_doctor_reports_the_installed_trl():
+    # make setup installs a TRL in the adapter's tested range.
+    version = importlib.metadata.version("trl")
+    said = doctor._trl()
+    assert said.startswith(f"trl {version} (tested); GRPOTrainer and verl_avspo.trl.AVSPOGRPOTrainer import; ")
+    assert said.partition("verl and TRL's value-head class: ")[2].startswith(("TRL has none", "TRL has it", "verl"))

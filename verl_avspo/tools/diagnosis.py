@@ -6,7 +6,9 @@ table and its findings, each a sentence that says what the log shows and what to
 - ACR over the first 100 steps (:func:`verl_avspo.tools.stats.early_acr`), with the paper's accuracy
   fit marked as the paper's;
 - whether all-correct or all-wrong groups dominate collapse, and what to try;
-- for logs without our ``acr/*`` metrics (a plain verl GRPO run), what is missing and how to get it.
+- for logs without our ``acr/*`` metrics (a plain verl GRPO run), what is missing and how to get it;
+  a TRL run without them is diagnosed on TRL's own ``frac_reward_zero_std``, labelled as TRL's, with
+  what that rate measures (:data:`verl_avspo.tools.stats.TRL_RATE_CAVEAT`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.stats import (
     EARLY_STEPS,
     RATES,
+    TRL_RATE_CAVEAT,
+    TRL_ZERO_STD,
     VALIDATION_PREFIX,
+    collapse_column,
     early_acr,
     last_value,
     latest_validation,
@@ -33,7 +38,16 @@ from verl_avspo.tools.stats import (
 
 __all__ = ["PAPER_FIT", "RunDiagnosis", "diagnose"]
 
-_ACR_FIGURES = ("mean_acr", "acr_100", "acr_100_steps", "all_correct", "all_wrong", "effective", "avspo_triggered")
+_ACR_FIGURES = (
+    "acr_source",
+    "mean_acr",
+    "acr_100",
+    "acr_100_steps",
+    "all_correct",
+    "all_wrong",
+    "effective",
+    "avspo_triggered",
+)
 PAPER_FIT = (51.4, -29.6)  # MATH-500 accuracy (%) ≈ 51.4 − 29.6·ACR_100, the paper's own regression
 
 
@@ -49,17 +63,41 @@ class RunDiagnosis:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def _missing_acr(name: str, frame: pd.DataFrame) -> str:
-    how = (
+# How to get our metrics, and AVSPO, in each framework whose logs are told apart here (verl's is the default).
+_HOW = {
+    "verl": (
         "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
         "trainer logs acr/* for any group estimator) or apply patches/03-acr-metrics.patch to verl."
-    )
+    ),
+    "trl": (
+        "To log acr/* (with the all-correct/all-wrong split, the effective rate and the stall alert) in TRL, train "
+        "with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)."
+    ),
+}
+_TRY_AVSPO = {
+    "verl": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
+    "trl": "To try AVSPO on the same setup in TRL: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').",
+}
+
+
+def _framework(frame: pd.DataFrame) -> str:
+    """``trl`` for a TRL run's log (TRL's GRPO metrics, which verl and OpenRLHF do not log:
+    ``frac_reward_zero_std``, ``rewards/<function>/mean``), else ``verl`` (whose advice serves
+    OpenRLHF's logs too)."""
+    trl = TRL_ZERO_STD in frame or any(str(column).startswith("rewards/") for column in frame)
+    return "trl" if trl else "verl"
+
+
+def _missing_acr(name: str, frame: pd.DataFrame) -> str:
+    how = _HOW[_framework(frame)]
     if any(column.startswith("critic/score/") for column in frame):
         return (
             f"{name}: no acr/* metrics. ACR cannot be recovered from critic/score/*: those are batch mean/max/min "
             "over responses, and the same mean arises with or without collapsed groups; ACR needs each group's "
             f"scores. {how}"
         )
+    if _framework(frame) == "trl":
+        return f"{name}: neither acr/* nor TRL's {TRL_ZERO_STD} metrics; no collapse rate can be read. {how}"
     return f"{name}: neither acr/* nor critic/score/* metrics; is this a verl training log? {how}"
 
 
@@ -103,10 +141,21 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     values["unusable_columns"] = problems
     diagnosis.findings += [f"{name}: {problem}." for problem in problems.values()]
     frame = frame.drop(columns=list(problems))
-    if "acr/rate" not in frame:
+    collapse = collapse_column(frame)
+    values["acr_source"] = collapse
+    if collapse is None:
         if "acr/rate" not in problems:
             diagnosis.findings.append(_missing_acr(name, frame))
         return diagnosis
+    # TRL's rate stands in for ACR: every figure and finding of it says so.
+    source, marker = "", ""
+    if collapse == TRL_ZERO_STD:
+        diagnosis.findings.append(
+            f"{name}: no acr/* metrics; the collapse rate below is TRL's {TRL_ZERO_STD}, read as ACR. "
+            f"{TRL_RATE_CAVEAT}. {_HOW['trl']}"
+        )
+        frame = frame.assign(**{"acr/rate": frame[TRL_ZERO_STD]})
+        source, marker = f" (read from TRL's {TRL_ZERO_STD})", " (TRL)"
 
     acr = frame["acr/rate"].dropna()
     first = early_acr(acr, EARLY_STEPS)
@@ -125,8 +174,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     )
     diagnosis.row.update(
         {
-            "mean ACR": f"{acr.mean():.3f}",
-            "ACR_100": f"{first.mean:.3f}",
+            "mean ACR": f"{acr.mean():.3f}{marker}",
+            "ACR_100": f"{first.mean:.3f}{marker}",
             "all correct": _cell(correct),
             "all wrong": _cell(wrong),
             "effective": _cell(effective),
@@ -134,11 +183,11 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     )
 
     stall = _stall_finding(name, frame.loc[acr.index], alert, values)
-    diagnosis.findings.append(_with(stall, caveat) if values["stalled"] is False else stall)
+    diagnosis.findings.append(_with(stall, (caveat if values["stalled"] is False else "") + source))
 
     intercept, slope = PAPER_FIT
     diagnosis.findings.append(
-        f"{name}: ACR over steps {first.first_step}–{first.last_step} ({first.steps} logged; ACR_100) = "
+        f"{name}: ACR{source} over steps {first.first_step}–{first.last_step} ({first.steps} logged; ACR_100) = "
         f"{first.mean:.3f}"
         + ("" if first.steps == EARLY_STEPS else f" (fewer than {EARLY_STEPS} logged steps)")
         + (
@@ -171,7 +220,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     elif "avspo/triggered" not in problems:
         diagnosis.findings.append(
             f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
-            "To try AVSPO on the same setup: algorithm.adv_estimator=avspo."
+            + _TRY_AVSPO[_framework(frame)]
         )
     return diagnosis
 

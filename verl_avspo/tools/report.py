@@ -1,7 +1,7 @@
 """``verl-avspo report``: plots and a diagnosis of advantage collapse from existing training logs.
 
-Reads verl's ``file`` logger (JSONL), TensorBoard event files and wandb CSV exports
-(:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or
+Reads verl's ``file`` logger (JSONL), TensorBoard event files, wandb CSV exports and TRL's
+``trainer_state.json`` (:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or
 corrupt log keeps every readable step, with a warning naming the file and the lines dropped. Writes
 one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis of each run
 (:mod:`verl_avspo.tools.diagnosis`): which steps a log lacks, stalled windows under ``--rule``,
@@ -25,23 +25,26 @@ import pandas as pd
 from verl_avspo.core.alert import describe_rule
 from verl_avspo.core.config import ALERT_RULES, AlertConfig, SettingsError, resolve_alert
 from verl_avspo.tools.diagnosis import RunDiagnosis, diagnose
-from verl_avspo.tools.logs import collect_runs
+from verl_avspo.tools.logs import TRAINER_STATE, collect_runs
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.plots import plot_metrics
-from verl_avspo.tools.stats import SCORE_NAMES, score_column, validation_columns
+from verl_avspo.tools.stats import SCORE_NAMES, TRL_ZERO_STD, score_column, validation_columns
 
 __all__ = ["FAIL_CONDITIONS", "FIGURES", "configure", "failed_conditions", "report_json", "run", "write_report"]
 
-_SCORE, _VALIDATION = "score", "validation"  # a figure of each run's own score column, or validation columns
+# A figure of each run's own score column, of validation columns, or of TRL's per-function mean rewards.
+_SCORE, _VALIDATION, _REWARD_FUNCTIONS = "score", "validation", "reward functions"
+_REWARD_FUNCTION = re.compile(r"^rewards/.+/mean$")  # TRL: rewards/<reward function>/mean
 _WANTED = {
     _SCORE: f"a mean reward ({', '.join(SCORE_NAMES)})",
-    _VALIDATION: "validation metrics (val-core/*, eval/acc_mean, eval/eval_*_pass1)",
+    _VALIDATION: "validation metrics (val-core/*, eval/acc_mean, eval/eval_*_pass1, eval_reward)",
+    _REWARD_FUNCTIONS: "TRL's rewards/<function>/mean",
 }
 # file name -> (columns, legend labels, title, y label).
 FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
     "acr.png": (
-        ("acr/rate", "acr/effective"),
-        {"acr/rate": "raw ACR", "acr/effective": "effective"},
+        ("acr/rate", "acr/effective", TRL_ZERO_STD),
+        {"acr/rate": "raw ACR", "acr/effective": "effective", TRL_ZERO_STD: f"TRL's {TRL_ZERO_STD}"},
         "Advantage collapse rate: raw scores vs final advantages",
         "fraction of groups",
     ),
@@ -58,6 +61,8 @@ FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
         "rate",
     ),
     "reward.png": ((_SCORE,), {}, "Mean training reward", "score"),
+    "reward_functions.png": ((_REWARD_FUNCTIONS,), {}, "Mean reward of each reward function (TRL)", "reward"),
+    "reward_std.png": (("reward_std",), {}, "Std of the batch's rewards (TRL's reward_std)", "std"),
     "accuracy.png": ((_VALIDATION,), {}, "Validation accuracy", "accuracy"),
 }
 _LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
@@ -65,7 +70,7 @@ _LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
 FAIL_CONDITIONS = {
     "stalled": "the stall rule found a stalled window",
     "incomplete": "the log starts after its first step, has gaps, or logged a step twice",
-    "no-acr": "the log has no usable acr/rate",
+    "no-acr": f"the log has no usable acr/rate (nor TRL's {TRL_ZERO_STD})",
     "unusable": "a rate column holds no value or values outside [0, 1]",
 }
 # --fail-on NAME>X or NAME<X: a figure of the run (RunDiagnosis.values) above or below X.
@@ -86,6 +91,8 @@ def _figure_columns(
         return frames, [_SCORE] if frames else []
     if columns == (_VALIDATION,):
         return runs, sorted({c for frame in runs.values() for c in validation_columns(frame)})
+    if columns == (_REWARD_FUNCTIONS,):
+        return runs, sorted({c for frame in runs.values() for c in frame if _REWARD_FUNCTION.match(str(c))})
     return runs, [c for c in columns if any(c in frame and frame[c].notna().any() for frame in runs.values())]
 
 
@@ -103,6 +110,8 @@ def write_report(
         if not present:
             skipped.append(f"{filename} (no run logs {_WANTED.get(columns[0], ', '.join(columns))})")
             continue
+        if len(present) == 1 and present[0] in labels:  # the legend then names runs only: the title says what
+            title = f"{title} ({labels[present[0]]})"
         figures.append(plot_metrics(frames, present, out / filename, title, ylabel, smooth, labels))
 
     keys = list(dict.fromkeys(key for diagnosis in diagnoses for key in diagnosis.row))
@@ -113,7 +122,12 @@ def write_report(
         "",
         render_table(keys, [[diagnosis.row.get(key, "—") for key in keys] for diagnosis in diagnoses]),
         "",
-        "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero.",
+        "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero."
+        + (
+            f" (TRL): the run logs no acr/*, and its ACR is TRL's {TRL_ZERO_STD} (see its diagnosis)."
+            if any(diagnosis.values["acr_source"] == TRL_ZERO_STD for diagnosis in diagnoses)
+            else ""
+        ),
         "",
         "## Diagnosis",
         "",
@@ -203,7 +217,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         + f"; 'NAME>X' or 'NAME<X' (quoted in a shell): the run's figure NAME ({', '.join(FAIL_VALUES)}) above or "
         "below X."
     )
-    parser.add_argument("logs", nargs="+", help="verl JSONL logs, TensorBoard event files, wandb CSV exports, or dirs")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        help=f"verl JSONL logs, TensorBoard event files, wandb CSV exports, TRL's {TRAINER_STATE}, or dirs",
+    )
     parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
     parser.add_argument(
         "--name", action="append", help="a run's name, once per run in order (default: from the logs' paths)"
@@ -256,7 +274,10 @@ def run(args: argparse.Namespace) -> int:
             f"verl-avspo report: --out {args.out} is an existing file; --out names a folder for the figures and "
             "summary.md. Give a new or existing folder, for example --out avspo-report"
         )
-    if args.json not in (None, "-") and (Path(args.json).is_dir() or Path(args.json).suffix in _LOG_SUFFIXES):
+    json_path = None if args.json in (None, "-") else Path(args.json)
+    if json_path is not None and (
+        json_path.is_dir() or json_path.suffix in _LOG_SUFFIXES or json_path.name == TRAINER_STATE
+    ):
         raise SystemExit(
             f"verl-avspo report: --json {args.json} names a folder or a log; --json names the JSON file to write "
             "(or '-' for stdout), for example --json report.json"

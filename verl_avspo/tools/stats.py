@@ -18,14 +18,18 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "COLLAPSE_NAMES",
     "EARLY_STEPS",
     "RATES",
+    "TRL_RATE_CAVEAT",
+    "TRL_ZERO_STD",
     "SCORE_NAMES",
     "VALIDATION_NAMES",
     "VALIDATION_PREFIX",
     "EarlyACR",
     "PairedDifference",
     "StepCoverage",
+    "collapse_column",
     "early_acr",
     "early_window",
     "last_value",
@@ -48,18 +52,32 @@ VALIDATION_PREFIX = "val-core/"  # verl's headline validation metrics, e.g. val-
 SCORE_NAMES = (  # a training step's mean reward
     "critic/score/mean",  # verl: the batch's mean raw score
     "train/reward_mean",  # the CPU sandbox
-    "reward",  # OpenRLHF: the trained experiences' mean reward
-    "train/reward",  # the same, as OpenRLHF's wandb and TensorBoard loggers name it
+    "reward",  # OpenRLHF: the trained experiences' mean reward; TRL: the generated batch's mean reward
+    "train/reward",  # the same, as OpenRLHF's and the Hugging Face Trainer's wandb and TensorBoard loggers name it
     "rollout/reward_mean",  # OpenRLHF 0.11: the mean reward of every generated sample
     "train/rollout/reward_mean",
 )
 VALIDATION_NAMES = re.compile(  # held-out accuracy
     r"^(val-core/.+"  # verl: val-core/<data_source>/<acc or reward>/mean@N
     r"|eval/acc_mean"  # the CPU sandbox: greedy accuracy, mean over levels
-    r"|eval/eval_.+_pass1)$"  # OpenRLHF: eval/eval_<data_source>_pass1 (wandb and TensorBoard)
+    r"|eval/eval_.+_pass1"  # OpenRLHF: eval/eval_<data_source>_pass1 (wandb and TensorBoard)
+    r"|eval_reward|eval/reward)$"  # TRL: the evaluation set's mean reward (trainer_state.json; wandb)
 )
-# Our metrics that are fractions of groups: a value outside [0, 1] is not ours.
-RATES = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "avspo/triggered")
+# TRL's collapse rate: the fraction of completions whose reward std is 0 (TRL_RATE_CAVEAT).
+TRL_ZERO_STD = "frac_reward_zero_std"
+# A step's collapse rate, preferred first: ours (acr/rate, the fraction of groups whose scores are
+# all equal), else TRL's own.
+COLLAPSE_NAMES = ("acr/rate", TRL_ZERO_STD)
+TRL_RATE_CAVEAT = (
+    f"TRL's {TRL_ZERO_STD} is the fraction of completions whose reward std is 0 (torch.isclose, atol 1e-8, on "
+    "the unbiased std). With GRPOConfig.scale_rewards='group' (TRL's default) or 'none' that is each completion's "
+    "group std, so it equals ACR, the fraction of groups whose rewards are all equal (every group has "
+    "num_generations completions); with scale_rewards='batch' (or multi_objective_aggregation='normalize_then_sum') "
+    "it is the batch's std, so the rate is 1 only when the whole batch is equal and says nothing about single "
+    "groups. It has no split into all-correct and all-wrong groups and no effective rate"
+)
+# Fractions (of groups; TRL's of completions): a value outside [0, 1] is not one of these metrics.
+RATES = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "avspo/triggered", TRL_ZERO_STD)
 
 
 class EarlyACR(NamedTuple):
@@ -154,7 +172,27 @@ def rate_problem(frame: pd.DataFrame, column: str) -> str | None:
     shown = ", ".join(f"{value:g} at step {step}" for step, value in outside.iloc[:3].items())
     return (
         f"{column} holds {len(outside)} value(s) outside [0, 1] ({shown}{', ...' if len(outside) > 3 else ''}): "
-        "verl-avspo logs it as a fraction of groups, so this column comes from something else and is not used"
+        + (
+            "TRL logs it as a fraction of completions"
+            if column == TRL_ZERO_STD
+            else "verl-avspo logs it as a fraction of groups"
+        )
+        + ", so this column comes from something else and is not used"
+    )
+
+
+def collapse_column(frame: pd.DataFrame) -> str | None:
+    """The column that holds the run's collapse rate: the first of :data:`COLLAPSE_NAMES` that holds
+    a value and no value outside [0, 1] (:func:`rate_problem`); None when the log has none. TRL's
+    rate is read only for a log without a usable ``acr/rate`` (:data:`TRL_RATE_CAVEAT` says what it
+    measures)."""
+    return next(
+        (
+            name
+            for name in COLLAPSE_NAMES
+            if name in frame and frame[name].notna().any() and rate_problem(frame, name) is None
+        ),
+        None,
     )
 
 

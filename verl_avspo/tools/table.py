@@ -19,11 +19,12 @@ One row per run, in markdown:
 - **effective ACR (final)**: ``acr/effective`` likewise: the share of groups still at zero
   advantage after the estimator (equal to ACR for GRPO; lower for AVSPO).
 
-Logs of every kind ``verl-avspo report`` reads (TensorBoard, wandb CSV; OpenRLHF's
-``eval/eval_<data_source>_pass1`` counts as pass@1) are read the same way, and runs are named as
-``report`` names them (:func:`verl_avspo.tools.logs.run_names`). Under the table, a note per run says
-what its log lacks: steps (it starts after step 1, has gaps, logged a step twice), ``acr/*`` or
-validation metrics, or a rate column that cannot be used.
+Logs of every kind ``verl-avspo report`` reads (TensorBoard, wandb CSV, TRL's
+``trainer_state.json``; OpenRLHF's ``eval/eval_<data_source>_pass1`` counts as pass@1) are read the
+same way (a TRL run without ``acr/*`` gets its ACR columns from TRL's ``frac_reward_zero_std``, with
+a note), and runs are named as ``report`` names them (:func:`verl_avspo.tools.logs.run_names`).
+Under the table, a note per run says what its log lacks: steps (it starts after step 1, has gaps,
+logged a step twice), ``acr/*`` or validation metrics, or a rate column that cannot be used.
 """
 
 from __future__ import annotations
@@ -39,7 +40,17 @@ import pandas as pd
 
 from verl_avspo.tools.logs import merge_frames, read_run_logs
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import EARLY_STEPS, early_acr, latest_validation, rate_problem, step_coverage, window_mean
+from verl_avspo.tools.stats import (
+    COLLAPSE_NAMES,
+    EARLY_STEPS,
+    TRL_ZERO_STD,
+    collapse_column,
+    early_acr,
+    latest_validation,
+    rate_problem,
+    step_coverage,
+    window_mean,
+)
 
 __all__ = ["TableRow", "BENCHMARK_NAMES", "OUT_OF_DOMAIN", "table_rows", "table_row", "markdown_table", "notes"]
 
@@ -98,27 +109,33 @@ def table_row(
     row = TableRow(name)
     for frame in frames:
         row.pass_at_1.update(_latest_pass_at_1(frame))
-    training = [frame for frame in frames if "acr/rate" in frame]
+    training = [frame for frame in frames if any(name in frame for name in COLLAPSE_NAMES)]
     frame = merge_frames(name, training or frames[:1])
     if (said := step_coverage(frame).describe()) is not None:
         row.notes.append(said)
+    collapse = collapse_column(frame)
     problem = rate_problem(frame, "acr/rate")
-    if problem is not None:
+    if collapse is None and problem is not None:
         row.notes.append(f"no ACR: {problem}")
-    elif not training:
+    elif collapse is None:
         row.notes.append(
-            "no ACR: the log has no acr/* metrics (verl-avspo's trainer, hook and OpenRLHF adapter log them; "
-            "`verl-avspo report` says how to get them)"
+            "no ACR: the log has no acr/* metrics (verl-avspo's trainers, hook and OpenRLHF and TRL adapters log "
+            "them; `verl-avspo report` says how to get them)"
         )
     else:
-        row.acr_final = window_mean(frame["acr/rate"], last=final_window)
-        early = early_acr(frame["acr/rate"], early_steps)
+        if collapse == TRL_ZERO_STD:
+            row.notes.append(
+                f"ACR is TRL's {TRL_ZERO_STD} (the log has no acr/*): it equals ACR only with scale_rewards 'group' or "
+                "'none' (`verl-avspo report` says more)"
+            )
+        row.acr_final = window_mean(frame[collapse], last=final_window)
+        early = early_acr(frame[collapse], early_steps)
         row.acr_early = None if early is None else early.mean
         if rate_problem(frame, "acr/effective") is None:
             row.effective_final = window_mean(frame.get("acr/effective"), last=final_window)
         else:
             row.notes.append(rate_problem(frame, "acr/effective"))
-        row.steps = int(frame["acr/rate"].dropna().index.max())
+        row.steps = int(frame[collapse].dropna().index.max())
     return row
 
 
@@ -168,7 +185,9 @@ def notes(rows: list[TableRow]) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="+", help="run directories, folders of runs, verl JSONL logs, TensorBoard or wandb CSV files"
+        "paths",
+        nargs="+",
+        help="run directories, folders of runs, verl JSONL logs, TensorBoard or wandb CSV files, trainer_state.json",
     )
     parser.add_argument("--final-window", type=int, default=10, help="steps averaged for the final ACR (default 10)")
     parser.add_argument(

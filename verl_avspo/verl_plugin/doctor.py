@@ -5,14 +5,18 @@ shows up only as ``Unknown advantage estimator`` after models have loaded. This 
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
 cluster's workers), the launcher's config, the ACR hook for stock ``main_ppo`` (with the overrides
-that switch it on), and the paper's other baselines (the ``dcpo``
-registrations; whether verl carries the patch INTUITOR needs). Exit status 1 if any check fails.
+that switch it on), the paper's other baselines (the ``dcpo``
+registrations; whether verl carries the patch INTUITOR needs), and TRL when it is installed (its
+version against the TRL adapter's tested range, ``GRPOTrainer`` and the adapter importable, and
+whether verl can build models next to it: the entry point's TRL guard). Exit status 1 if any check
+fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -189,6 +193,54 @@ def _hook(overrides: Sequence[str] = ()) -> str:
     return f"ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add {' '.join(HOOK_OVERRIDES)}"
 
 
+def _verl_next_to_trl() -> str:
+    """What verl's model set-up does with this TRL's value-head class (docs/troubleshooting.md, "verl
+    next to TRL"), judged in this process, where verl's plugins were loaded as in a worker."""
+    import verl  # noqa: F401  (loads the verl.plugins entry points, and with them the guard)
+    import verl.models.transformers.monkey_patch as monkey_patch
+
+    from verl_avspo.verl_plugin import trl_guard
+
+    state = trl_guard.state(check_trl=True)
+    if importlib.util.find_spec("trl") is None:
+        return "TRL is not installed, so verl never looks for it"
+    if not hasattr(monkey_patch, "is_trl_available"):
+        return "verl imports it only for a value-head critic (verl carries patches/02), so the guard is idle"
+    if state.trl_without_value_head is None:
+        return "TRL has it, so verl's own state_dict patch runs and the guard is idle"
+    if trl_guard.MONKEY_PATCH in state.guarded:
+        return (
+            "TRL has none, and verl-avspo's guard skips verl's state_dict patch for it (a value-head critic needs a "
+            "checkpoint that AutoModelForTokenClassification loads)"
+        )
+    cause = _plugin_policy_problem() or "the verl.plugins entry point did not run in this process"
+    raise RuntimeError(
+        f"verl cannot build any model next to TRL {state.trl_without_value_head}, which has no {trl_guard.VALUE_HEAD}, "
+        f"and verl-avspo's guard is not installed here: {cause}"
+    )
+
+
+def _trl() -> str:
+    """TRL, when it is installed: its version against the TRL adapter's tested range, the adapter
+    and ``GRPOTrainer`` importable, and verl next to it (:func:`_verl_next_to_trl`)."""
+    if importlib.util.find_spec("trl") is None:
+        return "not installed (pip install 'verl-avspo[trl]' for TRL's GRPOTrainer with ACR and AVSPO, docs/trl.md)"
+    import trl
+    from packaging.specifiers import SpecifierSet
+    from trl import GRPOTrainer
+
+    from verl_avspo.trl import TESTED_TRL, AVSPOGRPOTrainer
+
+    if not issubclass(AVSPOGRPOTrainer, GRPOTrainer):
+        raise RuntimeError(f"verl_avspo.trl.AVSPOGRPOTrainer does not subclass trl {trl.__version__}'s GRPOTrainer")
+    tested = trl.__version__ in SpecifierSet(TESTED_TRL, prereleases=True)
+    in_range = "tested" if tested else f"NOT in the tested range trl{TESTED_TRL}: pip install 'verl-avspo[trl]'"
+    return (
+        f"trl {trl.__version__} ({in_range}); GRPOTrainer and verl_avspo.trl.AVSPOGRPOTrainer import; "
+        f"verl and TRL's value-head class: {_verl_next_to_trl()}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     checks: list[tuple[str, Callable[[], str]]] = [
         ("versions", _versions),
@@ -200,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     checks.append(("launcher config", _config))
     checks.append(("baselines", _baselines))
     checks.append(("stock main_ppo hook", lambda: _hook(getattr(args, "overrides", ()))))
+    checks.append(("TRL", _trl))
     failures = 0
     for name, check in checks:
         try:
