@@ -1,18 +1,21 @@
 """TRL's own ``GRPOTrainer`` (1.16, no vLLM), end to end on CPU, with the adapter (``verl_avspo.trl``)
 in front of it: generation, the reward function, TRL's advantages or AVSPO's, the loss, TRL's log,
-checkpoints and resume, the stall alert's stop, evaluation, buffered generations, and two processes
-whose groups straddle them.
+checkpoints and resume, the stall alert's stop, evaluation, buffered generations, two processes
+whose groups straddle them, and the per-prompt history (``prompts/*``) with skipping before the
+rollout (``prompts.skip``), across a resume and across two processes.
 
 Every run trains the tiny random Qwen2 of ``trl_cpu.harness`` in this process (one model and dataset
 for the module; a run costs about a second), except the two-process run, which ``accelerate launch``
 starts. The harness's recorders copy, per generation, the rewards TRL gathered, TRL's own
 advantages, the advantages the mixin handed on and those TRL's completions log holds; each test
 checks them against the core's estimator run apart (a fresh ``RunTracker``), or against the authors'
-released rule, and checks TRL's log against the core's measurement.
+released rule, and checks TRL's log against the core's measurement; the prompts rolled out against
+the core's skip rule replayed on the prompts TRL's dataloader drew.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from pathlib import Path
@@ -28,13 +31,19 @@ from helpers import released_code_rule  # noqa: E402
 from trl_cpu.harness import GROUP_SIZE, TinyAssets, contains_sum, launch, make_trainer  # noqa: E402
 
 from verl_avspo.core.collapse import measure_collapse  # noqa: E402
+from verl_avspo.core.prompt_history import PromptHistory, prompt_key  # noqa: E402
 from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
 from verl_avspo.trl import STATE_FILE, resolve_trl_settings  # noqa: E402
+from verl_avspo.trl.prompts import refill_candidates, select_groups  # noqa: E402
 
 # A large eta and a low first threshold: AVSPO triggers on the first step with a collapsed group, and the
 # threshold moves whenever the mean reward changes.
 AVSPO = {"eta": 0.5, "threshold_init": 0.2}
 CHECKPOINTED = {"save_strategy": "steps", "save_steps": 2}
+# Skipping that acts on the first revisit: a prompt collapsed on its one visit is kept with probability 0.05.
+SKIP = {"skip": {"enable": True, "explore": 0.05, "adaptive": False}}
+PROMPT_METRICS = ("prompts/seen", "prompts/always_solved", "prompts/never_solved", "prompts/collapsed_before")
+SKIP_METRICS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +52,30 @@ def tiny(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def avspo_run(tiny, tmp_path_factory):
-    """AVSPO (the paper preset, AVSPO above), 4 steps, a checkpoint every 2."""
-    trainer = make_trainer(tiny, tmp_path_factory.mktemp("trl_avspo"), avspo=AVSPO, config=CHECKPOINTED)
+def few(tiny):
+    """The same model on 6 prompts: an epoch is 3 steps, so step 4 revisits prompts (and a checkpoint at
+    step 2 is inside the first epoch, where TRL's sampler resumes its order)."""
+    return dataclasses.replace(tiny, prompts=6)
+
+
+@pytest.fixture(scope="module")
+def avspo_run(few, tmp_path_factory):
+    """AVSPO (the paper preset, AVSPO above) with skipping (SKIP), 4 steps, a checkpoint every 2."""
+    trainer = make_trainer(few, tmp_path_factory.mktemp("trl_avspo"), avspo=AVSPO, prompts=SKIP, config=CHECKPOINTED)
     trainer.train()
     return trainer
+
+
+def assert_same_state(saved, expected) -> None:
+    """Two tracker states (nested dicts of tensors and plain values) are equal."""
+    if isinstance(expected, dict):
+        assert saved.keys() == expected.keys()
+        for key in expected:
+            assert_same_state(saved[key], expected[key])
+    elif isinstance(expected, torch.Tensor):
+        assert torch.equal(saved, expected)
+    else:
+        assert saved == expected
 
 
 def step_rows(trainer, prefix: str = "") -> dict[int, dict]:
@@ -62,12 +90,40 @@ def scores_and_index(record) -> tuple[torch.Tensor, np.ndarray]:
     return scores, np.arange(len(scores)) // GROUP_SIZE
 
 
-def replay(settings, records) -> list[tuple[torch.Tensor, dict]]:
+def group_prompt_keys(prompts: list) -> list[str]:
+    """The core's key of each group's prompt; each group's rows hold one prompt."""
+    groups = [prompts[i : i + GROUP_SIZE] for i in range(0, len(prompts), GROUP_SIZE)]
+    assert all(group == [group[0]] * GROUP_SIZE for group in groups), groups
+    return [prompt_key(group[0]) for group in groups]
+
+
+def replay_prompts(tracker, settings, record, dataset) -> list[str]:
+    """The prompts a generation should have rolled out: the core's skip rule (``tracker``) asked about
+    the groups TRL's dataloader drew, the skipped ones replaced from the step's seeded permutation of
+    ``dataset``; checked against the record's rolled-out prompts. Returns their keys."""
+    keys = group_prompt_keys(record["drawn"])
+    if tracker.skipper is not None:
+        replacements = select_groups(
+            keys,
+            lambda candidates, at_least: tracker.select_prompts(candidates, GROUP_SIZE, at_least=at_least),
+            refill_candidates(len(dataset), settings.prompts.skip.seed, record["step"]),
+            lambda index: prompt_key(dataset[index]["prompt"]),
+        )
+        for group, (_, key) in replacements.items():
+            keys[group] = key
+    assert group_prompt_keys(record["prompts"]) == keys
+    return keys
+
+
+def replay(settings, records, dataset=None) -> list[tuple[torch.Tensor, dict]]:
     """The core's estimator on the recorded rewards, apart from the trainer: each generation's
-    advantages and metrics, from a fresh tracker with the run's ``settings`` (``TRLSettings``)."""
-    tracker = RunTracker(settings.acr, settings.avspo)
+    advantages and metrics, from a fresh tracker with the run's ``settings`` (``TRLSettings``); the
+    prompts too (:func:`replay_prompts`, skipping from ``dataset``)."""
+    tracker = RunTracker(settings.acr, settings.avspo, prompt_skip=settings.prompts.skip)
     expected = []
     for record in records:
+        keys = replay_prompts(tracker, settings, record, dataset)
+        tracker.set_prompt_keys(dict(enumerate(keys)))
         scores, index = scores_and_index(record)
         tracker.measure(scores, index)
         output = tracker.avspo_advantages(scores.unsqueeze(1), torch.ones(len(scores), 1), index)
@@ -86,15 +142,23 @@ def test_avspo_run_logs_every_metric_on_every_step_beside_trls_own(avspo_run):
     rows = step_rows(avspo_run)
     assert sorted(rows) == [1, 2, 3, 4]
     for row in rows.values():
-        assert set(ACR_KEYS + AVSPO_KEYS) <= set(row), row
+        assert set(ACR_KEYS + AVSPO_KEYS + PROMPT_METRICS + SKIP_METRICS) <= set(row), row
         # TRL's own collapse count is untouched and, with group scaling, the same rate (TRL's in float32).
         assert row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"])
+        assert row["prompts/rollouts_skipped"] == GROUP_SIZE * row["prompts/skipped"]
     assert any(row["avspo/triggered"] > 0 for row in rows.values())  # AVSPO changed some advantages
+    # Step 4 revisits the first epoch's prompts (6 prompts, 2 a step): collapsed ones were skipped, and
+    # every generation still rolled out 2 whole groups.
+    skipped = [rows[step]["prompts/skipped"] for step in (1, 2, 3, 4)]
+    assert skipped[:3] == [0, 0, 0] and skipped[3] > 0
+    assert rows[4]["prompts/rollouts_skipped_cumulative"] == GROUP_SIZE * sum(skipped)
+    assert rows[4]["prompts/seen"] == 6
+    assert all(len(group_prompt_keys(record["prompts"])) == 2 for record in avspo_run.records)
 
 
 def test_avspo_advantages_are_the_core_estimators_and_reach_the_loss_and_completions_log(avspo_run):
     rows = step_rows(avspo_run)
-    expected = replay(avspo_run.avspo_settings, avspo_run.records)
+    expected = replay(avspo_run.avspo_settings, avspo_run.records, avspo_run.train_dataset)
     for record, (advantages, metrics), lost in zip(
         avspo_run.records, expected, loss_inputs_by_generation(avspo_run, 1), strict=True
     ):
@@ -119,22 +183,30 @@ def test_the_beta_presets_run_through_trls_trainer(tiny, tmp_path, preset):
     assert all("avspo/prior_strength" in row for row in rows.values())
 
 
-def test_resume_continues_the_run_exactly(avspo_run, tiny, tmp_path, caplog):
+def test_resume_continues_the_run_exactly(avspo_run, few, tmp_path, caplog):
+    """Steps 3-4 after a resume from step 2 log what the uninterrupted run logged (step 4 skips
+    prompts), and the tracker ends in the same state: controller, alert, prompt history, skip rule."""
     checkpoint = Path(avspo_run.args.output_dir) / "checkpoint-2"
     full = step_rows(avspo_run)
     saved = torch.load(checkpoint / STATE_FILE, weights_only=True)  # after step 2: θ_3, the alert's two rewards
     assert saved["controller"]["step"] == 2 and saved["controller"]["threshold"] == full[3]["avspo/threshold"]
     assert saved["stagnation"]["rewards"] == [full[1]["acr/reward_mean"], full[2]["acr/reward_mean"]]
-    resumed = make_trainer(tiny, tmp_path, avspo=AVSPO, config=CHECKPOINTED)
+    # The prompt history as `verl-avspo prompts` reads it: the 4 prompts of steps 1-2, one visit each.
+    history = PromptHistory()
+    history.load_state_dict(saved["prompt_history"])
+    rolled_out = [key for record in avspo_run.records[:2] for key in group_prompt_keys(record["prompts"])]
+    table = history.table()
+    assert sorted(table["key"].tolist()) == sorted(rolled_out) and table["visits"].tolist() == [1] * 4
+    resumed = make_trainer(few, tmp_path, avspo=AVSPO, prompts=SKIP, config=CHECKPOINTED)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     again = step_rows(resumed)
+    assert full[4]["prompts/skipped"] > 0
     for step in (3, 4):
         assert {k: v for k, v in again[step].items() if k != "step_time"} == {
             k: v for k, v in full[step].items() if k != "step_time"
         }
-    final, continued = avspo_run.tracker.state_dict(), resumed.tracker.state_dict()
-    assert torch.equal(final["controller"].pop("rng_state"), continued["controller"].pop("rng_state"))
-    assert continued == final
+    assert [record["prompts"] for record in resumed.records] == [record["prompts"] for record in avspo_run.records[2:]]
+    assert_same_state(resumed.tracker.state_dict(), avspo_run.tracker.state_dict())
     # A checkpoint without the file (a run without the adapter): TRL's state loads, the tracker's stays.
     bare = shutil.copytree(checkpoint, tmp_path / "bare")
     (bare / STATE_FILE).unlink()
@@ -279,13 +351,22 @@ def test_the_stall_alert_stops_training_after_checkpointing_the_stalled_step(tin
 
 @pytest.mark.slow
 def test_two_processes_give_groups_that_straddle_them_the_single_process_advantages(tiny, tmp_path):
-    """2 accelerate CPU processes, 6 rows each, groups of 4: the middle group has two rows on each."""
-    settings = {"avspo": {"preset": "paper_code"}}
-    result = launch(tiny, tmp_path, settings, {"per_device_train_batch_size": 6, "max_steps": 2})
+    """2 accelerate CPU processes, 6 rows each, groups of 4: the middle group has two rows on each. With
+    skipping on 3 prompts (each step draws all of them), step 2's skipped groups are replaced alike on
+    both processes: the rolled-out groups stay whole across them, and both keep the same history."""
+    settings = {"avspo": {"preset": "paper_code"}, "prompts": SKIP}
+    three = dataclasses.replace(tiny, prompts=3)
+    result = launch(three, tmp_path, settings, {"per_device_train_batch_size": 6, "max_steps": 2})
     assert result.returncode == 0, (tmp_path / "run.log").read_text()[-4000:]
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
     assert [rank["num_processes"] for rank in ranks] == [2, 2]
-    expected = replay(resolve_trl_settings("avspo", settings["avspo"]), ranks[0]["records"])
+    # The whole generation batch: process 0's rows, then process 1's.
+    merged = [
+        {**first, "prompts": first["prompts"] + second["prompts"], "drawn": first["drawn"] + second["drawn"]}
+        for first, second in zip(ranks[0]["records"], ranks[1]["records"], strict=True)
+    ]
+    run_settings = resolve_trl_settings("avspo", settings["avspo"], prompts=settings["prompts"])
+    expected = replay(run_settings, merged, three.dataset())
     rows = [row for row in ranks[0]["log_history"] if "loss" in row]
     records = zip(ranks[0]["records"], ranks[1]["records"], expected, rows, strict=True)
     for first, second, (advantages, metrics), row in records:
@@ -295,6 +376,7 @@ def test_two_processes_give_groups_that_straddle_them_the_single_process_advanta
         assert {key: row[key] for key in metrics} == pytest.approx(metrics)
         assert row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"])
     assert any(metrics["acr/rate"] > 0 for _, metrics in expected)  # some collapsed group was augmented
+    assert rows[0]["prompts/skipped"] == 0 and rows[0]["prompts/seen"] == 3 and rows[1]["prompts/skipped"] > 0
     states = [rank["state"] for rank in ranks]
-    assert torch.equal(states[0]["controller"].pop("rng_state"), states[1]["controller"].pop("rng_state"))
-    assert states[0] == states[1] and states[0]["controller"]["step"] == 2
+    assert_same_state(states[0], states[1])
+    assert states[0]["controller"]["step"] == 2

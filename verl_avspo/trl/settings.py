@@ -15,6 +15,7 @@ from typing import Any
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
 from verl_avspo.core.validation import Problems, SettingsError, choice, fail
+from verl_avspo.trl.prompts import TRLPrompts, resolve_trl_prompts
 
 __all__ = ["ESTIMATORS", "TRL_EPSILON", "TRL_ADVICE", "TRLSettings", "resolve_trl_settings"]
 
@@ -44,6 +45,8 @@ class TRLSettings:
     """AVSPO's settings (``avspo=``); None with ``estimator='grpo'``."""
     norm_adv_by_std: bool
     """Divide by the group's std: ``GRPOConfig.scale_rewards`` is ``group`` (True) or ``none`` (False)."""
+    prompts: TRLPrompts
+    """The prompt key of the per-prompt history and the skip rule (``prompts=``)."""
 
 
 def _as_mapping(settings: Any) -> Any:
@@ -91,10 +94,13 @@ def _check_trl_args(args: Any, problems: Problems) -> None:
         )
 
 
-def resolve_trl_settings(estimator: str, avspo: Any = None, acr: Any = None, args: Any = None) -> TRLSettings:
+def resolve_trl_settings(
+    estimator: str, avspo: Any = None, acr: Any = None, args: Any = None, prompts: Any = None, train_dataset: Any = None
+) -> TRLSettings:
     """Validate the trainer's ``estimator``, ``avspo`` and ``acr`` arguments (mappings of the keys of
-    docs/configuration.md, or an ``AVSPOConfig`` / ``ACRConfig``) against its ``GRPOConfig`` ``args``
-    (None: TRL's defaults).
+    docs/configuration.md, or an ``AVSPOConfig`` / ``ACRConfig``) and its ``prompts`` (``key``, ``skip``:
+    :mod:`verl_avspo.trl.prompts`) against its ``GRPOConfig`` ``args`` (None: TRL's defaults) and its
+    ``train_dataset`` (None: not known yet).
 
     Raises:
         SettingsError (a ValueError): one message per problem, each naming the key, the value and the fix.
@@ -113,6 +119,9 @@ def resolve_trl_settings(estimator: str, avspo: Any = None, acr: Any = None, arg
             f"only to estimator='avspo'. Set estimator='avspo', or remove {AVSPO_SECTION}= (ACR's own settings are "
             f"{ACR_SECTION}=)."
         )
+    prompt_settings = resolve_trl_prompts(prompts, args, train_dataset, problems)
     problems.raise_any()
     scale_rewards = "group" if args is None else args.scale_rewards
-    return TRLSettings(estimator, acr_config, avspo_config, norm_adv_by_std=scale_rewards != "none")
+    return TRLSettings(
+        estimator, acr_config, avspo_config, norm_adv_by_std=scale_rewards != "none", prompts=prompt_settings
+    )

@@ -39,10 +39,12 @@ try:
     from trl import GRPOTrainer
 except ImportError as error:
     raise ImportError(f"verl_avspo.trl needs TRL ({error}): pip install 'verl-avspo[trl]'") from error
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.trl.prompts import group_keys, refill_candidates, row_key, select_groups
 from verl_avspo.trl.settings import ACR_SECTION, TRL_ADVICE, resolve_trl_settings
 
 __all__ = ["TESTED_TRL", "STATE_FILE", "ACRMixin", "AVSPOGRPOTrainer"]
@@ -93,19 +95,35 @@ class ACRMixin:
         avspo: AVSPO's settings (docs/configuration.md, ``algorithm.avspo``), e.g. ``{"preset": "paper"}``;
             ``epsilon`` defaults to TRL's 1e-4.
         acr: ACR's settings (``algorithm.acr``: ``tau``, ``reward_range``, ``alert``).
+        prompts: the per-prompt history's key and the skip rule (:mod:`verl_avspo.trl.prompts`):
+            ``key``, the training dataset's column that identifies a prompt (default: a hash of
+            ``prompt``), and ``skip``, the core's ``PromptSkipConfig`` keys (``{"enable": True}``).
 
     Raises:
         SettingsError: at ``__init__``, before TRL loads the model, every bad setting and every
             ``GRPOConfig`` option the estimator does not support, each with its fix.
     """
 
-    def __init__(self, *args: Any, estimator: str = "avspo", avspo: Any = None, acr: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        estimator: str = "avspo",
+        avspo: Any = None,
+        acr: Any = None,
+        prompts: Any = None,
+        **kwargs: Any,
+    ):
         grpo_config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        self.avspo_settings = resolve_trl_settings(estimator, avspo, acr, grpo_config)
+        train_dataset = kwargs.get("train_dataset", args[3] if len(args) > 3 else None)
+        self.avspo_settings = resolve_trl_settings(estimator, avspo, acr, grpo_config, prompts, train_dataset)
         super().__init__(*args, **kwargs)
         settings = self.avspo_settings
         self.tracker = RunTracker(
-            settings.acr, settings.avspo, rule_setting=f"{ACR_SECTION}.alert.rule", advice=TRL_ADVICE
+            settings.acr,
+            settings.avspo,
+            rule_setting=f"{ACR_SECTION}.alert.rule",
+            advice=TRL_ADVICE,
+            prompt_skip=settings.prompts.skip,
         )
         self._gathered_rewards: torch.Tensor | None = None
         self._stop_after_stall = _StopAfterStall()
@@ -117,6 +135,12 @@ class ACRMixin:
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        training = self.model.training
+        keys = None  # each group's prompt key (training only: evaluations stay out of the history)
+        if training and self.avspo_settings.prompts.key is not None:
+            keys = group_keys(self._gathered_prompt_keys(inputs), self.num_generations)
+            if self.tracker.skipper is not None:
+                inputs, keys = self._skip_prompts(inputs, keys)
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         num_rows = len(inputs) * self.accelerator.num_processes
@@ -128,7 +152,6 @@ class ACRMixin:
                 f"TRL {trl.__version__} no longer computes them where this adapter reads them. Install "
                 f"trl{TESTED_TRL} (pip install 'verl-avspo[trl]')."
             )
-        training = self.model.training
         mode = "train" if training else "eval"
         group_size = self.num_generations if training else self.num_generations_eval
         # TRL's score of a completion: the weighted sum of its rewards; unscorable (every function
@@ -148,6 +171,8 @@ class ACRMixin:
         else:
             advantages = self.accelerator.gather(output["advantages"])  # TRL's own, for acr/effective
         if training:
+            if keys is not None:
+                self.tracker.set_prompt_keys(dict(enumerate(keys)))
             report = self.tracker.end_step(self.state.global_step + 1, advantages[scorable])
             if report.newly_stalled and self.tracker.acr.alert.action == "stop":
                 self._stop_after_stall.requested = True
@@ -156,6 +181,40 @@ class ACRMixin:
         for key, value in report.items():
             self._metrics[mode][key].append(value)
         return output
+
+    def _gathered_prompt_keys(self, inputs) -> list:
+        """The prompt key of every row of the generation batch, in TRL's order (every process's rows,
+        process by process, as TRL gathers the rewards). One ``gather_object`` of the small keys: TRL's
+        own gathered prompts (``_logs["prompt"]``) are no dataset identity (an environment appends its
+        observation, a multimodal prompt holds its images), and the rows do not carry their index."""
+        column = self.avspo_settings.prompts.key
+        return gather_object([row_key(row, column) for row in inputs])
+
+    def _skip_prompts(self, inputs, keys: list) -> tuple[list, list]:
+        """Before TRL generates: the skip rule's verdict on the batch's groups (the same on every
+        process: the same history, the rule's own seeded generator); each skipped group's rows become, in
+        place, another dataset prompt's (:func:`verl_avspo.trl.prompts.select_groups`), so every process
+        keeps its rows and every group stays whole. Returns this process's rows and every group's key."""
+        dataset, column, group_size = self.train_dataset, self.avspo_settings.prompts.key, self.num_generations
+        replacements = select_groups(
+            keys,
+            lambda candidates, at_least: self.tracker.select_prompts(candidates, group_size, at_least=at_least),
+            refill_candidates(len(dataset), self.tracker.skipper.config.seed, self.state.global_step + 1),
+            lambda index: row_key(dataset[index], column),
+        )
+        if not replacements:
+            return inputs, keys
+        start = self.accelerator.process_index * len(inputs)
+        rows = list(inputs)
+        for position, row in enumerate(inputs):
+            replaced = replacements.get((start + position) // group_size)
+            if replaced is not None:  # the dataset row, with the columns TRL's dataloader handed over
+                full = dataset[replaced[0]]
+                rows[position] = {name: full[name] for name in row}
+        keys = list(keys)
+        for group, (_, key) in replacements.items():
+            keys[group] = key
+        return rows, keys
 
     def _avspo_advantages(self, scores: torch.Tensor, scorable: torch.Tensor, index: np.ndarray) -> torch.Tensor:
         """(num_rows,) AVSPO advantages of the gathered batch: 0 for unscorable rows and for groups left

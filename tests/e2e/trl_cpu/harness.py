@@ -102,8 +102,10 @@ def grpo_config(output_dir: Path, **overrides: Any):
 
 class Recorder:
     """In front of ``ACRMixin``: keeps, per generation batch, the gathered rewards TRL computed, the
-    advantages of this process's rows after the mixin, and the completions log's advantages (the whole
-    batch's); and each loss call's advantages, with whether it was training (``loss_advantages``)."""
+    advantages of this process's rows after the mixin, the completions log's advantages (the whole
+    batch's), and the prompts of this process's rows as the dataloader drew them (``drawn``) and as
+    they were rolled out (``prompts``: after skipping); and each loss call's advantages, with whether
+    it was training (``loss_advantages``)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.records: list[dict[str, Any]] = []
@@ -112,13 +114,17 @@ class Recorder:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self.records.append({"rewards": rewards.clone(), "step": self.state.global_step + 1})
+        prompts = [row["prompt"] for row in inputs]
+        self.records.append({"rewards": rewards.clone(), "step": self.state.global_step + 1, "prompts": prompts})
         return rewards
 
     def _generate_and_score_completions(self, inputs):
+        drawn = [row["prompt"] for row in inputs]
         output = super()._generate_and_score_completions(inputs)
         logged = list(self._logs["advantages"])
-        self.records[-1].update(advantages=output["advantages"].clone(), logged=logged, training=self.model.training)
+        self.records[-1].update(
+            advantages=output["advantages"].clone(), logged=logged, training=self.model.training, drawn=drawn
+        )
         return output
 
     def compute_loss(self, model, inputs, *args: Any, **kwargs: Any):
@@ -144,8 +150,8 @@ def recording_trainer_class():
 
 
 def make_trainer(tiny: TinyAssets, output_dir: Path, *, reward_funcs=contains_sum, config=None, **settings: Any):
-    """A recording ``ACRMixin`` trainer of ``tiny`` (``settings``: ``estimator``, ``avspo``, ``acr``;
-    ``config``: :func:`grpo_config`'s overrides)."""
+    """A recording ``ACRMixin`` trainer of ``tiny`` (``settings``: ``estimator``, ``avspo``, ``acr``,
+    ``prompts``; ``config``: :func:`grpo_config`'s overrides)."""
     return recording_trainer_class()(
         model=str(tiny.model),
         reward_funcs=reward_funcs,

@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+
 from trl_cpu.harness import TinyAssets, make_trainer  # noqa: E402
 
 

@@ -1,0 +1,197 @@
+"""Prompt identity and pre-rollout skipping in TRL's ``GRPOTrainer`` (docs/trl.md, "Prompts").
+
+The trainer's ``prompts=`` argument: ``key``, the dataset column that identifies a prompt across
+steps (TRL's ``prompt`` by default, hashed with the core's ``prompt_key``; an integer column such as
+``index`` is used as it is), and ``skip``, the core's skip rule (``core.prompt_skip``, off by default).
+
+TRL draws a generation batch as whole groups: its ``RepeatSampler`` repeats each prompt
+``num_generations`` times in a row and every process takes a contiguous slice of the same index
+stream. Skipping keeps that shape: a skipped group's rows are replaced, in place and on every process
+alike, by the rows of another prompt of the training dataset, so each process keeps its number of
+rows and every group stays whole. The replacements are drawn from a permutation of the dataset seeded
+by the skip rule's seed and the step, so a resumed run draws what the uninterrupted one drew without
+saving a position; the rule itself (its generator, its exploration probabilities) and the history
+are in the run tracker's state. Imports neither TRL nor transformers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from verl_avspo.core.prompt_history import prompt_key
+from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
+from verl_avspo.core.validation import Problems, given_settings
+
+__all__ = [
+    "PROMPTS_SECTION",
+    "DEFAULT_KEY",
+    "TRLPrompts",
+    "resolve_trl_prompts",
+    "row_key",
+    "group_keys",
+    "select_groups",
+]
+
+logger = logging.getLogger(__name__)
+
+PROMPTS_SECTION = "prompts"
+# TRL's prompt column: its text or chat messages, hashed.
+DEFAULT_KEY = "prompt"
+# The columns TRL keeps with GRPOConfig.remove_unused_columns=True (GRPOTrainer._set_signature_columns_if_needed).
+TRL_KEPT_COLUMNS = ("prompt", "image", "images")
+
+
+@dataclass(frozen=True)
+class TRLPrompts:
+    """The run's prompt settings (``prompts=``)."""
+
+    key: str | None
+    """The column whose value identifies a prompt; None: no history (a dataset without a ``prompt`` column)."""
+    skip: PromptSkipConfig
+    """The pre-rollout skip rule (``prompts.skip``; off unless ``enable``)."""
+
+
+def _column_names(dataset: Any) -> list[str] | None:
+    names = getattr(dataset, "column_names", None)
+    return list(names) if isinstance(names, (list, tuple)) else None
+
+
+def _indexable(dataset: Any) -> bool:
+    return callable(getattr(dataset, "__getitem__", None)) and callable(getattr(dataset, "__len__", None))
+
+
+def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problems) -> TRLPrompts | None:
+    """Validate the trainer's ``prompts=`` against its ``GRPOConfig`` and training dataset; problems
+    are added to ``problems`` (the trainer reports every bad setting at once)."""
+    given = problems.check(
+        given_settings, prompts, PROMPTS_SECTION, ("key", "skip"), problems, example="prompts={'key': 'index'}"
+    )
+    if given is None:
+        return None
+    skip = problems.check(resolve_prompt_skip, given.get("skip"), section=f"{PROMPTS_SECTION}.skip")
+    key = given.get("key")
+    columns = _column_names(dataset)
+    if key is not None and not isinstance(key, str):
+        problems.messages.append(
+            f"{PROMPTS_SECTION}.key={key!r} is invalid: it is the name of the training dataset's column that "
+            f"identifies a prompt, e.g. prompts={{'key': 'index'}}, or leave it out for the hash of '{DEFAULT_KEY}'."
+        )
+        return None
+    if key is not None and columns is not None and key not in columns:
+        problems.messages.append(
+            f"{PROMPTS_SECTION}.key={key!r} is invalid: the training dataset has no such column (it has "
+            f"{', '.join(columns)}). Name one of them, or leave the key out for the hash of '{DEFAULT_KEY}'."
+        )
+    if key is None:
+        key = DEFAULT_KEY if columns is None or DEFAULT_KEY in columns else None
+    remove_unused = bool(getattr(args, "remove_unused_columns", False))
+    if key is not None and remove_unused and key not in TRL_KEPT_COLUMNS:
+        problems.messages.append(
+            f"{PROMPTS_SECTION}.key={key!r} is invalid with GRPOConfig.remove_unused_columns=True: TRL removes "
+            f"every column but {', '.join(TRL_KEPT_COLUMNS)} before the trainer sees a row. Set "
+            "remove_unused_columns=False (TRL's default), or leave the key out for the hash of the prompt."
+        )
+    if skip is not None and skip.enable:
+        if key is None:
+            problems.messages.append(
+                f"{PROMPTS_SECTION}.skip.enable=True is invalid: the training dataset has no '{DEFAULT_KEY}' "
+                f"column to know a prompt by. Name the column that identifies a prompt in {PROMPTS_SECTION}.key."
+            )
+        if dataset is not None and not _indexable(dataset):
+            problems.messages.append(
+                f"{PROMPTS_SECTION}.skip.enable=True is invalid with a {type(dataset).__name__} training dataset: a "
+                "skipped prompt is replaced by another row of the dataset, read by its index, and an iterable "
+                "dataset has none. Pass a map-style datasets.Dataset, or set prompts={'skip': {'enable': False}}."
+            )
+    return None if skip is None else TRLPrompts(key, skip)
+
+
+def row_key(row: Mapping[str, Any], column: str) -> int | str:
+    """A dataset row's prompt key: an integer column's value as it is, anything else (the prompt's text
+    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash."""
+    try:
+        value = row[column]
+    except KeyError:
+        raise KeyError(
+            f"a training row has no column {column!r} ({PROMPTS_SECTION}.key): its columns are {sorted(row)}. "
+            f"Name the column that identifies a prompt in {PROMPTS_SECTION}.key."
+        ) from None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and column != DEFAULT_KEY:
+        return int(value)
+    return prompt_key(value)
+
+
+def group_keys(row_keys: Sequence[Any], group_size: int) -> list[Any]:
+    """The key of each group of ``group_size`` consecutive rows (TRL's layout of a generation batch).
+
+    Raises:
+        RuntimeError: a group whose rows are different prompts (a TRL that no longer draws whole groups).
+    """
+    keys = np.empty(len(row_keys), dtype=object)
+    keys[:] = list(row_keys)
+    groups = keys.reshape(-1, group_size)
+    mixed = [g for g, rows in enumerate(groups) if any(key != rows[0] for key in rows)]
+    if mixed:
+        raise RuntimeError(
+            f"verl_avspo.trl: group {mixed[0]} of the generation batch holds rows of different prompts: this TRL no "
+            "longer repeats each prompt num_generations times in a row (RepeatSampler), which the per-prompt history "
+            "and skipping rely on. Install a tested TRL (pip install 'verl-avspo[trl]')."
+        )
+    return groups[:, 0].tolist()
+
+
+def refill_candidates(dataset_size: int, seed: int, step: int) -> Iterator[tuple[int, bool]]:
+    """Dataset indices to replace skipped prompts with at ``step``: permutations of the dataset seeded by
+    (``seed``, ``step``, pass), each index with whether its pass is the first. Stateless, so every
+    process and a resumed run draw the same."""
+    for pass_number in range(1 << 30):
+        for index in np.random.default_rng([seed, step, pass_number]).permutation(dataset_size):
+            yield int(index), pass_number == 0
+
+
+def select_groups(
+    keys: Sequence[Any],
+    select: Callable[[list[Any], int], np.ndarray],
+    candidates: Iterator[tuple[int, bool]],
+    candidate_key: Callable[[int], Any],
+) -> dict[int, tuple[int, Any]]:
+    """Which groups of a generation batch to replace, and by what: ``{group: (dataset index, key)}``.
+
+    ``select(keys, at_least)`` is the run tracker's rule (``RunTracker.select_prompts``). The batch's
+    own groups are asked first; each skipped one's place is then offered to further ``candidates``
+    (dataset indices, in order), asked in chunks of the places still open, leaving out the batch's own
+    prompts and those already taken during the first pass over the dataset. Once a whole pass is through and places are
+    still open, the next chunk fills them whatever the rule says (with a warning).
+    """
+    keep = select(list(keys), 0)
+    open_places = [group for group, kept in enumerate(keep) if not kept]
+    in_batch = set(keys)  # a skipped prompt is not offered again in the first pass
+    replacements: dict[int, tuple[int, Any]] = {}
+    warned = False
+    while open_places:
+        chunk: list[tuple[int, Any]] = []
+        first_pass = True
+        while len(chunk) < len(open_places):
+            index, first_pass = next(candidates)
+            key = candidate_key(index)
+            if first_pass and (key in in_batch or any(key == taken for _, taken in chunk)):
+                continue
+            chunk.append((index, key))
+        if not first_pass and not warned:
+            warned = True
+            logger.warning(
+                "the skip rule (%s.skip) passed over every prompt of the training dataset without filling the "
+                "generation batch: its open places are filled whatever the rule says",
+                PROMPTS_SECTION,
+            )
+        kept = select([key for _, key in chunk], 0 if first_pass else len(open_places))
+        for (index, key), taken in zip(chunk, kept, strict=True):
+            if taken:
+                replacements[open_places.pop(0)] = (index, key)
+                in_batch.add(key)
+    return replacements
