@@ -1,0 +1,177 @@
+"""The TRL adapter's prompt settings and skipping (``verl_avspo.trl.prompts``): what the trainer refuses at
+``__init__`` about ``prompts=`` (with the other settings, before TRL loads the model), a row's prompt key,
+the check that a generation batch holds whole groups, the seeded refill stream, and how skipped groups are
+replaced (in place, from further candidates, the batch's own prompts not offered again, filled after a
+whole pass), the same on two trackers in the same state, as two processes are. No model is built here
+(the runs are tests/e2e/test_trl_cpu_e2e.py).
+"""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'verl-avspo[trl]')")
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from verl_avspo.core.acr_config import ACRConfig  # noqa: E402
+from verl_avspo.core.prompt_history import prompt_key  # noqa: E402
+from verl_avspo.core.prompt_skip import PromptSkipConfig  # noqa: E402
+from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
+from verl_avspo.core.validation import SettingsError  # noqa: E402
+from verl_avspo.trl import AVSPOGRPOTrainer, resolve_trl_settings  # noqa: E402
+from verl_avspo.trl.prompts import group_keys, refill_candidates, row_key, select_groups  # noqa: E402
+
+
+def config(tmp_path, **options):
+    return GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, **options)
+
+
+def rows(count: int = 4) -> Dataset:
+    return Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(count)], "index": list(range(count))})
+
+
+def test_every_prompt_problem_is_refused_at_once_before_the_model_loads(tmp_path):
+    args = config(tmp_path, remove_unused_columns=True)
+    with pytest.raises(SettingsError) as refused:
+        AVSPOGRPOTrainer(  # the model path does not exist: the settings are read first
+            model=str(tmp_path / "no-model"),
+            reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+            args=args,
+            train_dataset=rows().to_iterable_dataset(),
+            prompts={"key": "index", "skip": {"enable": True, "explore": 2.0}, "keys": "index"},
+        )
+    problems = refused.value.problems
+    expected = [
+        "prompts.keys is not a setting",
+        "prompts.skip.explore=2.0 is invalid",
+        "prompts.key='index' is invalid with GRPOConfig.remove_unused_columns=True",
+    ]
+    for start in expected:
+        assert any(problem.startswith(start) for problem in problems), (start, problems)
+    # explore out of range leaves no skip settings to check against the iterable dataset
+    assert len(problems) == 3, problems
+
+
+def test_the_key_names_a_column_and_skipping_needs_a_map_style_dataset():
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings("grpo", prompts={"key": "idx", "skip": {"enable": True}}, train_dataset=rows())
+    assert refused.value.problems == [
+        "prompts.key='idx' is invalid: the training dataset has no such column (it has prompt, index). Name one of "
+        "them, or leave the key out for the hash of 'prompt'."
+    ]
+    with pytest.raises(SettingsError, match=r"prompts.key=3 is invalid: it is the name of the training dataset"):
+        resolve_trl_settings("grpo", prompts={"key": 3})
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings("grpo", prompts={"skip": {"enable": True}}, train_dataset=rows().to_iterable_dataset())
+    assert refused.value.problems[0].startswith(
+        "prompts.skip.enable=True is invalid with a IterableDataset training dataset: a skipped prompt is replaced"
+    )
+    with pytest.raises(SettingsError, match=r"prompts=\['index'\] is invalid: it is a group of settings"):
+        resolve_trl_settings("grpo", prompts=["index"])
+
+
+def test_the_default_key_is_the_prompt_and_a_dataset_without_one_keeps_no_history():
+    assert resolve_trl_settings("grpo").prompts.key == "prompt"  # dataset not known: TRL's column
+    settings = resolve_trl_settings("grpo", train_dataset=rows())
+    assert settings.prompts.key == "prompt" and settings.prompts.skip == PromptSkipConfig()
+    environment_rows = Dataset.from_dict({"environment": ["a", "b"]})
+    assert resolve_trl_settings("grpo", train_dataset=environment_rows).prompts.key is None
+    with pytest.raises(SettingsError, match=r"prompts.skip.enable=True is invalid: the training dataset has no"):
+        resolve_trl_settings("grpo", prompts={"skip": {"enable": True}}, train_dataset=environment_rows)
+    skip = resolve_trl_settings("avspo", prompts={"key": "index", "skip": {"enable": True, "seed": 3}}).prompts
+    assert skip.key == "index" and skip.skip == PromptSkipConfig(enable=True, seed=3)
+
+
+def test_a_rows_key_is_an_integer_column_as_it_is_else_the_cores_hash():
+    messages = [{"role": "user", "content": "1+1="}]
+    assert row_key({"prompt": "1+1=", "index": np.int64(7)}, "index") == 7
+    assert row_key({"prompt": "1+1="}, "prompt") == prompt_key("1+1=")
+    assert row_key({"prompt": messages}, "prompt") == prompt_key(messages)
+    assert row_key({"id": "gsm8k-12"}, "id") == prompt_key("gsm8k-12")
+    assert row_key({"flag": True}, "flag") == prompt_key(True)
+    with pytest.raises(KeyError, match=r"a training row has no column 'index' \(prompts.key\)"):
+        row_key({"prompt": "1+1="}, "index")
+
+
+def test_a_batch_of_whole_groups_gives_one_key_per_group_and_a_mixed_group_is_refused():
+    assert group_keys([5, 5, 6, 6], 2) == [5, 6]
+    with pytest.raises(RuntimeError, match=r"group 1 of the generation batch holds rows of different prompts"):
+        group_keys([5, 5, 6, 7], 2)
+
+
+def test_the_refill_stream_is_a_seeded_permutation_per_step_and_pass():
+    def first(seed, step, count):
+        stream = refill_candidates(5, seed, step)
+        return [next(stream) for _ in range(count)]
+
+    drawn = first(0, 3, 10)
+    assert drawn == first(0, 3, 10)  # stateless: every process, and a resumed run, draw the same
+    assert sorted(index for index, _ in drawn[:5]) == list(range(5))
+    assert [is_first for _, is_first in drawn] == [True] * 5 + [False] * 5
+    assert drawn != first(0, 4, 10) and drawn != first(1, 3, 10)
+
+
+def fixed_rule(dead: set):
+    """A stand-in for the tracker's rule: keeps every key not in ``dead``; ``at_least`` as the core's."""
+    calls = []
+
+    def select(keys, at_least):
+        calls.append((list(keys), at_least))
+        keep = np.array([key not in dead for key in keys])
+        shortfall = at_least - int(keep.sum())
+        if shortfall > 0:
+            keep[np.flatnonzero(~keep)[:shortfall]] = True
+        return keep
+
+    return select, calls
+
+
+def test_skipped_groups_are_replaced_in_place_by_the_first_kept_candidates():
+    select, calls = fixed_rule(dead={"b", "x"})
+    stream = iter([(0, True), (1, True), (2, True), (3, True)])
+    names = {0: "b", 1: "x", 2: "y", 3: "z"}
+    replacements = select_groups(["a", "b", "c"], select, stream, names.get)
+    assert replacements == {1: (2, "y")}
+    # The batch's own "b" is not offered again; "x" is asked and skipped, "y" fills the place.
+    assert calls == [(["a", "b", "c"], 0), (["x"], 0), (["y"], 0)]
+    select, calls = fixed_rule(dead=set())
+    assert select_groups(["a", "b"], select, iter([]), names.get) == {}
+
+
+def test_after_a_whole_pass_the_open_places_are_filled_whatever_the_rule_says(caplog):
+    select, calls = fixed_rule(dead={"a", "b"})
+    stream = refill_candidates(2, seed=0, step=1)
+    names = {0: "a", 1: "b"}
+    with caplog.at_level(logging.WARNING):
+        replacements = select_groups(["a", "b"], select, stream, names.get)
+    assert sorted(replacements) == [0, 1] and calls[-1][1] == 2
+    assert "passed over every prompt of the training dataset" in caplog.text
+
+
+def test_two_processes_with_the_same_tracker_state_replace_the_same_groups():
+    """Each process runs the rule on the gathered batch with its own tracker; equal states (the same
+    gathered rewards, the rule's seeded generator) give equal choices and equal states after."""
+    skip = PromptSkipConfig(enable=True, explore=0.3, adaptive=False, seed=5)
+    trackers = [RunTracker(ACRConfig(), prompt_skip=skip) for _ in range(2)]
+    dataset = rows(12)
+    for tracker in trackers:  # every prompt all wrong on a first visit
+        tracker.set_prompt_keys({group: prompt_key(f"{group}+1=") for group in range(12)})
+        tracker.measure(torch.zeros(24), np.arange(24) // 2)
+        tracker.end_step(1)
+    choices = []
+    for tracker in trackers:
+        choices.append(
+            select_groups(
+                [prompt_key(f"{group}+1=") for group in (0, 1, 2, 3)],
+                lambda keys, at_least, tracker=tracker: tracker.select_prompts(keys, 2, at_least=at_least),
+                refill_candidates(len(dataset), skip.seed, 2),
+                lambda index: row_key(dataset[index], "prompt"),
+            )
+        )
+    assert choices[0] == choices[1] and choices[0]  # something was skipped and replaced
+    first, second = (tracker.skipper.state_dict() for tracker in trackers)
+    assert torch.equal(first["generator"], second["generator"])
