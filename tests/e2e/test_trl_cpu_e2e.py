@@ -295,7 +295,7 @@ def test_paper_code_with_batch_scope_is_the_authors_released_rule_through_trls_t
 def test_buffered_generations_are_measured_once_and_evaluation_moves_no_state(tiny, tmp_path):
     """steps_per_generation=2: one generation serves two optimizer steps; its metrics are logged once
     and AVSPO's controller and the alert step once. Evaluation logs eval_acr/*, keeps TRL's advantages
-    (AVSPO would step its controller) and leaves the controller and the alert alone."""
+    (AVSPO would step its controller) and leaves the controller, the alert and the prompt history alone."""
     trainer = make_trainer(
         tiny,
         tmp_path,
@@ -326,6 +326,8 @@ def test_buffered_generations_are_measured_once_and_evaluation_moves_no_state(ti
     eval_rows = step_rows(trainer, "eval_")
     assert sorted(eval_rows) == [2, 4]
     assert all("eval_acr/rate" in row and "eval_acr/stalled" not in row for row in eval_rows.values())
+    assert not any(key.startswith("eval_prompts/") for row in eval_rows.values() for key in row)
+    assert int(trainer.tracker.prompt_history.table()["visits"].sum()) == 2 * len(train)  # 2 groups a generation
 
 
 def never_right(completions: list[str], **kwargs) -> list[float]:
