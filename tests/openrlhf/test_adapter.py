@@ -17,6 +17,7 @@ import torch
 from verl_avspo.core import config as core_config
 from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
 from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_avspo, resolve_settings
+from verl_avspo.core.run_tracker import STATE_VERSION
 from verl_avspo.openrlhf import GroupNormAVSPO, advantage_step, launcher
 
 
@@ -46,7 +47,7 @@ def test_state_round_trip():
     for rewards in (torch.ones(2, 4), torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1]])):
         first(rewards)
     state = first.state_dict()
-    assert state["version"] == 2 and state["stagnation"]["streak"] == 2
+    assert state["version"] == STATE_VERSION and state["stagnation"]["streak"] == 2
     second.load_state_dict(state)
     assert second.controller.threshold == first.controller.threshold and second.controller.step == 2
     assert second.tracker.alert.streak == 2
