@@ -4,6 +4,10 @@
 is the two together. The run's :class:`~verl_avspo.core.run_tracker.RunTracker` is called once per
 generation batch, on every process, with the rewards TRL gathered from all of them:
 
+- before TRL's ``_generate_and_score_completions`` (training only): every row's prompt key
+  (``prompts.key``) is gathered and, with ``prompts.skip``, each group the skip rule skips is replaced
+  in place by another dataset prompt (:mod:`verl_avspo.trl.prompts`); the keys feed the tracker's
+  per-prompt history (``prompts/*``);
 - ``_calculate_rewards`` (TRL gathers every process's rewards there) is kept as the step's rewards;
 - after TRL's ``_generate_and_score_completions``, the tracker measures the scores (the weighted sum of
   the reward functions, as TRL's ``sum_then_normalize``), AVSPO computes the whole batch's advantages
@@ -11,10 +15,11 @@ generation batch, on every process, with the rewards TRL gathered from all of th
   TRL's buffer then serves them to every optimizer step of the generation. ``acr/*``, ``avspo/*`` and
   ``acr/stalled`` join TRL's own metrics, so they reach its console, ``trainer_state.json`` and every
   ``report_to`` logger. Every process computes the same values from the same gathered rewards, so
-  nothing more is communicated (``estimator='grpo'`` gathers TRL's advantages for ``acr/effective``);
+  nothing more is communicated than the prompt keys (``estimator='grpo'`` gathers TRL's advantages
+  for ``acr/effective``);
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the tracker's state (AVSPO's controller, the
-  alert's streak) is ``checkpoint-N/avspo_state.pt``, restored on every process on resume, where TRL
-  keeps its own entropy controller's state;
+  alert's streak, the prompt history and the skip rule) is ``checkpoint-N/avspo_state.pt``, restored on
+  every process on resume, where TRL keeps its own entropy controller's state;
 - ``acr.alert.action='stop'``: the stalled step is checkpointed and training ends through TRL's
   ``TrainerControl``.
 
