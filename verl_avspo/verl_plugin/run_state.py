@@ -13,17 +13,19 @@ Imports nothing from verl.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verl_avspo.core.baseline_settings import dcpo_settings
+from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting
 
-__all__ = ["run_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
+__all__ = ["run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +58,17 @@ def run_settings(algorithm_config: Any, estimator: str | None = None) -> RunSett
     return _resolve_canonical(canonical, estimator)
 
 
+def run_dcpo_settings(algorithm_config: Any) -> DCPOConfig:
+    """DCPO's settings with the run's prompt identity (``algorithm.prompts.key``, or DCPO's own spelling)."""
+    return dataclasses.replace(dcpo_settings(algorithm_config), prompt_key=prompt_key_setting(algorithm_config))
+
+
 def start_run(algorithm_config: Any) -> RunTracker:
     """A fresh tracker for the run that verl's ``config.algorithm`` describes, bound in this process."""
     global _bound
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
-    dcpo = dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
+    dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
     _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std)
     return _bound
 
@@ -78,7 +85,7 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     tracker = _bound
     fits = tracker is not None and tracker.acr == settings.acr and tracker.avspo == settings.avspo
     if estimator == "dcpo":
-        fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
+        fits = fits and tracker.dcpo == run_dcpo_settings(algorithm_config)
     if not fits:
         logger.info(
             "verl-avspo: no run tracker bound for %s in this process; starting one (not checkpointed)", estimator
