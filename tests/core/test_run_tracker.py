@@ -120,7 +120,14 @@ def test_state_round_trips_and_a_resumed_run_continues_exactly():
     first = avspo_tracker(**settings)
     run(first, steps[:2])
     state = first.state_dict()
-    assert state["version"] == STATE_VERSION and set(state) == {"version", "controller", "stagnation", "dcpo"}
+    assert state["version"] == STATE_VERSION and set(state) == {
+        "version",
+        "controller",
+        "stagnation",
+        "dcpo",
+        "prompt_history",
+        "prompt_skip",
+    }
     resumed = avspo_tracker(**settings)
     resumed.load_state_dict(state)
     assert run(resumed, steps[2:]) == straight[2:]
