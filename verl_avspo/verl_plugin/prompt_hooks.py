@@ -45,6 +45,16 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         """Hand the run tracker the stable prompt key of each uid of this batch (one TransferQueue read)."""
         source = self.prompt_identity.source
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
+        if source not in data.keys():  # a custom agent loop that stores neither field: no history (DCPO refuses)
+            if not getattr(self, "_warned_no_prompt_field", False):
+                logger.warning(
+                    "the batch's responses carry no %r field in TransferQueue, so the per-prompt history records "
+                    "nothing (prompts/* are not logged); set %s to the field your agent loop stores",
+                    source,
+                    PROMPT_KEY_SETTING,
+                )
+                self._warned_no_prompt_field = True
+            return
         keys: dict[str, Any] = {}
         for uid, value, real in zip(list(data["uid"]), list(data[source]), real_rows(batch), strict=True):
             if str(uid) not in keys:  # once per group: the G responses of a uid share the prompt
@@ -90,7 +100,7 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         for refills in itertools.count():
             keys = prompt_keys(_rows(batch, source), source)
             if refills <= len(self.train_dataloader):
-                keep = np.asarray(self.tracker.select_prompts(keys), dtype=bool)
+                keep = self.tracker.select_prompts(keys, self.config.actor_rollout_ref.rollout.n)
             else:
                 keep = np.ones(len(keys), dtype=bool)
             chosen = np.flatnonzero(keep)[: wanted - count]

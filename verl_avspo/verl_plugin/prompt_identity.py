@@ -16,8 +16,6 @@ the earlier spelling, still sets it; the two must agree. Imports neither verl no
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,10 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_avspo.core.validation import choice
+from verl_avspo.core.prompt_history import prompt_key as hashed_prompt_key
+from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
+from verl_avspo.core.validation import Problems, choice, given_settings
 
 __all__ = [
+    "PROMPTS_SECTION",
     "PROMPT_KEY_SETTING",
+    "SKIP_SECTION",
+    "PromptsConfig",
+    "resolve_prompts",
     "PROMPT_KEY_CHOICES",
     "PromptIdentity",
     "prompt_key",
@@ -40,7 +44,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PROMPT_KEY_SETTING = "algorithm.prompts.key"
+PROMPTS_SECTION = "algorithm.prompts"
+PROMPT_KEY_SETTING = f"{PROMPTS_SECTION}.key"
+SKIP_SECTION = f"{PROMPTS_SECTION}.skip"
 _DCPO_SETTING = "algorithm.dcpo.prompt_key"
 # auto: index where the train files allow it, else raw_prompt.
 PROMPT_KEY_CHOICES = ("auto", "index", "raw_prompt")
@@ -55,8 +61,7 @@ def prompt_key(value: Any, source: str) -> int | str:
         source: ``index`` or ``raw_prompt``.
     """
     if source == "raw_prompt":
-        text = json.dumps(value, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        return hashed_prompt_key(value)
     if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
         return int(value)
     return str(value)
@@ -67,6 +72,34 @@ def prompt_keys(values: Iterable[Any], source: str) -> list[int | str]:
     return [prompt_key(value, source) for value in values]
 
 
+@dataclass(frozen=True)
+class PromptsConfig:
+    """The run's prompt settings (``algorithm.prompts``)."""
+
+    key: str = "auto"
+    """A prompt's identity across steps: ``index`` (the row's ``extra_info.index``), ``raw_prompt`` (a hash of its
+    chat messages) or ``auto`` (``index`` when every train row has a distinct one, else ``raw_prompt``)."""
+    skip: PromptSkipConfig = PromptSkipConfig()
+    """The pre-rollout skip rule (``algorithm.prompts.skip.*``, off by default)."""
+
+
+def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
+    """Validated ``algorithm.prompts`` of verl's ``config.algorithm`` (absent or null keys take the defaults),
+    its ``key`` read with :func:`prompt_key_setting`.
+
+    Raises:
+        SettingsError (a ValueError): every bad key at once.
+    """
+    problems = Problems()
+    raw = (algorithm or {}).get("prompts", None)
+    example = f"{PROMPT_KEY_SETTING}=auto"
+    given = problems.check(given_settings, raw, PROMPTS_SECTION, ["key", "skip"], problems, example=example) or {}
+    key = problems.check(prompt_key_setting, algorithm)
+    skip = problems.check(resolve_prompt_skip, given.get("skip", None), section=SKIP_SECTION)
+    problems.raise_any()
+    return PromptsConfig(key=key, skip=skip)
+
+
 def prompt_key_setting(algorithm: Mapping[str, Any] | None) -> str:
     """The validated ``algorithm.prompts.key`` (``auto`` where unset), with ``algorithm.dcpo.prompt_key``
     read as its earlier spelling.
@@ -75,8 +108,8 @@ def prompt_key_setting(algorithm: Mapping[str, Any] | None) -> str:
         ValueError: a value outside :data:`PROMPT_KEY_CHOICES`, or the two spellings disagreeing.
     """
     algorithm = algorithm or {}
-    prompts = algorithm.get("prompts", None) or {}
-    dcpo = algorithm.get("dcpo", None) or {}
+    prompts, dcpo = (algorithm.get(name, None) for name in ("prompts", "dcpo"))
+    prompts, dcpo = (section if isinstance(section, Mapping) else {} for section in (prompts, dcpo))
     key, dcpo_key = prompts.get("key", None), dcpo.get("prompt_key", None)
     if key is not None:
         choice(PROMPT_KEY_SETTING, key, PROMPT_KEY_CHOICES)
@@ -120,5 +153,6 @@ def resolve_prompt_identity(config: Any) -> PromptIdentity:
         data.get("train_files", None), needed_by=f"{PROMPT_KEY_SETTING}=auto", what="the per-prompt history"
     )
     if problems or unreadable:
-        return PromptIdentity("raw_prompt", (problems + unreadable)[0])
+        why = "not a local parquet file" if unreadable else "missing or repeated in some rows"
+        return PromptIdentity("raw_prompt", f"auto: the train files' extra_info.index is {why}")
     return PromptIdentity("index", "auto: every train row has a distinct extra_info.index")

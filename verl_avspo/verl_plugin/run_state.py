@@ -23,7 +23,7 @@ from typing import Any
 from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
-from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting
+from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
 
 __all__ = ["run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
 
@@ -69,7 +69,8 @@ def start_run(algorithm_config: Any) -> RunTracker:
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
     dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
-    _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std)
+    skip = resolve_prompts(algorithm_config).skip
+    _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std, prompt_skip=skip)
     return _bound
 
 
@@ -87,6 +88,14 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     if estimator == "dcpo":
         fits = fits and tracker.dcpo == run_dcpo_settings(algorithm_config)
     if not fits:
+        if resolve_prompts(algorithm_config).skip.enable:
+            raise ValueError(
+                "algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs in this process, so nothing "
+                "reads the prompts before their rollout (stock `python -m verl.trainer.main_ppo` with only the "
+                "plugin installed reaches verl-avspo at the advantage stage, after the rollout). Launch with "
+                "`python -m verl_avspo.main_ppo`, or add the ACR hook (trainer.v1.sampler.custom_sampler, "
+                "docs/integration.md), or set algorithm.prompts.skip.enable=False."
+            )
         logger.info(
             "verl-avspo: no run tracker bound for %s in this process; starting one (not checkpointed)", estimator
         )

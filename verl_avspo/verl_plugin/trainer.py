@@ -92,7 +92,7 @@ class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstrac
         self.measures_collapse = is_group_estimator(estimator)
         # Where each prompt's identity is read from, for its history (and DCPO's) and skipping.
         self.prompt_identity = resolve_prompt_identity(self.config) if self.measures_collapse else None
-        self.skips_prompts = self.prompt_identity is not None and self.tracker.skips_prompts
+        self.skips_prompts = self.prompt_identity is not None and self.tracker.skipper is not None
         if self.prompt_identity is not None:
             logger.info(
                 "verl-avspo: prompts are keyed by %s (%s)", self.prompt_identity.source, self.prompt_identity.reason

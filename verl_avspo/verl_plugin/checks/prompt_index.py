@@ -65,9 +65,7 @@ def prompt_index_problems(
             continue
         for row, index in enumerate(column.field("index").to_pylist()):
             if index is None:
-                problems.append(
-                    f"{needed_by}: row {row} of {name} has no extra_info.index (null). {fix}"
-                )
+                problems.append(f"{needed_by}: row {row} of {name} has no extra_info.index (null). {fix}")
                 break
             if index in first_seen:
                 where = first_seen[index]
