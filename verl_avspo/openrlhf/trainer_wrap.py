@@ -56,7 +56,7 @@ from verl_avspo.openrlhf.advantage_step import (
 )
 from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
 
-__all__ = ["METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
+__all__ = ["STATE_KEY", "CLIENT_STATES_FILE", "METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,10 @@ logger = logging.getLogger(__name__)
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
 # The checkpoint client state that holds the run tracker's state; earlier releases kept the alert's
-# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under _STATE_KEY.
-_STATE_KEY = "verl_avspo"
+# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under STATE_KEY.
+STATE_KEY = "verl_avspo"
+# DeepSpeed's file of a checkpoint's client states (in --ckpt.path/_actor/global_step<N>/).
+CLIENT_STATES_FILE = "mp_rank_00_model_states.pt"
 _LEGACY_ALERT_KEY = "verl_avspo_stagnation"
 _STEP = "_verl_avspo_step"
 _DROPPED = "_verl_avspo_dropped"
@@ -241,7 +243,7 @@ def _save_logs_and_checkpoints(original: Callable) -> Callable:
         newly_stalled = is_step and tracker.observe_step(global_step, logs_dict)
         # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
         client_states = {} if client_states is None else client_states
-        client_states[_STATE_KEY] = tracker.state_dict()
+        client_states[STATE_KEY] = tracker.state_dict()
         if newly_stalled and tracker.acr.alert.action == "stop":
             return _stop_after(
                 self, global_step, lambda: original(self, global_step, logs_dict, client_states, *rest, **kwargs)
@@ -256,7 +258,7 @@ def _init_checkpoint_states(original: Callable) -> Callable:
     def init_checkpoint_states(self, *rest, **kwargs):
         states = original(self, *rest, **kwargs)
         if states.get("global_step", 0) > 0:  # a resume (a fresh run's states are OpenRLHF's defaults)
-            saved = run_state(states.get(_STATE_KEY), states.get(_LEGACY_ALERT_KEY))
+            saved = run_state(states.get(STATE_KEY), states.get(_LEGACY_ALERT_KEY))
             _advantage_step(self.experience_maker).tracker.load_state_dict(saved)
         return states
 

@@ -39,14 +39,12 @@ from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
+from verl_avspo.verl_plugin.run_state import STATE_FILE
 
 __all__ = ["STATE_FILE", "AVSPOTrainerMixin", "save_run_state", "load_run_state"]
 
 logger = logging.getLogger(__name__)
 
-# The run tracker's state beside verl's checkpoint: AVSPO's controller, the alert's streak and DCPO's
-# reward history (the name predates DCPO; kept so that earlier checkpoints resume).
-STATE_FILE = "avspo_state.pt"
 
 
 def save_run_state(tracker, folder: str) -> None:
