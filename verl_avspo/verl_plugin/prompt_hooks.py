@@ -121,8 +121,7 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
 
 
 def _rows(batch, field: str) -> list:
-    """The values of one per-row field of a dataloader batch (a tensor or a NonTensorStack)."""
+    """The values of one per-row field of a dataloader batch: a tensor, or the list tensordict hands back
+    for a NonTensorStack (the same access as verl's own reads of ``raw_prompt``)."""
     values = batch[field]
-    if isinstance(values, torch.Tensor):
-        return values.tolist()
-    return list(values.tolist())
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
