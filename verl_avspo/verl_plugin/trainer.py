@@ -46,7 +46,6 @@ __all__ = ["STATE_FILE", "AVSPOTrainerMixin", "save_run_state", "load_run_state"
 logger = logging.getLogger(__name__)
 
 
-
 def save_run_state(tracker, folder: str) -> None:
     """Write ``tracker``'s state into the checkpoint folder ``folder``."""
     local_mkdir_safe(folder)
