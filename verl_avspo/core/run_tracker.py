@@ -102,7 +102,7 @@ class RunTracker:
         self.rule_setting = rule_setting
         self.advice = advice
         self.prompt_history = PromptHistory()
-        self.skipper = PromptSkipper(prompt_skip) if prompt_skip is not None and prompt_skip.enable else None
+        self.set_prompt_skip(prompt_skip)
         self._prompts = _StepPrompts()
         # This step's: the raw measurement, the estimator's metrics, the prompt key per uid.
         self.measurement: Measurement | None = None
@@ -151,13 +151,22 @@ class RunTracker:
         key is recorded in the prompt history when the batch closes (:meth:`batch_metrics`)."""
         self._prompt_keys = {str(uid): key for uid, key in keys_by_uid.items()}
 
-    def select_prompts(self, keys: Any, rollouts_per_prompt: int) -> np.ndarray:
+    def set_prompt_skip(self, config: PromptSkipConfig | None) -> None:
+        """Turn the skip rule on (``config.enable``) or off, for a host that reads its settings after
+        building the tracker; the skipper starts afresh (its state loads with :meth:`load_state_dict`)."""
+        self.skipper = PromptSkipper(config) if config is not None and config.enable else None
+
+    def select_prompts(self, keys: Any, rollouts_per_prompt: int, at_least: int = 0) -> np.ndarray:
         """Before the rollout: (n,) bool, which of the candidate prompts ``keys`` to roll out (all of
-        them when the skip rule is off). The skipped prompts' ``rollouts_per_prompt`` rollouts each are
-        counted in this step's ``prompts/rollouts_skipped``."""
+        them when the skip rule is off). At least ``at_least`` are kept: when the rule keeps fewer, the
+        first prompts it would skip are kept too (a host that must fill its batch). The skipped prompts'
+        ``rollouts_per_prompt`` rollouts each are counted in this step's ``prompts/rollouts_skipped``."""
         if self.skipper is None:
             return np.ones(len(keys), dtype=bool)
         keep = self.skipper.keep(keys, self.prompt_history)
+        shortfall = int(at_least) - int(keep.sum())
+        if shortfall > 0:
+            keep[np.flatnonzero(~keep)[:shortfall]] = True
         self._prompts.skipped += int((~keep).sum())
         self._prompts.rollouts_skipped += int((~keep).sum()) * int(rollouts_per_prompt)
         return keep
