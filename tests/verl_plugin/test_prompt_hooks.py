@@ -101,10 +101,13 @@ def test_a_restored_skipper_skips_what_the_uninterrupted_one_does():
     assert len({tuple(p) for p in picks}) > 1  # the draws differ from step to step
 
 
-def test_a_whole_epoch_rejected_fills_the_batch_without_the_rule(caplog, monkeypatch):
+def test_a_whole_epoch_rejected_fills_the_batch_without_the_rule(caplog):
     made = trainer()
-    monkeypatch.setattr(made.tracker, "select_prompts", lambda keys, n: np.zeros(len(keys), dtype=bool))
+    for step in range(1, 13):  # 12 collapsed visits each: kept with probability 0.05**12
+        collapse(made, list(range(8)), step)
     with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.prompt_hooks"):
         batch = made._next_train_batch()
     assert len(indices(batch)) == 4
     assert "a whole epoch of prompts was skipped" in caplog.text
+    # The epoch's two chunks skipped (8 prompts), then the next chunk kept whatever the rule says.
+    assert indices(batch) == [0, 1, 2, 3] and made.tracker._prompts.skipped == 8

@@ -165,7 +165,7 @@ def _split_groups(argv: Sequence[str], prefixes: Sequence[str]) -> tuple[list[st
             values, i = list(argv[i + 1 : end]), end
         if not key:
             raise UsageError(f"{flag} is not a setting: give a key, for example --avspo.preset paper or --acr.tau 1e-6")
-        if key == "alert" and prefix == f"{ACR_FLAGS}.":
+        if key == "alert":
             raise UsageError(
                 f"{flag} is a group of settings, not one: give its keys, for example {flag}.window 50 (keys: "
                 f"{', '.join(ALERT_KEYS)})"

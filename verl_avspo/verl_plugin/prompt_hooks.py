@@ -96,25 +96,23 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         wanted, source = len(batch), self.prompt_identity.source
         kept, count = [], 0
         # Bounded: once a whole epoch of refills has not filled the batch (every prompt rejected, which
-        # the rule's exploration makes vanishingly rare), the remaining places take prompts without it.
+        # the rule's exploration makes vanishingly rare), the rule must keep enough of the next chunk.
         for refills in itertools.count():
+            at_least = wanted - count if refills >= len(self.train_dataloader) else 0
+            if at_least and refills == len(self.train_dataloader):
+                logger.warning(
+                    "algorithm.prompts.skip: a whole epoch of prompts was skipped without filling one batch; "
+                    "its remaining %d places take the next prompts whatever the skip rule says",
+                    at_least,
+                )
             keys = prompt_keys(_rows(batch, source), source)
-            if refills <= len(self.train_dataloader):
-                keep = self.tracker.select_prompts(keys, self.config.actor_rollout_ref.rollout.n)
-            else:
-                keep = np.ones(len(keys), dtype=bool)
+            keep = self.tracker.select_prompts(keys, self.config.actor_rollout_ref.rollout.n, at_least=at_least)
             chosen = np.flatnonzero(keep)[: wanted - count]
             if len(chosen):
                 kept.append(tu.index_select_tensor_dict(batch, torch.from_numpy(chosen)))
                 count += len(chosen)
             if count == wanted:
                 break
-            if refills == len(self.train_dataloader):
-                logger.warning(
-                    "algorithm.prompts.skip: a whole epoch of prompts was skipped without filling one batch; "
-                    "its remaining %d places take prompts without the skip rule",
-                    wanted - count,
-                )
             batch = self._fetch_one_gen_batch()
             tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return kept[0] if len(kept) == 1 else tu.concat_tensordict(kept)

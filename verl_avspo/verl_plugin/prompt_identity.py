@@ -77,8 +77,7 @@ class PromptsConfig:
     """The run's prompt settings (``algorithm.prompts``)."""
 
     key: str = "auto"
-    """A prompt's identity across steps: ``index`` (the row's ``extra_info.index``), ``raw_prompt`` (a hash of its
-    chat messages) or ``auto`` (``index`` when every train row has a distinct one, else ``raw_prompt``)."""
+    """A prompt's identity across steps: ``index`` (extra_info.index), ``raw_prompt`` (a hash) or ``auto``."""
     skip: PromptSkipConfig = PromptSkipConfig()
     """The pre-rollout skip rule (``algorithm.prompts.skip.*``, off by default)."""
 
