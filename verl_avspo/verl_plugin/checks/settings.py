@@ -19,6 +19,7 @@ import verl_avspo.verl_plugin.checks.resources as resources
 import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
+from verl_avspo.core.prompt_skip import PromptSkipConfig
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
@@ -343,6 +344,8 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
         problems.messages.extend(hook_problems(config))
     prompt_key = prompts.key if prompts is not None and dcpo is not None else None
     problems.messages.extend(_baseline_problems(config, prompt_key, intrinsic, warnings))
+    if prompts is None and OmegaConf.select(config, "algorithm.prompts.skip.enable", default=None) is True:
+        prompts = PromptsConfig(skip=PromptSkipConfig(enable=True))  # another bad value: still check where it skips
     if prompts is not None:
         problems.messages.extend(_prompts_problems(config, prompts, warnings))
     warnings.extend(_combination_warnings(config))
