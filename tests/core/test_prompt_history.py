@@ -148,4 +148,24 @@ def test_memory_per_prompt_is_bounded():
     history = PromptHistory()
     n = 100_000
     history.record(np.arange(n) * 7, np.zeros(n), np.zeros(n, bool), np.ones(n, bool), 1)
-    assert len(history) == n and history.nbytes / n <= 36
+    assert len(history) == n and history.nbytes / n <= 52  # 8 (key) + 16 (sorted index) + 28 (columns)
+
+
+def test_many_small_batches_merge_the_index_and_keep_every_prompt():
+    """Beyond 1024 recent keys the index merges them into its main level; revisits find either level."""
+    rng = np.random.default_rng(0)
+    history, expected = PromptHistory(), {}
+    for step in range(40):
+        keys = rng.integers(0, 5000, size=100)
+        visit(history, keys, [WRONG] * len(keys), step)
+        for key in keys.tolist():
+            expected[key] = expected.get(key, 0) + 1
+    probe = np.arange(5000)
+    assert len(history) == len(expected)
+    assert history.lookup(probe).visits.tolist() == [expected.get(key, 0) for key in probe.tolist()]
+    assert history.table()["key"].tolist() == sorted(expected)
+    strings = PromptHistory()
+    for step, width in enumerate((2, 40, 3, 80)):  # widening string keys across both levels
+        visit(strings, [f"{step}-{i:0{width}d}" for i in range(700)], [CORRECT] * 700, step)
+    assert len(strings) == 2800
+    assert strings.lookup(["0-00", f"1-{5:040d}", f"3-{699:080d}", "xyz"]).visits.tolist() == [1, 1, 1, 0]

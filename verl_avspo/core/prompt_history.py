@@ -6,10 +6,11 @@ without a dataset index). :class:`PromptHistory` keeps, per key, how often the p
 on how many visits its group was all-correct or all-wrong, its last pass rate, its collapse streak
 (consecutive collapsed visits ending at the latest) and the last step it was seen.
 
-Memory is bounded: one sorted key array and six dense columns, about 36 bytes per integer-keyed
-prompt (68 per hashed one), no Python object per prompt (benchmarks/bench_prompt_history.py
-measures 1M prompts). Look-ups and updates are ``np.searchsorted`` over the sorted keys, vectorised
-over the batch's groups.
+Memory is bounded: a key array and six dense columns in slot order (the order prompts were first
+seen) and a sorted index of the keys, no Python object per prompt (benchmarks/bench_prompt_history.py
+measures 1M prompts). Look-ups and updates are ``np.searchsorted`` over the sorted index, vectorised
+over the batch's groups; new prompts are appended, so a step costs about the same at 1k and 1M
+prompts.
 """
 
 from __future__ import annotations
@@ -81,32 +82,117 @@ class PromptClasses:
         return getattr(self, name) / self.seen if self.seen else 0.0
 
 
+class _KeyIndex:
+    """Key -> slot, slots in insertion order. Vectorised look-ups: a sorted main index and a small sorted
+    index of the latest keys, merged into the main one when it outgrows a sixteenth of it, so adding k
+    new keys costs O(k log k) plus an amortised share of the merges instead of rewriting every array."""
+
+    def __init__(self) -> None:
+        self.keys: np.ndarray | None = None  # (capacity,) in slot order; int64, or utf-8 bytes
+        self.size = 0
+        self._main: tuple[np.ndarray, np.ndarray] | None = None  # (sorted keys, their slots)
+        self._recent: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.keys is None else len(self.keys)
+
+    @property
+    def nbytes(self) -> int:
+        parts = [self.keys, *(self._main or ()), *(self._recent or ())]
+        return sum(part.nbytes for part in parts if part is not None)
+
+    def find(self, encoded: np.ndarray) -> np.ndarray:
+        """(n,) slot of each key, -1 where it is not in the index."""
+        slots = np.full(len(encoded), -1, dtype=np.int64)
+        for level in (self._main, self._recent):
+            if level is None or not len(level[0]):
+                continue
+            keys, level_slots = level
+            position = np.minimum(np.searchsorted(keys, encoded), len(keys) - 1)
+            hit = (keys[position] == encoded) & (slots < 0)
+            slots[hit] = level_slots[position[hit]]
+        return slots
+
+    def add(self, encoded: np.ndarray) -> np.ndarray:
+        """(n,) slot of each key, new keys appended (their slots follow the existing ones)."""
+        slots = self.find(encoded)
+        missing = slots < 0
+        if not missing.any():
+            return slots
+        new, inverse = np.unique(encoded[missing], return_inverse=True)
+        new_slots = np.arange(self.size, self.size + len(new), dtype=np.int64)
+        self._widen(new.dtype)
+        if self.size + len(new) > self.capacity:
+            grown = np.zeros(max(self.size + len(new), self.capacity * 3 // 2, 1024), dtype=new.dtype)
+            if self.keys is not None:
+                grown[: self.size] = self.keys[: self.size]
+            self.keys = grown
+        self.keys[self.size : self.size + len(new)] = new
+        self.size += len(new)
+        self._recent = _merge(self._recent, (new, new_slots))
+        if len(self._recent[0]) > max(1024, self.size // 16):
+            self._main, self._recent = _merge(self._main, self._recent), None
+        slots[missing] = new_slots[inverse.reshape(-1)]
+        return slots
+
+    def _widen(self, dtype: np.dtype) -> None:
+        """A longer string key: widen every key array (never truncate)."""
+        if self.keys is None or dtype.itemsize <= self.keys.dtype.itemsize:
+            return
+        self.keys = self.keys.astype(dtype)
+        self._main = None if self._main is None else (self._main[0].astype(dtype), self._main[1])
+        self._recent = None if self._recent is None else (self._recent[0].astype(dtype), self._recent[1])
+
+    def restore(self, keys: np.ndarray) -> None:
+        """The index of ``keys`` (slot order), as saved."""
+        self.keys, self.size, self._recent = keys.copy(), len(keys), None
+        order = np.argsort(keys, kind="stable")
+        self._main = (keys[order], order.astype(np.int64))
+
+
+def _merge(
+    into: tuple[np.ndarray, np.ndarray] | None, new: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (keys, slots) with the sorted, disjoint ``new`` ones inserted in order."""
+    if into is None or not len(into[0]):
+        return new
+    at = np.searchsorted(into[0], new[0])
+    return np.insert(into[0], at, new[0]), np.insert(into[1], at, new[1])
+
+
 class PromptHistory:
     """Per-prompt visit counts, collapse counts, last pass rate and collapse streak.
 
-    Keys are integers or strings, one kind per history (the first :meth:`record` fixes it).
+    Keys are integers or strings, one kind per history (the first :meth:`record` fixes it). Each prompt
+    has a slot (in the order prompts were first seen) in the columns; :class:`_KeyIndex` maps keys to
+    slots.
     """
 
     def __init__(self) -> None:
-        self._keys: np.ndarray | None = None  # sorted; int64, or bytes (utf-8) for string keys
+        self._index = _KeyIndex()
         self._columns = {name: np.zeros(0, dtype=dtype) for name, dtype in COLUMNS.items()}
 
     def __len__(self) -> int:
         """Number of distinct prompts seen."""
-        return 0 if self._keys is None else len(self._keys)
+        return self._index.size
 
     @property
     def key_kind(self) -> str | None:
         """``int``, ``str``, or None before the first record."""
-        if self._keys is None:
+        keys = self._index.keys
+        if keys is None:
             return None
-        return "int" if self._keys.dtype.kind == "i" else "str"
+        return "int" if keys.dtype.kind == "i" else "str"
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the key array and the columns."""
-        keys = 0 if self._keys is None else self._keys.nbytes
-        return keys + sum(column.nbytes for column in self._columns.values())
+        """Bytes held by the keys, their index and the columns (allocated capacity included)."""
+        return self._index.nbytes + sum(column.nbytes for column in self._columns.values())
+
+    def _column(self, name: str) -> np.ndarray:
+        """The seen prompts' values of one column, in slot order (a view)."""
+        return self._columns[name][: self._index.size]
 
     # ---- keys -----------------------------------------------------------------------------------
 
@@ -118,7 +204,7 @@ class PromptHistory:
         if array.ndim != 1:
             array = array.reshape(-1)
         if array.size == 0:
-            return np.zeros(0, dtype=self._keys.dtype if self._keys is not None else np.int64)
+            return np.zeros(0, dtype=self._index.keys.dtype if self._index.keys is not None else np.int64)
         if array.dtype.kind == "O":  # a list of Python objects: all ints or all strs
             if all(isinstance(key, (int, np.integer)) and not isinstance(key, bool) for key in array):
                 array = array.astype(np.int64)
@@ -142,32 +228,6 @@ class PromptHistory:
             )
         return encoded
 
-    def _positions(self, encoded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(n,) position of each key in the sorted keys (where it is or would go) and (n,) found."""
-        if self._keys is None or not len(self._keys):
-            return np.zeros(len(encoded), dtype=np.int64), np.zeros(len(encoded), dtype=bool)
-        position = np.searchsorted(self._keys, encoded)
-        found = self._keys[np.minimum(position, len(self._keys) - 1)] == encoded
-        return position, found & (position < len(self._keys))
-
-    def _insert(self, encoded: np.ndarray) -> np.ndarray:
-        """Slots of ``encoded``, inserting the new keys (zeroed rows) in sorted order."""
-        position, found = self._positions(encoded)
-        if found.all():
-            return position
-        new = np.unique(encoded[~found])
-        if self._keys is None:
-            self._keys = new
-        else:
-            if new.dtype.itemsize > self._keys.dtype.itemsize:  # a longer string key: widen, never truncate
-                self._keys = self._keys.astype(new.dtype)
-            at = np.searchsorted(self._keys, new)
-            self._keys = np.insert(self._keys, at, new)
-            self._columns = {name: np.insert(column, at, 0) for name, column in self._columns.items()}
-        if len(self._columns["visits"]) < len(self._keys):  # the first insert
-            self._columns = {name: np.zeros(len(self._keys), dtype=dtype) for name, dtype in COLUMNS.items()}
-        return np.searchsorted(self._keys, encoded)
-
     # ---- update and read ------------------------------------------------------------------------
 
     def record(self, keys: Any, pass_rate: Any, all_correct: Any, all_wrong: Any, step: int) -> None:
@@ -185,7 +245,9 @@ class PromptHistory:
             )
         if not len(encoded):
             return
-        slots = self._insert(encoded)
+        slots = self._index.add(encoded)
+        if self._index.capacity > len(self._columns["visits"]):  # grown: new slots start at zero
+            self._columns = {name: _grown(column, self._index.capacity) for name, column in self._columns.items()}
         unique, inverse, counts = np.unique(slots, return_inverse=True, return_counts=True)
         inverse = inverse.reshape(-1)
         columns = self._columns
@@ -208,22 +270,22 @@ class PromptHistory:
 
     def lookup(self, keys: Any) -> PromptRecords:
         """The history of each of (n,) ``keys`` (unseen keys included, see :class:`PromptRecords`)."""
-        encoded = self._encode(keys)
-        position, found = self._positions(encoded)
-        slot = np.where(found, position, 0)
+        slots = self._index.find(self._encode(keys))
+        found = slots >= 0
+        slot = np.where(found, slots, 0)
         values = {}
         for name, column in self._columns.items():
             fill = np.nan if name == "last_pass_rate" else (-1 if name == "last_step" else 0)
-            picked = column[slot] if len(column) else np.zeros(len(encoded), dtype=column.dtype)
+            picked = column[slot] if len(column) else np.zeros(len(slots), dtype=column.dtype)
             values[name] = np.where(found, picked, fill).astype(column.dtype)
         return PromptRecords(seen=found, **values)
 
     def class_codes(self) -> np.ndarray:
-        """(num_prompts,) int8 index into :data:`PROMPT_CLASSES` of each seen prompt, in key order."""
-        visits = self._columns["visits"]
+        """(num_prompts,) int8 index into :data:`PROMPT_CLASSES` of each seen prompt, in slot order."""
+        visits = self._column("visits")
         codes = np.full(len(visits), 2, dtype=np.int8)
-        codes[self._columns["all_wrong"] == visits] = 1
-        codes[self._columns["all_correct"] == visits] = 0
+        codes[self._column("all_wrong") == visits] = 1
+        codes[self._column("all_correct") == visits] = 0
         return codes
 
     def classes(self) -> PromptClasses:
@@ -234,46 +296,52 @@ class PromptHistory:
     def table(self) -> dict[str, np.ndarray]:
         """Every seen prompt, in key order: ``key`` (int64, or str), the columns of :data:`COLUMNS`
         and ``class`` (str, :data:`PROMPT_CLASSES`). Ready for ``pandas.DataFrame(history.table())``."""
-        keys = np.zeros(0, dtype=np.int64) if self._keys is None else self._keys
+        keys = np.zeros(0, dtype=np.int64) if self._index.keys is None else self._index.keys[: len(self)]
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
         if keys.dtype.kind == "S":
             keys = np.char.decode(keys, "utf-8")
         return {
             "key": keys,
-            **{name: column.copy() for name, column in self._columns.items()},
-            "class": np.asarray(PROMPT_CLASSES)[self.class_codes()],
+            **{name: self._column(name)[order] for name in COLUMNS},
+            "class": np.asarray(PROMPT_CLASSES)[self.class_codes()[order]],
         }
 
     # ---- the state a restart keeps ----------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Tensors only (``torch.load(weights_only=True)`` reads it): the keys (int64, or a (n, width)
-        uint8 tensor of utf-8 bytes) and one tensor per column."""
-        if self._keys is None:
-            keys, kind = torch.zeros(0, dtype=torch.int64), None
-        elif self.key_kind == "int":
-            keys, kind = torch.from_numpy(self._keys.copy()), "int"
+        """Tensors only (``torch.load(weights_only=True)`` reads it): the keys in slot order (int64, or a
+        (n, width) uint8 tensor of utf-8 bytes) and one tensor per column."""
+        kind = self.key_kind
+        seen = None if kind is None else np.ascontiguousarray(self._index.keys[: len(self)])
+        if kind is None:
+            keys = torch.zeros(0, dtype=torch.int64)
+        elif kind == "int":
+            keys = torch.from_numpy(seen)
         else:
-            width = self._keys.dtype.itemsize
-            keys = torch.from_numpy(self._keys.view(np.uint8).reshape(len(self._keys), width).copy())
-            kind = "str"
+            keys = torch.from_numpy(seen.view(np.uint8).reshape(len(seen), seen.dtype.itemsize).copy())
         return {
             "key_kind": kind,
             "keys": keys,
-            **{name: torch.from_numpy(column.copy()) for name, column in self._columns.items()},
+            **{name: torch.from_numpy(self._column(name).copy()) for name in COLUMNS},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         kind = state["key_kind"]
         keys = state["keys"].numpy()
-        if kind is None:
-            self._keys = None
-        elif kind == "int":
-            self._keys = keys.astype(np.int64)
-        else:
-            width = keys.shape[1]
-            self._keys = np.ascontiguousarray(keys, dtype=np.uint8).view(f"S{width}").reshape(-1)
+        self._index = _KeyIndex()
+        if kind == "int":
+            self._index.restore(keys.astype(np.int64))
+        elif kind == "str":
+            self._index.restore(np.ascontiguousarray(keys, dtype=np.uint8).view(f"S{keys.shape[1]}").reshape(-1))
         self._columns = {name: state[name].numpy().astype(dtype).copy() for name, dtype in COLUMNS.items()}
+
+
+def _grown(column: np.ndarray, capacity: int) -> np.ndarray:
+    grown = np.zeros(capacity, dtype=column.dtype)
+    grown[: len(column)] = column
+    return grown
 
 
 def _numpy(values: Any) -> Any:
