@@ -36,7 +36,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 import torch
-from closed_forms import ACR_KEYS, AVSPO_KEYS, next_threshold
+from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
 from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
 from verl_avspo.cli import main
@@ -60,8 +60,6 @@ AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_
 # The same on stock verl, whose config does not declare algorithm.avspo or algorithm.prompts.
 STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
                           "trainer.save_freq=1", *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
-# The per-prompt history's metrics, logged on every step of a run of a group estimator.
-PROMPT_KEYS = ("prompts/seen", "prompts/always_solved", "prompts/never_solved", "prompts/collapsed_before")
 # ... and the skip rule's, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
