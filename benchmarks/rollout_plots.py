@@ -144,6 +144,29 @@ def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample
     return "\n".join(lines)
 
 
+def prompt_table(runs: dict[str, list]) -> str:
+    """Markdown table of the prompt metrics, mean ± std over seeds ("" when the runs logged none): the
+    raw ACR and ``prompts/collapsed_before`` averaged over steps, and the share of the candidate rollouts
+    that the skip rule skipped (skipped / (skipped + generated))."""
+    if not any("prompts/collapsed_before" in frames[0] for frames in runs.values()):
+        return ""
+    rows = []
+    for label, frames in runs.items():
+        skipped = "—"
+        if "prompts/rollouts_skipped" in frames[0]:
+            shares = [
+                f["prompts/rollouts_skipped"].sum()
+                / (f["prompts/rollouts_skipped"].sum() + f["train/rollouts_generated"].sum())
+                for f in frames
+            ]
+            skipped = mean_std_cell(np.array(shares), 3)
+        acr = np.array([f["acr/rate"].mean() for f in frames])
+        before = np.array([f["prompts/collapsed_before"].mean() for f in frames])
+        rows.append([f"`{label}`", mean_std_cell(acr, 3), mean_std_cell(before, 3), skipped])
+    header = ["estimator", "raw ACR", "groups collapsed on every earlier visit", "candidate rollouts skipped"]
+    return render_table(header, rows)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the input's order."""
     order = np.argsort(p_values)
@@ -220,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{args.prefix}{mix.name}_accuracy_per_rollout.png"
         plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over seeds)", path)
         print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n\n{versus(runs, budget)}\n")
+        prompts = prompt_table(runs)
+        if prompts:
+            print(f"{prompts}\n")
     if args.pairs:
         pairs = [tuple(pair.split(":", 1)) for pair in args.pairs.split(",")]
         print(f"## Pre-registered tests (alpha = {args.alpha:g}, Holm)\n\n{pair_tests(budgets, pairs, args.alpha)}\n")

@@ -182,3 +182,18 @@ def test_pre_registered_pair_tests_decide_by_holm_and_the_interval(rollouts, tmp
     helps, hurts = text.splitlines()
     assert helps.startswith("- easy: `grpo+skip` − `grpo` at 128 rollouts: +10.40 ±") and helps.endswith("**helps**")
     assert hurts.endswith("**hurts**")
+
+
+def test_prompt_table_reports_the_share_of_candidate_rollouts_skipped(rollouts, tmp_path):
+    for label, skipped in (("grpo", None), ("grpo+skip", 128)):
+        path = tmp_path / "runs" / label / "seed0.jsonl"
+        _write_run(path, [0.1, 0.5, 0.6])
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records[1:]:
+            record["data"]["prompts/collapsed_before"] = 0.25
+            if skipped is not None:
+                record["data"]["prompts/rollouts_skipped"] = skipped
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    rows = rollouts.prompt_table(rollouts.load(tmp_path)).splitlines()[2:]
+    # one seed: no spread
+    assert rows == ["| `grpo` | 0.500 | 0.250 | — |", "| `grpo+skip` | 0.500 | 0.250 | 0.500 |"]
