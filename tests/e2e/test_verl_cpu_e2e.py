@@ -6,7 +6,8 @@ tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mo
 about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
-- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
+- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
+  a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
   folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
@@ -46,21 +47,22 @@ from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.ray]
 
 THREE_STEPS = ["trainer.total_training_steps=3"]
-# The sync AVSPO run and its resume. θ starts at 0.2, not the paper's 0.5: a random policy's step has
-# 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
-AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2"]
-COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
 # Prompt skipping before rollout, with a fixed exploration probability of 0.05: from the second epoch (step
 # 3) a prompt collapsed on its one earlier visit is rolled out with probability 0.05, so whatever this CPU
 # samples, the steps from 3 on skip prompts (a random policy's step has 1-3 collapsed groups of 4).
 SKIP_PROMPTS = ["prompts.skip.enable=True", "prompts.skip.explore=0.05", "prompts.skip.adaptive=False"]
+# The sync AVSPO run and its resume, skipping prompts. θ starts at 0.2, not the paper's 0.5: a random policy's step has
+# 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
+AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2",
+              *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
+COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
 # The stock-hook and launcher runs that are compared step for step across a stop and resume, skipping prompts.
 AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
                     *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 # The same on stock verl, whose config does not declare algorithm.avspo or algorithm.prompts.
 STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
                           "trainer.save_freq=1", *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
-# ... and the skip rule's, on every step of a run that skips.
+# The skip rule's metrics, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
@@ -188,7 +190,6 @@ def test_avspo_run_logs_acr_avspo_and_actor_metrics_every_step(runs):
     for record in records:
         missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS) if key not in record["data"]]
         assert not missing, f"step {record['step']} lacks {missing}"
-        assert not any(key in record["data"] for key in SKIP_KEYS)  # skipping is off unless asked for
         data = record["data"]
         assert 0.0 <= data["acr/effective"] <= data["acr/rate"] <= 1.0
         assert data["acr/groups"] == 4  # 4 prompts x 4 responses per step
@@ -242,11 +243,18 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     resumed = resumed_records[2]["data"]
     # The rollout is seeded from the weights and the prompt (hf_rollout.py), so step 3 samples the
     # same responses; everything computed from them must match.
-    for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean", "critic/advantages/max", "critic/advantages/min"):
+    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean", "critic/advantages/max",
+                "critic/advantages/min"):  # fmt: skip
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
     assert _same_controller(runs["resumed"].state(3)["controller"], runs["avspo"].state(3)["controller"])
+    # Skipping on: step 3 (epoch 2) skipped the same prompts, and the rule's generator is where the
+    # uninterrupted run's is.
+    assert uninterrupted[3]["prompts/skipped"] > 0
+    resumed_skip, straight_skip = (runs[name].state(3)["prompt_skip"] for name in ("resumed", "avspo"))
+    assert torch.equal(resumed_skip["generator"], straight_skip["generator"])
+    assert resumed_skip["rollouts_skipped"] == straight_skip["rollouts_skipped"] > 0
 
 
 def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
@@ -285,6 +293,7 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     for record in records:
         missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS) if key not in record["data"]]
         assert not missing, f"step {record['step']} lacks {missing}"
+        assert not any(key in record["data"] for key in SKIP_KEYS)  # skipping is off unless asked for
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
