@@ -204,6 +204,28 @@ def pair_tests(budgets: dict[str, tuple[dict[str, list], float]], pairs: list[tu
     return "\n".join(lines)
 
 
+def late_pairs(budgets: dict[str, tuple[dict[str, list], float]], pairs: list[tuple[str, str]], first_step: int) -> str:
+    """Markdown lines, exploratory (not pre-registered, no verdict): each pair's paired difference in
+    the mean accuracy over the evaluations from ``first_step`` on, with the two-sided 95% CI; a check
+    of whether a difference at the budget is carried by the last evaluation alone."""
+    lines = []
+    for mix, (runs, _) in budgets.items():
+        for treated, baseline in pairs:
+            if treated not in runs or baseline not in runs:
+                continue
+
+            def late(frame):
+                return 100 * float(frame.loc[first_step:, ACC].dropna().mean())
+
+            t = paired_t(np.asarray(paired_by_seed(runs[treated], runs[baseline], late)))
+            lines.append(
+                f"- {mix}: `{treated}` − `{baseline}`, mean accuracy over the evaluations from step {first_step}: "
+                f"{t['mean']:+.2f} ± {t['se']:.2f} (s.e., n = {t['n']}), "
+                f"95% CI [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
+            )
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, frames in runs.items():
@@ -232,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs", default="", help="treated:baseline pairs for the pre-registered paired test, comma-separated"
     )
     parser.add_argument("--alpha", type=float, default=0.05, help="familywise level of the pair tests (Holm)")
+    parser.add_argument(
+        "--late-from", type=int, default=None, help="also the pairs' exploratory mean accuracy from this step on"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     budgets = {}
@@ -249,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs:
         pairs = [tuple(pair.split(":", 1)) for pair in args.pairs.split(",")]
         print(f"## Pre-registered tests (alpha = {args.alpha:g}, Holm)\n\n{pair_tests(budgets, pairs, args.alpha)}\n")
+        if args.late_from is not None:
+            print(f"## Exploratory: late-window means\n\n{late_pairs(budgets, pairs, args.late_from)}\n")
     print(f"wrote the {args.prefix}*_accuracy_per_rollout.png plots under {args.out}")
     return 0
 

@@ -61,6 +61,7 @@ if [[ " $STAGES " == *" report "* ]]; then
     "$PYTHON" benchmarks/rollout_plots.py "$OUT/compare" --out "$PLOTS"
 fi
 if [[ " $STAGES " == *" skip-report "* ]]; then
-    "$PYTHON" benchmarks/rollout_plots.py "$OUT/skip" --out "$PLOTS" --prefix skip_ --pairs grpo+skip:grpo,avspo+skip:avspo
+    "$PYTHON" benchmarks/rollout_plots.py "$OUT/skip" --out "$PLOTS" --prefix skip_ --pairs grpo+skip:grpo,avspo+skip:avspo \
+        --late-from 40
 fi
 echo "rollout_study: $((SECONDS - started)) s in all"

@@ -197,3 +197,13 @@ def test_prompt_table_reports_the_share_of_candidate_rollouts_skipped(rollouts, 
     rows = rollouts.prompt_table(rollouts.load(tmp_path)).splitlines()[2:]
     # one seed: no spread
     assert rows == ["| `grpo` | 0.500 | 0.250 | — |", "| `grpo+skip` | 0.500 | 0.250 | 0.500 |"]
+
+
+def test_late_pairs_average_the_evaluations_from_a_step_on(rollouts, tmp_path):
+    for seed, (base, ours) in enumerate([((0.5, 0.5), (0.6, 0.8)), ((0.4, 0.6), (0.5, 0.7))]):
+        _write_run(tmp_path / "easy" / "runs" / "grpo" / f"seed{seed}.jsonl", [0.1, *base])
+        _write_run(tmp_path / "easy" / "runs" / "grpo+skip" / f"seed{seed}.jsonl", [0.1, *ours])
+    runs = rollouts.load(tmp_path / "easy")
+    line = rollouts.late_pairs({"easy": (runs, 256.0)}, [("grpo+skip", "grpo")], first_step=1)
+    # per seed: mean of steps 1-2 differs by +20 and +10 points
+    assert "from step 1: +15.00 ± 5.00 (s.e., n = 2)" in line
