@@ -12,11 +12,18 @@ Reads ``<compare>/<mix>/runs/<estimator>/seed<k>.jsonl`` (every evaluation recor
 - then each equal-rollout estimator against ``dapo_resample``, paired by seed, at equal steps and
   at equal rollouts.
 
-It writes ``<mix>_accuracy_per_rollout.png`` under ``--out``: held-out accuracy against cumulative
-rollouts generated, mean over seeds with a ± std band, on the range every seed of an estimator
-reached.
+It writes ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``: held-out accuracy against
+cumulative rollouts generated, mean over seeds with a ± std band, on the range every seed of an
+estimator reached.
+
+With ``--pairs treated:baseline,...`` it also prints the pre-registered test of docs/results.md
+("Skipping prompts predicted to collapse"): for each pair and mix, the accuracy at the mix's budget,
+paired by seed, one-sided paired t-test (treated > baseline, ``paired_test.paired_t``) with the
+two-sided 95% CI, and Holm's adjustment over every pair and mix tested, at ``--alpha``.
 
 Usage: python benchmarks/rollout_plots.py runs/rollout_study/compare --out docs/results
+       python benchmarks/rollout_plots.py runs/rollout_study/skip --out docs/results --prefix skip_ \
+           --pairs grpo+skip:grpo,avspo+skip:avspo
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from verl_avspo.tools.markdown import render_table  # noqa: E402
 from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from paired_test import paired_t  # noqa: E402
 from study_plots import load, paired_by_seed  # noqa: E402
 
 ACC, ROLLOUTS = "eval/acc_mean", "train/rollouts_cumulative"
@@ -136,6 +144,88 @@ def versus(runs: dict[str, list], budget: float, resampler: str = "dapo_resample
     return "\n".join(lines)
 
 
+def prompt_table(runs: dict[str, list]) -> str:
+    """Markdown table of the prompt metrics, mean ± std over seeds ("" when the runs logged none): the
+    raw ACR and ``prompts/collapsed_before`` averaged over steps, and the share of the candidate rollouts
+    that the skip rule skipped (skipped / (skipped + generated))."""
+    if not any("prompts/collapsed_before" in frames[0] for frames in runs.values()):
+        return ""
+    rows = []
+    for label, frames in runs.items():
+        skipped = "—"
+        if "prompts/rollouts_skipped" in frames[0]:
+            shares = [
+                f["prompts/rollouts_skipped"].sum()
+                / (f["prompts/rollouts_skipped"].sum() + f["train/rollouts_generated"].sum())
+                for f in frames
+            ]
+            skipped = mean_std_cell(np.array(shares), 3)
+        acr = np.array([f["acr/rate"].mean() for f in frames])
+        before = np.array([f["prompts/collapsed_before"].mean() for f in frames])
+        rows.append([f"`{label}`", mean_std_cell(acr, 3), mean_std_cell(before, 3), skipped])
+    header = ["estimator", "raw ACR", "groups collapsed on every earlier visit", "candidate rollouts skipped"]
+    return render_table(header, rows)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order."""
+    order = np.argsort(p_values)
+    adjusted, running = np.empty(len(p_values)), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def pair_tests(budgets: dict[str, tuple[dict[str, list], float]], pairs: list[tuple[str, str]], alpha: float) -> str:
+    """Markdown lines: the pre-registered paired test of each (treated, baseline) pair on each mix, at
+    the mix's budget, Holm-adjusted over all of them, with the decision rule's verdict."""
+    rows = []
+    for mix, (runs, budget) in budgets.items():
+        for treated, baseline in pairs:
+            if treated not in runs or baseline not in runs:
+                continue
+            diffs = paired_by_seed(runs[treated], runs[baseline], functools.partial(at_rollouts, budget=budget))
+            rows.append((mix, treated, baseline, budget, paired_t(np.asarray(diffs))))
+    adjusted = holm([test["p"] for *_, test in rows])
+    lines = []
+    for (mix, treated, baseline, budget, t), p_holm in zip(rows, adjusted, strict=True):
+        if p_holm < alpha:
+            verdict = "helps"
+        elif t["ci_high"] < 0:
+            verdict = "hurts"
+        else:
+            verdict = "no detectable effect"
+        lines.append(
+            f"- {mix}: `{treated}` − `{baseline}` at {budget:.0f} rollouts: {t['mean']:+.2f} ± {t['se']:.2f} "
+            f"(s.e., n = {t['n']}), 95% CI [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}], one-sided t = {t['t']:.2f}, "
+            f"p = {t['p']:.4f}, Holm-adjusted p = {p_holm:.4f}: **{verdict}**"
+        )
+    return "\n".join(lines)
+
+
+def late_pairs(budgets: dict[str, tuple[dict[str, list], float]], pairs: list[tuple[str, str]], first_step: int) -> str:
+    """Markdown lines, exploratory (not pre-registered, no verdict): each pair's paired difference in
+    the mean accuracy over the evaluations from ``first_step`` on, with the two-sided 95% CI; a check
+    of whether a difference at the budget is carried by the last evaluation alone."""
+    lines = []
+    for mix, (runs, _) in budgets.items():
+        for treated, baseline in pairs:
+            if treated not in runs or baseline not in runs:
+                continue
+
+            def late(frame):
+                return 100 * float(frame.loc[first_step:, ACC].dropna().mean())
+
+            t = paired_t(np.asarray(paired_by_seed(runs[treated], runs[baseline], late)))
+            lines.append(
+                f"- {mix}: `{treated}` − `{baseline}`, mean accuracy over the evaluations from step {first_step}: "
+                f"{t['mean']:+.2f} ± {t['se']:.2f} (s.e., n = {t['n']}), "
+                f"95% CI [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
+            )
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, frames in runs.items():
@@ -159,16 +249,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("compare", type=Path, help="the compare/ folder of benchmarks/rollout_study.sh")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--prefix", default="", help="prefix of the plots' file names (default none)")
+    parser.add_argument(
+        "--pairs", default="", help="treated:baseline pairs for the pre-registered paired test, comma-separated"
+    )
+    parser.add_argument("--alpha", type=float, default=0.05, help="familywise level of the pair tests (Holm)")
+    parser.add_argument(
+        "--late-from", type=int, default=None, help="also the pairs' exploratory mean accuracy from this step on"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    budgets = {}
     for mix in sorted(p for p in args.compare.iterdir() if (p / "runs").is_dir()):
         runs = finished(load(mix))
         text, budget = table(runs)
+        budgets[mix.name] = (runs, budget)
         seeds = ", ".join(f"{label} {len(frames)}" for label, frames in runs.items())
-        path = args.out / f"{mix.name}_accuracy_per_rollout.png"
+        path = args.out / f"{args.prefix}{mix.name}_accuracy_per_rollout.png"
         plot(runs, budget, f"{mix.name}: held-out accuracy per rollout (mean, band ± std over seeds)", path)
         print(f"## {mix.name} (seeds: {seeds}; budget = {budget:.0f} rollouts)\n\n{text}\n\n{versus(runs, budget)}\n")
-    print(f"wrote the *_accuracy_per_rollout.png plots under {args.out}")
+        prompts = prompt_table(runs)
+        if prompts:
+            print(f"{prompts}\n")
+    if args.pairs:
+        pairs = [tuple(pair.split(":", 1)) for pair in args.pairs.split(",")]
+        print(f"## Pre-registered tests (alpha = {args.alpha:g}, Holm)\n\n{pair_tests(budgets, pairs, args.alpha)}\n")
+        if args.late_from is not None:
+            print(f"## Exploratory: late-window means\n\n{late_pairs(budgets, pairs, args.late_from)}\n")
+    print(f"wrote the {args.prefix}*_accuracy_per_rollout.png plots under {args.out}")
     return 0
 
 

@@ -5,8 +5,12 @@
 # seeds 200-209, benchmarks/rollout_plots.py: tables at equal steps and equal rollouts, accuracy
 # against cumulative rollouts). The two mixes of the comparison run as two processes at once.
 # Writes $OUT/{confirm,compare/easy,compare/hard}/ and the plots under $PLOTS.
+# The stages "skip" and "skip-report" run the pre-registered study of prompt skipping (docs/results.md
+# "Skipping prompts predicted to collapse": grpo, grpo+skip, dapo_resample, avspo, avspo+skip on both
+# mixes, seeds 300-309, at nice 5) into $OUT/skip/{easy,hard}/ and its tests and skip_*.png plots.
 # Usage: bash benchmarks/rollout_study.sh        (about 30 min on 2 CPU cores, warm-ups included)
 #        STAGES="compare report" bash benchmarks/rollout_study.sh   (skip the confirmation)
+#        STAGES="skip skip-report" bash benchmarks/rollout_study.sh (the skipping study only)
 set -euo pipefail
 VERL_AVSPO=${VERL_AVSPO:-.venv/bin/verl-avspo}
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -19,6 +23,7 @@ STAGES=${STAGES:-confirm compare report}
 STEPS=${STEPS:-60}
 CONFIRM_SEEDS=${CONFIRM_SEEDS:-20}
 COMPARE_SEEDS=${COMPARE_SEEDS:-10}
+SKIP_SEEDS=${SKIP_SEEDS:-10}
 read -r -a EXTRA <<< "${SANDBOX_ARGS:-}"
 COMMON=(--steps "$STEPS" --threads 1 "${EXTRA[@]}")
 EASY=1+1,2+1,1*1
@@ -40,8 +45,23 @@ if [[ " $STAGES " == *" compare "* ]]; then
     wait
     echo "compare: $((SECONDS - compare_started)) s"
 fi
+if [[ " $STAGES " == *" skip "* ]]; then
+    skip_started=$SECONDS
+    mkdir -p "$OUT"
+    for mix in "easy $EASY" "hard $HARD"; do
+        set -- $mix
+        nice -n 5 "$VERL_AVSPO" sandbox --estimators grpo,grpo+skip,dapo_resample,avspo,avspo+skip --levels "$2" \
+            --seeds "$SKIP_SEEDS" --seed-start 300 "${COMMON[@]}" --out "$OUT/skip/$1" > "$OUT/skip-$1.log" 2>&1 &
+    done
+    wait
+    echo "skip: $((SECONDS - skip_started)) s"
+fi
 if [[ " $STAGES " == *" report "* ]]; then
     "$PYTHON" benchmarks/paired_test.py "$OUT/confirm" --estimator avspo --baseline grpo --alpha 0.05
     "$PYTHON" benchmarks/rollout_plots.py "$OUT/compare" --out "$PLOTS"
+fi
+if [[ " $STAGES " == *" skip-report "* ]]; then
+    "$PYTHON" benchmarks/rollout_plots.py "$OUT/skip" --out "$PLOTS" --prefix skip_ --pairs grpo+skip:grpo,avspo+skip:avspo \
+        --late-from 40
 fi
 echo "rollout_study: $((SECONDS - started)) s in all"

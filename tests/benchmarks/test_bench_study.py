@@ -162,3 +162,48 @@ def test_study_plots_of_a_single_seed_draw_and_tabulate_without_a_spread(study, 
         "| `grpo` | 50.0 | 50.0 | — | 0.500 | 0.250 | 1.000 |",
         "| `avspo:beta_loo` | 60.0 | 60.0 | +10.0 | 0.500 | 0.250 | 1.000 |",
     ]
+
+
+def test_holm_adjustment_is_step_down_and_monotone(rollouts):
+    # sorted: 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept monotone at 0.06
+    assert rollouts.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert rollouts.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_pre_registered_pair_tests_decide_by_holm_and_the_interval(rollouts, tmp_path):
+    gains = {"grpo+skip": (10, 12, 11, 9, 10), "avspo+skip": (-10, -12, -11, -9, -10)}  # points, per seed
+    for seed in range(5):
+        for label, base in (("grpo", 0.5), ("avspo", 0.5)):
+            _write_run(tmp_path / "easy" / "runs" / label / f"seed{seed}.jsonl", [0.1, base])
+        for label, gain in gains.items():
+            _write_run(tmp_path / "easy" / "runs" / label / f"seed{seed}.jsonl", [0.1, 0.5 + gain[seed] / 100])
+    runs = rollouts.load(tmp_path / "easy")
+    text = rollouts.pair_tests({"easy": (runs, 128.0)}, [("grpo+skip", "grpo"), ("avspo+skip", "avspo")], 0.05)
+    helps, hurts = text.splitlines()
+    assert helps.startswith("- easy: `grpo+skip` − `grpo` at 128 rollouts: +10.40 ±") and helps.endswith("**helps**")
+    assert hurts.endswith("**hurts**")
+
+
+def test_prompt_table_reports_the_share_of_candidate_rollouts_skipped(rollouts, tmp_path):
+    for label, skipped in (("grpo", None), ("grpo+skip", 128)):
+        path = tmp_path / "runs" / label / "seed0.jsonl"
+        _write_run(path, [0.1, 0.5, 0.6])
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records[1:]:
+            record["data"]["prompts/collapsed_before"] = 0.25
+            if skipped is not None:
+                record["data"]["prompts/rollouts_skipped"] = skipped
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    rows = rollouts.prompt_table(rollouts.load(tmp_path)).splitlines()[2:]
+    # one seed: no spread
+    assert rows == ["| `grpo` | 0.500 | 0.250 | — |", "| `grpo+skip` | 0.500 | 0.250 | 0.500 |"]
+
+
+def test_late_pairs_average_the_evaluations_from_a_step_on(rollouts, tmp_path):
+    for seed, (base, ours) in enumerate([((0.5, 0.5), (0.6, 0.8)), ((0.4, 0.6), (0.5, 0.7))]):
+        _write_run(tmp_path / "easy" / "runs" / "grpo" / f"seed{seed}.jsonl", [0.1, *base])
+        _write_run(tmp_path / "easy" / "runs" / "grpo+skip" / f"seed{seed}.jsonl", [0.1, *ours])
+    runs = rollouts.load(tmp_path / "easy")
+    line = rollouts.late_pairs({"easy": (runs, 256.0)}, [("grpo+skip", "grpo")], first_step=1)
+    # per seed: mean of steps 1-2 differs by +20 and +10 points
+    assert "from step 1: +15.00 ± 5.00 (s.e., n = 2)" in line

@@ -120,7 +120,14 @@ def test_state_round_trips_and_a_resumed_run_continues_exactly():
     first = avspo_tracker(**settings)
     run(first, steps[:2])
     state = first.state_dict()
-    assert state["version"] == STATE_VERSION and set(state) == {"version", "controller", "stagnation", "dcpo"}
+    assert state["version"] == STATE_VERSION and set(state) == {
+        "version",
+        "controller",
+        "stagnation",
+        "dcpo",
+        "prompt_history",
+        "prompt_skip",
+    }
     resumed = avspo_tracker(**settings)
     resumed.load_state_dict(state)
     assert run(resumed, steps[2:]) == straight[2:]
@@ -142,3 +149,89 @@ def test_a_version_1_state_loads_and_a_newer_one_is_refused():
 def test_dropped_groups_of_a_filter():
     scores = torch.tensor([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     assert DroppedGroups.of(scores) == DroppedGroups({1.0: 1, 0.0: 2}, 1)
+
+
+# ---- prompts: the per-prompt history, prompts/* and the skip rule ------------------------------------
+
+
+def prompt_tracker(**skip):
+    from verl_avspo.core.prompt_skip import PromptSkipConfig
+
+    return RunTracker(ACRConfig(), prompt_skip=PromptSkipConfig(**skip) if skip else None)
+
+
+def keyed_step(tracker, step, scores, keys):
+    tracker.measure(scores, INDEX)
+    tracker.set_prompt_keys(dict(zip(["a", "b", "c"], keys, strict=True)))
+    return tracker.end_step(step)
+
+
+def test_without_prompt_keys_there_is_no_history_and_no_prompt_metric():
+    tracker = prompt_tracker()
+    tracker.measure(SCORES, INDEX)
+    report = tracker.end_step(1)
+    assert not [name for name in report if name.startswith("prompts/")] and len(tracker.prompt_history) == 0
+    assert tracker.select_prompts([1, 2], 8).tolist() == [True, True]  # skipping off: roll out everything
+
+
+def test_prompt_metrics_count_seen_classes_and_collapsed_before():
+    tracker = prompt_tracker()
+    # Step 1: prompt 10 all correct, 11 all wrong, 12 mixed. Step 2: 10 and 11 again (now mixed and
+    # all wrong), 13 new (None: a padding group, left out).
+    first = keyed_step(tracker, 1, SCORES, [10, 11, 12])
+    assert first["prompts/seen"] == 3 and first["prompts/collapsed_before"] == 0.0
+    assert first["prompts/always_solved"] == pytest.approx(1 / 3) and first["prompts/never_solved"] == pytest.approx(
+        1 / 3
+    )
+    second = keyed_step(tracker, 2, torch.tensor([1.0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1]), [10, 11, None])
+    assert second["prompts/collapsed_before"] == 1.0  # both keyed groups had collapsed on their one earlier visit
+    assert second["prompts/seen"] == 3 and second["prompts/never_solved"] == pytest.approx(1 / 3)
+    assert second["prompts/always_solved"] == 0.0
+    records = tracker.prompt_history.lookup([10, 11, 12])
+    assert records.visits.tolist() == [2, 2, 1] and records.collapse_streak.tolist() == [0, 2, 0]
+    assert records.last_step.tolist() == [2, 2, 1]
+    third = keyed_step(tracker, 3, SCORES, [10, 11, 12])
+    assert third["prompts/collapsed_before"] == pytest.approx(1 / 3)  # 11 only; 10 and 12 had a mixed visit
+
+
+def test_dropped_groups_join_the_history():
+    tracker = prompt_tracker()
+    tracker.record_groups([5, 6], torch.tensor([[1.0, 1, 1], [0.0, 1, 0]]))
+    report = keyed_step(tracker, 1, SCORES, [10, 11, 12])
+    assert report["prompts/seen"] == 5
+    assert tracker.prompt_history.lookup([5, 6]).all_correct.tolist() == [1, 0]
+
+
+def test_skipping_counts_rollouts_and_a_resumed_run_skips_the_same():
+    def run(tracker, steps):
+        decisions, reports = [], []
+        for step in steps:
+            decisions.append(tracker.select_prompts([10, 11, 12, 13], 4).tolist())
+            reports.append(dict(keyed_step(tracker, step, SCORES, [10, 11, 12])))
+        return decisions, reports
+
+    settings = {"enable": True, "explore": 0.5, "seed": 4}
+    straight = run(prompt_tracker(**settings), range(1, 9))
+    first = prompt_tracker(**settings)
+    run(first, range(1, 5))
+    resumed = prompt_tracker(**settings)
+    resumed.load_state_dict(first.state_dict())
+    assert run(resumed, range(5, 9)) == (straight[0][4:], straight[1][4:])
+    decisions, reports = straight
+    skipped = [4 * row.count(False) for row in decisions]
+    assert [r["prompts/rollouts_skipped"] for r in reports] == skipped
+    assert [r["prompts/rollouts_skipped_cumulative"] for r in reports] == np.cumsum(skipped).tolist()
+    assert all(row[2] and row[3] for row in decisions)  # mixed and never seen: always rolled out
+    assert sum(skipped) > 0
+    # Each step 1/3 of the groups is all-correct and 1/3 all-wrong, above both targets (0.125): explore less.
+    assert reports[-1]["prompts/explore_all_correct"] == pytest.approx(0.5 - 8 * 0.01)
+
+
+def test_a_version_2_state_loads_with_an_empty_history(caplog):
+    tracker = prompt_tracker(enable=True)
+    keyed_step(tracker, 1, SCORES, [10, 11, 12])
+    old = {key: value for key, value in tracker.state_dict().items() if key not in ("prompt_history", "prompt_skip")}
+    restored = prompt_tracker(enable=True)
+    restored.load_state_dict({**old, "version": 2})
+    assert len(restored.prompt_history) == 0
+    assert "no prompt skip rule" in caplog.text

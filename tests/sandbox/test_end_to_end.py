@@ -227,6 +227,24 @@ def test_dapo_resample_at_its_cap_with_nothing_kept_makes_no_update(torch_settin
     assert (steps["acr/effective"] == 0).all() and (steps["actor/pg_loss"] == 0).all()  # no mini-batch ran
 
 
+def test_skip_rolls_out_a_full_batch_and_counts_what_it_skipped(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # 80 training problems and a barely warmed-up policy: most groups are all-wrong, and prompts come back.
+    config = SandboxConfig(levels="1+1", steps=4, eval_every=4, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    (spec,) = parse_estimators("grpo+skip")
+    train(config, spec, 0, tmp_path / "skip.jsonl", tmp_path / "cache")
+    steps = read_metrics(tmp_path / "skip.jsonl").loc[1:]
+    assert (steps["train/rollouts_generated"] == 128).all() and (steps["acr/groups"] == 16).all()
+    assert (steps["prompts/rollouts_skipped"] == 8 * steps["prompts/skipped"]).all()
+    assert (steps["prompts/rollouts_skipped_cumulative"] == steps["prompts/rollouts_skipped"].cumsum()).all()
+    assert steps["prompts/skipped"].sum() > 0 and steps.loc[1, "prompts/skipped"] == 0  # nothing known at step 1
+    assert steps["prompts/seen"].is_monotonic_increasing and steps["prompts/seen"].iloc[-1] <= 80
+    assert steps["prompts/explore_all_wrong"].between(0.05, 1).all()
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.

@@ -1,5 +1,6 @@
 """The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
-validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches),
+validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the
+skip rule's candidate draws (``+skip``),
 padding rollouts together, the summary verdict and the plots. No model training here."""
 
 from pathlib import Path
@@ -12,10 +13,10 @@ import torch
 from verl_avspo.cli import main
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
-from verl_avspo.sandbox.loop import dynamic_sampling
+from verl_avspo.sandbox.loop import draw_kept, dynamic_sampling
 from verl_avspo.sandbox.policy import Rollout
 from verl_avspo.sandbox.summary import verdicts
-from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
 from verl_avspo.tools.plots import plot_metrics
 
 pytestmark = pytest.mark.verl
@@ -341,3 +342,38 @@ def test_rollouts_concatenate_with_prompts_left_padded_and_responses_right_padde
     both = Rollout.concat([short, long], pad_id=0)
     assert both.prompt_ids.tolist() == [[0, 5, 6], [4, 5, 6]] and both.prompt_mask.tolist() == [[0, 1, 1], [1, 1, 1]]
     assert both.response_ids.tolist() == [[7, 0], [8, 9]] and both.response_mask.tolist() == [[1, 0], [1, 1]]
+
+
+def test_skip_specs():
+    grpo, avspo, resample = parse_estimators("grpo+skip,avspo:paper_code+skip,dapo_resample+skip")
+    assert (grpo.label, grpo.adv_estimator, grpo.skip) == ("grpo+skip", "grpo", True)
+    assert (avspo.preset, avspo.skip) == ("paper_code", True) and resample.resample and resample.skip
+    assert grpo.prompt_skip(seed=7).enable and grpo.prompt_skip(seed=7).seed == 7
+    assert parse_estimators("grpo")[0].prompt_skip(seed=7) is None
+    assert len(parse_estimators("grpo,grpo+skip")) == 2
+    with pytest.raises(ValueError, match="are one estimator"):
+        parse_estimators("avspo+skip,avspo:paper+skip")
+    with pytest.raises(ValueError, match=r"<estimator>\+skip"):
+        parse_estimators("grpo+skipp")
+
+
+def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
+    numbers = iter(range(1000))
+
+    def draw():
+        prompts = [str(next(numbers)) for _ in range(4)]
+        return Problems(prompts, prompts, torch.zeros(4, dtype=torch.long))
+
+    calls = []
+
+    def keep_even(prompts, at_least):
+        calls.append(at_least)
+        mask = torch.tensor([int(p) % 2 == 0 for p in prompts]).numpy()
+        mask[(~mask).nonzero()[0][: max(0, at_least - int(mask.sum()))]] = True
+        return mask
+
+    assert draw_kept(draw, keep_even, 4, 10).prompts == ["0", "2", "4", "6"]  # two draws, none missing
+    assert calls == [0, 0]
+    calls.clear()
+    assert draw_kept(draw, keep_even, 5, 2).prompts == ["8", "10", "12", "13", "14"]  # the 2nd (last) draw tops up
+    assert calls == [0, 3]

@@ -93,10 +93,13 @@ def test_stock_compute_advantage_without_prompt_keys_names_the_launcher():
         compute_advantage(data, adv_estimator="dcpo", config=algorithm_config())
 
 
-def test_keys_are_consumed_by_one_call():
+def test_keys_are_consumed_when_the_batch_closes():
     config = algorithm_config()
-    run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
-    compute_advantage(grouped_data([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+    tracker = run_state.tracker_for(config, "dcpo")
+    tracker.set_prompt_keys({"x0": 1})
+    data = compute_advantage(grouped_data([[1, 0]], "x"), adv_estimator="dcpo", config=config)
+    tracker.measure(data.batch["token_level_rewards"].sum(-1), data.non_tensor_batch["uid"])
+    tracker.batch_metrics()  # as the trainer closes each batch
     with pytest.raises(ValueError, match="no prompt identity"):
         compute_advantage(grouped_data([[1, 0]], "x"), adv_estimator="dcpo", config=config)
 

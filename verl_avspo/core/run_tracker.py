@@ -10,6 +10,12 @@ Framework-free. Every host (verl's trainers and its replay-buffer hook, OpenRLHF
 
 and saves ``tracker.state_dict()`` with each checkpoint (``load_state_dict`` on resume). A host keeps
 only what is its own: where the scores, uids and advantages are read from, and where the state is stored.
+
+Prompts (docs/prompts.md): a host that knows each group's prompt identity calls
+``tracker.set_prompt_keys({uid: key})`` before ``end_step``; the tracker then records every group in
+its per-prompt history (``core.prompt_history``) and logs ``prompts/*``. With the skip rule on
+(``core.prompt_skip``), the host asks ``tracker.select_prompts(keys, n)`` before the rollout which
+candidate prompts to roll out.
 """
 
 from __future__ import annotations
@@ -25,24 +31,31 @@ from verl_avspo.core.advantage import AdvantageOutput, compute_avspo_outcome_adv
 from verl_avspo.core.alert import ADVICE, StagnationMonitor
 from verl_avspo.core.baseline_settings import DCPOConfig
 from verl_avspo.core.collapse import (
+    Collapse,
     DroppedGroups,
+    GroupStats,
     Measurement,
     acr_metrics,
+    detect_collapse,
     effective_collapse_rate,
     group_ids,
+    group_stats,
     measure,
 )
 from verl_avspo.core.config import AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory
+from verl_avspo.core.prompt_history import PromptHistory
+from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 
 __all__ = ["STATE_VERSION", "StepReport", "RunTracker"]
 
 logger = logging.getLogger(__name__)
 
+# 3: {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip"}.
 # 2: {"version", "controller", "stagnation", "dcpo"}. Version 1 (no "version" key) had the same three
-# entries, so both load.
-STATE_VERSION = 2
+# entries. All three load (an older state has no prompt history: it starts empty).
+STATE_VERSION = 3
 
 
 class StepReport(dict):
@@ -63,6 +76,8 @@ class RunTracker:
         rule_setting: how the host's user names the alert rule, for the stall warning
             (``algorithm.acr.alert.rule`` in verl, ``--acr.alert.rule`` in OpenRLHF).
         advice: what the stall warning advises, in the host's settings.
+        prompt_skip: the pre-rollout skip rule's settings (``core.prompt_skip``); skipping is on when
+            they are given with ``enable``.
     """
 
     def __init__(
@@ -73,6 +88,7 @@ class RunTracker:
         norm_adv_by_std: bool = True,
         rule_setting: str = "algorithm.acr.alert.rule",
         advice: str = ADVICE,
+        prompt_skip: PromptSkipConfig | None = None,
     ):
         self.acr = acr
         self.avspo = avspo
@@ -85,7 +101,10 @@ class RunTracker:
         )
         self.rule_setting = rule_setting
         self.advice = advice
-        # This step's: the raw measurement, the estimator's metrics, DCPO's prompt key per uid.
+        self.prompt_history = PromptHistory()
+        self.set_prompt_skip(prompt_skip)
+        self._prompts = _StepPrompts()
+        # This step's: the raw measurement, the estimator's metrics, the prompt key per uid.
         self.measurement: Measurement | None = None
         self._host_measured = False  # False: the estimator measured its own batch (no host measured the step)
         self._estimator_metrics: dict[str, float] = {}
@@ -127,8 +146,38 @@ class RunTracker:
         return output
 
     def set_prompt_keys(self, keys_by_uid: dict[str, Any]) -> None:
-        """DCPO: the stable prompt key of each uid of this step (None: padding rows, left out)."""
-        self._prompt_keys = dict(keys_by_uid)
+        """The stable prompt key (an int or a str, ``core.prompt_history``) of each uid of the batch about
+        to be measured (None: padding rows, left out). DCPO reads them; every group of the batch with a
+        key is recorded in the prompt history when the batch closes (:meth:`batch_metrics`)."""
+        self._prompt_keys = {str(uid): key for uid, key in keys_by_uid.items()}
+
+    def set_prompt_skip(self, config: PromptSkipConfig | None) -> None:
+        """Turn the skip rule on (``config.enable``) or off, for a host that reads its settings after
+        building the tracker; the skipper starts afresh (its state loads with :meth:`load_state_dict`)."""
+        self.skipper = PromptSkipper(config) if config is not None and config.enable else None
+
+    def select_prompts(self, keys: Any, rollouts_per_prompt: int, at_least: int = 0) -> np.ndarray:
+        """Before the rollout: (n,) bool, which of the candidate prompts ``keys`` to roll out (all of
+        them when the skip rule is off). At least ``at_least`` are kept: when the rule keeps fewer, the
+        first prompts it would skip are kept too (a host that must fill its batch). The skipped prompts'
+        ``rollouts_per_prompt`` rollouts each are counted in this step's ``prompts/rollouts_skipped``."""
+        if self.skipper is None:
+            return np.ones(len(keys), dtype=bool)
+        keep = self.skipper.keep(keys, self.prompt_history)
+        shortfall = int(at_least) - int(keep.sum())
+        if shortfall > 0:
+            keep[np.flatnonzero(~keep)[:shortfall]] = True
+        self._prompts.skipped += int((~keep).sum())
+        self._prompts.rollouts_skipped += int((~keep).sum()) * int(rollouts_per_prompt)
+        return keep
+
+    def record_groups(self, keys: Any, scores: torch.Tensor) -> None:
+        """Add groups of this step that are not in the measured batch (a filter dropped them) to the
+        prompt history: ``keys`` (num_groups,), ``scores`` (num_groups, G) raw scores."""
+        num_groups, size = scores.shape
+        ids = torch.arange(num_groups, device=scores.device).repeat_interleave(size)
+        stats = group_stats(scores.reshape(-1), ids, num_groups)
+        self._prompts.add(list(keys), stats, detect_collapse(stats, self.acr.tau, self.acr.reward_range), self.acr)
 
     def dcpo_advantages(
         self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any
@@ -152,8 +201,8 @@ class RunTracker:
 
     def _dcpo_rows(self, index: Any) -> tuple[np.ndarray, list]:
         """(N,) bool of the real (non-padding) rows and the prompt key of each real row; one
-        look-up per group. Consumes the step's keys."""
-        keys_by_uid, self._prompt_keys = self._prompt_keys, {}
+        look-up per group."""
+        keys_by_uid = self._prompt_keys
         uids, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
         missing = [uid for uid in uids if uid not in keys_by_uid]
         if missing:
@@ -191,7 +240,10 @@ class RunTracker:
             effective = effective_collapse_rate(advantages, ids, count, self.acr.tau)
         metrics = acr_metrics(measured.step_collapse, effective)
         metrics.update(self._estimator_metrics)
+        if self._prompt_keys:
+            self._prompts.add(_group_keys(measured, self._prompt_keys), measured.stats, measured.collapse, self.acr)
         self.measurement, self._host_measured, self._estimator_metrics = None, False, {}
+        self._prompt_keys = {}
         return metrics
 
     def observe_step(self, step: int, metrics: dict[str, float]) -> bool:
@@ -200,6 +252,7 @@ class RunTracker:
         that trains on several batches a step passes their aggregated metrics)."""
         newly_stalled = self.alert.update(metrics)
         metrics["acr/stalled"] = float(self.alert.stalled)
+        metrics.update(self._close_prompts(step))
         if newly_stalled:
             rule = f"{self.rule_setting}={self.acr.alert.rule}"
             logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
@@ -210,6 +263,37 @@ class RunTracker:
         report = StepReport(self.batch_metrics(advantages, index))
         report.newly_stalled = self.observe_step(step, report)
         return report
+
+    def _close_prompts(self, step: int) -> dict[str, float]:
+        """Record the step's keyed groups in the prompt history, adapt the skip rule, and return the
+        step's ``prompts/*`` (none when no key and no skip rule)."""
+        step_prompts, self._prompts = self._prompts, _StepPrompts()
+        metrics: dict[str, float] = {}
+        if step_prompts.keys:
+            keys = np.concatenate(step_prompts.keys)
+            correct, wrong = np.concatenate(step_prompts.all_correct), np.concatenate(step_prompts.all_wrong)
+            before = self.prompt_history.lookup(keys).collapsed_every_visit
+            self.prompt_history.record(keys, np.concatenate(step_prompts.pass_rate), correct, wrong, step)
+            classes = self.prompt_history.classes()
+            metrics = {
+                "prompts/seen": float(classes.seen),
+                "prompts/always_solved": classes.share("always_solved"),
+                "prompts/never_solved": classes.share("never_solved"),
+                "prompts/collapsed_before": float(before.mean()) if len(keys) else 0.0,
+            }
+            if self.skipper is not None and len(keys):
+                self.skipper.update(float(correct.mean()), float(wrong.mean()))
+        if self.skipper is not None:
+            self.skipper.rollouts_skipped += step_prompts.rollouts_skipped
+            metrics.update(
+                {
+                    "prompts/skipped": float(step_prompts.skipped),
+                    "prompts/rollouts_skipped": float(step_prompts.rollouts_skipped),
+                    "prompts/rollouts_skipped_cumulative": float(self.skipper.rollouts_skipped),
+                    **self.skipper.metrics(),
+                }
+            )
+        return metrics
 
     # ---- the state a restart keeps ------------------------------------------------------------
 
@@ -223,6 +307,8 @@ class RunTracker:
             "controller": self.controller.state_dict() if self.controller is not None else None,
             "stagnation": self.alert.state_dict(),
             "dcpo": dcpo,
+            "prompt_history": self.prompt_history.state_dict(),
+            "prompt_skip": self.skipper.state_dict() if self.skipper is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -245,6 +331,15 @@ class RunTracker:
             self._load_dcpo(state.get("dcpo"))
         if state.get("stagnation") is not None:
             self.alert.load_state_dict(state["stagnation"])
+        if state.get("prompt_history") is not None:
+            self.prompt_history.load_state_dict(state["prompt_history"])
+        if self.skipper is not None and state.get("prompt_skip") is not None:
+            self.skipper.load_state_dict(state["prompt_skip"])
+        elif self.skipper is not None:
+            logger.warning(
+                "the saved run state holds no prompt skip rule (saved with skipping off or by an older release): "
+                "its exploration probabilities and generator start afresh"
+            )
 
     def _load_dcpo(self, saved: dict[str, Any] | None) -> None:
         if saved is None:
@@ -262,3 +357,48 @@ class RunTracker:
             )
         else:
             self.dcpo_history.load_state_dict(saved)
+
+
+class _StepPrompts:
+    """One step's keyed groups (per batch, in order) and skip counts, until the step closes."""
+
+    def __init__(self) -> None:
+        self.keys: list[np.ndarray] = []
+        self.pass_rate: list[np.ndarray] = []
+        self.all_correct: list[np.ndarray] = []
+        self.all_wrong: list[np.ndarray] = []
+        self.skipped = 0
+        self.rollouts_skipped = 0
+
+    def add(self, keys: list, stats: GroupStats, collapse: Collapse, acr: ACRConfig) -> None:
+        """The groups with a key (not None) and at least two responses (a singleton has no collapse)."""
+        has_key = np.array([key is not None for key in keys], dtype=bool)
+        rows = has_key & collapse.eligible.cpu().numpy()
+        if not rows.any():
+            return
+        low, high = acr.reward_range
+        rate = ((stats.mean.cpu().numpy() - low) / (high - low)).clip(0.0, 1.0)
+        picked = np.empty(int(rows.sum()), dtype=object)
+        picked[:] = [key for key, row in zip(keys, rows, strict=True) if row]
+        self.keys.append(picked)
+        self.pass_rate.append(rate[rows])
+        self.all_correct.append(collapse.all_correct.cpu().numpy()[rows])
+        self.all_wrong.append(collapse.all_wrong.cpu().numpy()[rows])
+
+
+def _group_keys(measured: Measurement, keys_by_uid: dict[str, Any]) -> list:
+    """The prompt key of each group of the measured batch, in group-id order (None: no key)."""
+    stats = measured.stats
+    positions = torch.arange(stats.ids.numel(), device=stats.ids.device)
+    first = torch.full((stats.num_groups,), stats.ids.numel(), device=stats.ids.device)
+    first = first.scatter_reduce(0, stats.ids, positions, reduce="amin").cpu().numpy()
+    labels = np.asarray(measured.index, dtype=object)[first]
+    missing = sum(str(label) not in keys_by_uid for label in labels)
+    if missing:
+        logger.warning(
+            "%d of the batch's %d groups have no prompt key (their uid is not in set_prompt_keys): they are left "
+            "out of the prompt history",
+            missing,
+            len(labels),
+        )
+    return [keys_by_uid.get(str(label)) for label in labels]

@@ -35,7 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated estimators: {', '.join(SUPPORTED)}; avspo:<preset> picks an AVSPO preset; dapo is "
         "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dapo_resample is "
         "DAPO's dynamic sampling (more prompt groups each step until the batch is full of non-collapsed ones, capped "
-        "by --max-gen-batches); dcpo, intuitor "
+        "by --max-gen-batches); <estimator>+skip adds the pre-rollout skip rule (GRESO's: prompts that collapsed on "
+        "their recent visits are skipped with a probability, docs/prompts.md); dcpo, intuitor "
         "and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole table: "
         "grpo,avspo,dcpo,intuitor,rent)",
     )
@@ -99,7 +100,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=defaults.max_gen_batches,
         help=f"dapo_resample: at most this many batches of --prompts-per-step prompts per step, as verl's "
-        f"algorithm.filter_groups.max_num_gen_batches (default {defaults.max_gen_batches})",
+        f"algorithm.filter_groups.max_num_gen_batches; +skip: at most this many candidate batches per step "
+        f"(default {defaults.max_gen_batches})",
     )
     parser.add_argument(
         "--sft-steps",
@@ -147,6 +149,19 @@ def _resample_text(config, estimators) -> str:
     )
 
 
+def _skip_text(config, estimators) -> str:
+    """What +skip does ("" if no estimator of this comparison skips)."""
+    if not any(spec.skip for spec in estimators):
+        return ""
+    return (
+        " `+skip` adds the pre-rollout skip rule (GRESO's, default settings): it draws candidate batches of "
+        f"{config.prompts_per_step} prompts and rolls out only those the rule keeps (a prompt whose last z visits "
+        "collapsed is kept with probability p^z), until the step has its prompts (the last of "
+        f"{config.max_gen_batches} draws keeps what is missing), so it generates as many rollouts as without it "
+        "(`prompts/rollouts_skipped`: the rollouts of the skipped prompts, never generated)."
+    )
+
+
 def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
     from verl_avspo.sandbox.summary import first_steps_column
 
@@ -164,6 +179,7 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
         f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
         f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
+        f"{_skip_text(config, estimators)}"
         f"{_baselines_text(estimators)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "

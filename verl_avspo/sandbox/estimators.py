@@ -1,4 +1,4 @@
-"""Estimator specs of the sandbox command line: ``grpo,avspo,avspo:paper_code,rloo,dapo,dapo_resample``.
+"""Estimator specs of the sandbox command line: ``grpo,avspo,avspo:paper_code,rloo,dapo,dapo_resample,grpo+skip``.
 
 Each spec names an advantage estimator that verl's ``compute_advantage`` dispatches (``avspo``
 comes from this package's registration), plus ``dapo``: GRPO with DAPO-style dropping of
@@ -16,6 +16,13 @@ last batch is discarded, as verl does) and pays for every rollout it drew
 (``train/rollouts_generated``). At the cap verl's DAPO trainer raises an error; the sandbox trains
 on the groups it has (fewer, or none: then the step makes no update) and logs
 ``train/resample_capped``.
+
+A ``+skip`` suffix (``grpo+skip``, ``avspo+skip``, ``avspo:paper_code+skip``) adds the pre-rollout skip
+rule (``core.prompt_skip``, GRESO's rule with its default settings, seeded by the run's seed): each step
+draws batches of ``prompts_per_step`` candidate prompts, rolls out only those the rule keeps, and
+draws again until ``prompts_per_step`` prompts are kept (at most ``max_gen_batches`` draws; at the cap
+it trains on the prompts it kept). It generates as many rollouts per step as the estimator without
+it; the skipped prompts' rollouts are never generated (``prompts/rollouts_skipped``).
 
 The paper's other baselines:
 
@@ -38,8 +45,9 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.config import PRESETS
+from verl_avspo.core.prompt_skip import PromptSkipConfig
 
-__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS"]
+__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS", "SKIP_SUFFIX"]
 
 # Outcome estimators that need only rewards, the response mask and uid (no critic, no baseline
 # rollouts, no extra actor statistics), so the sandbox can drive them unchanged.
@@ -57,6 +65,8 @@ SUPPORTED = (
     "opo",
     "gpg",
 )
+# The suffix that adds the pre-rollout skip rule to an estimator.
+SKIP_SUFFIX = "+skip"
 # Estimators trained on a reward computed from the policy's logits instead of the verifier's.
 INTRINSIC_REWARDS = {"intuitor": "self_certainty", "rent": "negative_entropy"}
 
@@ -73,6 +83,7 @@ class EstimatorSpec:
         resample: DAPO's dynamic sampling: draw more prompt groups until the step's batch is full of
             non-collapsed ones (implies ``drop_collapsed``).
         reward: ``verifier`` (exact match), or the intrinsic ``self_certainty`` / ``negative_entropy``.
+        skip: the pre-rollout skip rule (``+skip``).
     """
 
     label: str
@@ -81,6 +92,7 @@ class EstimatorSpec:
     drop_collapsed: bool = False
     resample: bool = False
     reward: str = "verifier"
+    skip: bool = False
 
     @property
     def intrinsic(self) -> bool:
@@ -92,6 +104,10 @@ class EstimatorSpec:
         """True for DCPO, whose estimator needs prompt keys and whose policy loss is its own."""
         return self.adv_estimator == "dcpo"
 
+    def prompt_skip(self, seed: int) -> PromptSkipConfig | None:
+        """The skip rule's settings (its defaults, seeded by the run's seed), or None without ``+skip``."""
+        return PromptSkipConfig(enable=True, seed=seed) if self.skip else None
+
     def algorithm_config(self, seed: int) -> DictConfig:
         """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""
         config = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0}
@@ -101,14 +117,16 @@ class EstimatorSpec:
 
 
 def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
-    """``"grpo,avspo:paper_code"`` -> specs. Raises ValueError naming the bad entry."""
+    """``"grpo,avspo:paper_code,grpo+skip"`` -> specs. Raises ValueError naming the bad entry."""
     specs = []
     for item in (part.strip() for part in spec.split(",")):
-        name, _, preset = item.partition(":")
+        base = item.removesuffix(SKIP_SUFFIX)
+        name, _, preset = base.partition(":")
         if name not in SUPPORTED:
             raise ValueError(
                 f"estimator {item!r} is not supported by the sandbox: choose from {', '.join(SUPPORTED)}, "
-                "with an AVSPO preset as avspo:<preset>, for example --estimators grpo,avspo,avspo:paper_code"
+                "with an AVSPO preset as avspo:<preset> and the skip rule as <estimator>+skip, for example "
+                "--estimators grpo,avspo,avspo:paper_code,grpo+skip"
             )
         if preset and name != "avspo":
             raise ValueError(f"estimator {item!r}: only avspo takes a preset (avspo:{preset})")
@@ -118,18 +136,19 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 raise ValueError(
                     f"estimator {item!r}: unknown AVSPO preset {preset!r}; choose from {', '.join(PRESETS)}"
                 )
+        skip = item.endswith(SKIP_SUFFIX)
         if name == "dapo":
-            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True))
+            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, skip=skip))
         elif name == "dapo_resample":
-            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, resample=True))
+            specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, resample=True, skip=skip))
         elif name in INTRINSIC_REWARDS:
-            specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name]))
+            specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name], skip=skip))
         else:
-            specs.append(EstimatorSpec(item, name, preset or None))
+            specs.append(EstimatorSpec(item, name, preset or None, skip=skip))
     # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
     seen = {}
     for s in specs:
-        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.resample, s.reward)
+        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.resample, s.reward, s.skip)
         if key in seen:
             raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
         seen[key] = s.label

@@ -50,7 +50,7 @@ from verl_avspo.sandbox.policy import (
     sample,
     warm_policy,
 )
-from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
+from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
 
@@ -131,12 +131,45 @@ class SampledGroups:
         )
 
 
+def draw_kept(draw: Callable[[], Problems], keep: Callable[[list[str], int], np.ndarray], wanted: int, max_draws: int):
+    """The pre-rollout skip rule's prompts: draw candidate batches (``draw()``) and keep those
+    ``keep(prompts, at_least)`` selects, until ``wanted`` are kept; the last of ``max_draws`` draws
+    keeps at least what is still missing, so a step always rolls out ``wanted`` prompts (when each draw
+    has that many). Returns the kept problems, the first ``wanted`` in draw order."""
+    kept, count = [], 0
+    for number in range(1, max_draws + 1):
+        candidates = draw()
+        chosen = candidates.select(
+            torch.from_numpy(keep(candidates.prompts, wanted - count if number == max_draws else 0))
+        )
+        kept.append(chosen.select(torch.arange(min(len(chosen.prompts), wanted - count))))
+        count += len(kept[-1].prompts)
+        if count >= wanted:
+            break
+    return Problems.concat(kept)
+
+
 def _sample_groups(
-    model, tokenizer: CharTokenizer, task: ArithmeticTask, config: SandboxConfig, prompt_rng: torch.Generator, tag: str
+    model,
+    tokenizer: CharTokenizer,
+    task: ArithmeticTask,
+    config: SandboxConfig,
+    prompt_rng: torch.Generator,
+    tag: str,
+    keep: Callable[[list[str], int], np.ndarray] | None = None,
 ) -> SampledGroups:
     """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
-    one prompt share the uid ``<tag>-<prompt index>``."""
-    problems = task.sample(config.prompts_per_step, prompt_rng)
+    one prompt share the uid ``<tag>-<prompt index>``. With ``keep`` (the skip rule), the prompts are
+    the candidates it keeps (:func:`draw_kept`)."""
+    if keep is None:
+        problems = task.sample(config.prompts_per_step, prompt_rng)
+    else:
+        problems = draw_kept(
+            lambda: task.sample(config.prompts_per_step, prompt_rng),
+            keep,
+            config.prompts_per_step,
+            config.max_gen_batches,
+        )
     prompts = [p for p in problems.prompts for _ in range(config.group_size)]
     answers = [a for a in problems.answers for _ in range(config.group_size)]
     uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
@@ -223,6 +256,13 @@ def train(
     algorithm = estimator.algorithm_config(seed)
     # The run's one owner of each step's ACR, alert and state (AVSPO's controller, DCPO's history).
     tracker = run_state.start_run(algorithm)
+    tracker.set_prompt_skip(estimator.prompt_skip(seed))
+    skip_rule = None
+    if estimator.skip:
+
+        def skip_rule(prompts: list[str], at_least: int) -> np.ndarray:
+            return tracker.select_prompts(prompts, config.group_size, at_least)
+
     policy_loss = core_algos.get_policy_loss_fn("dcpo" if estimator.dcpo else "vanilla")
     actor = ActorConfig(
         strategy="fsdp",  # a label here; verl's loss reads only the clip ratios and global_batch_info
@@ -248,7 +288,9 @@ def train(
             # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
             if estimator.resample:
                 drawn, picks = dynamic_sampling(
-                    lambda b, step=step: _sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}-{b}"),
+                    lambda b, step=step: _sample_groups(
+                        model, tokenizer, task, config, prompt_rng, f"{step}-{b}", skip_rule
+                    ),
                     config.group_size,
                     config.prompts_per_step,
                     config.max_gen_batches,
@@ -257,7 +299,7 @@ def train(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
             else:
-                drawn = [_sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}")]
+                drawn = [_sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}", skip_rule)]
                 batch = drawn[0]
             rollout, scores, uids = batch.rollout, batch.scores, batch.uids
             num_groups = len(batch.prompts)
@@ -277,18 +319,25 @@ def train(
                 rewards = _share_among_identical(rewards, rollout)
 
             # 2. The step's raw collapse, measured once on the rewards the estimator sees (for
-            # dapo_resample, the groups it discarded count too); then advantages through verl's
-            # dispatch. DCPO's prompt identity is the problem's text.
+            # dapo_resample, the groups it discarded count too, in the prompt history as well); then
+            # advantages through verl's dispatch. A prompt's identity (DCPO's and the prompt history's
+            # key) is the problem's text.
             dropped = None
             if estimator.resample:
-                discarded = [
-                    part.scores.view(-1, config.group_size)[_others(pick, part)]
-                    for part, pick in zip(drawn, picks, strict=True)
-                ]
+                others = [_others(pick, part) for part, pick in zip(drawn, picks, strict=True)]
+                discarded = [part.scores.view(-1, config.group_size)[o] for part, o in zip(drawn, others, strict=True)]
                 dropped = DroppedGroups.of(torch.cat(discarded), tracker.acr.tau)
+                tracker.record_groups(
+                    [
+                        p
+                        for part, o in zip(drawn, others, strict=True)
+                        for p, out in zip(part.prompts, o.tolist(), strict=True)
+                        if out
+                    ],
+                    torch.cat(discarded),
+                )
             tracker.measure(rewards, uids, dropped)
-            if estimator.dcpo:
-                tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
+            tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
             advantages = torch.zeros_like(response_mask)
             if num_groups:  # dapo_resample may end a step at its cap with no group to train on
                 data = DataProto.from_dict(

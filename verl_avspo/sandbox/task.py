@@ -79,11 +79,26 @@ def parse_levels(spec: str) -> tuple[Level, ...]:
 @dataclass(frozen=True)
 class Problems:
     """A batch of problems: ``prompts`` and ``answers`` are strings, ``level`` (n,) int64 holds the
-    index of each problem's level."""
+    index of each problem's level. A problem's prompt text is its stable identity across steps (its
+    prompt key: the levels' problems are distinct strings)."""
 
     prompts: list[str]
     answers: list[str]
     level: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> Problems:
+        """The problems at (k,) ``rows`` (bool mask or indices), in order."""
+        rows = rows.nonzero().squeeze(1) if rows.dtype == torch.bool else rows
+        picked = rows.tolist()
+        return Problems([self.prompts[r] for r in picked], [self.answers[r] for r in picked], self.level[rows])
+
+    @staticmethod
+    def concat(parts: list[Problems]) -> Problems:
+        return Problems(
+            [p for part in parts for p in part.prompts],
+            [a for part in parts for a in part.answers],
+            torch.cat([part.level for part in parts]),
+        )
 
 
 def _render(level: Level, a: torch.Tensor, b: torch.Tensor) -> tuple[list[str], list[str]]:
