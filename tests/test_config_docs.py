@@ -1,6 +1,7 @@
 """The settings' documentation agrees with the code: every field of the config dataclasses
-(``AVSPOConfig``, ``ACRConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``) has a one-line attribute
-docstring, and docs/configuration.md's key tables list exactly those fields, each with its default."""
+(``AVSPOConfig``, ``ACRConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``, ``PromptsConfig``) has a
+one-line attribute docstring, and docs/configuration.md's key tables list exactly those fields and the skip
+rule's (``PromptSkipConfig``), each with its default."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ import yaml
 from verl_avspo.core import acr_config, baseline_settings, config
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
+from verl_avspo.core.prompt_skip import PromptSkipConfig
+from verl_avspo.verl_plugin import prompt_identity
+from verl_avspo.verl_plugin.prompt_identity import PromptsConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
-CONFIGS = (AVSPOConfig, ACRConfig, AlertConfig, DCPOConfig, IntrinsicConfig)
+CONFIGS = (AVSPOConfig, ACRConfig, AlertConfig, DCPOConfig, IntrinsicConfig, PromptsConfig)
 # A table row: | `key` | `default` ... |
 ROW = re.compile(r"^\| `([\w.]+)` \| `([^`]*)`")
 
@@ -43,11 +47,13 @@ def documented_defaults() -> dict[str, object]:
 def code_defaults() -> dict[str, object]:
     """Every field of the config dataclasses under the key a user types, with its default."""
     keys: dict[str, object] = {}
-    for cls, prefix in ((AVSPOConfig, ""), (ACRConfig, "algorithm.acr."), (AlertConfig, "algorithm.acr.alert."),
-                        (DCPOConfig, "algorithm.dcpo."), (IntrinsicConfig, "algorithm.intrinsic.")):  # fmt: skip
+    sections = ((AVSPOConfig, ""), (ACRConfig, "algorithm.acr."), (AlertConfig, "algorithm.acr.alert."),
+                (DCPOConfig, "algorithm.dcpo."), (IntrinsicConfig, "algorithm.intrinsic."),
+                (PromptsConfig, "algorithm.prompts."), (PromptSkipConfig, "algorithm.prompts.skip."))  # fmt: skip
+    for cls, prefix in sections:
         instance = cls()
         for field in dataclasses.fields(cls):
-            if field.name != "alert" or cls is not ACRConfig:
+            if (cls, field.name) not in ((ACRConfig, "alert"), (PromptsConfig, "skip")):  # sections of their own
                 value = getattr(instance, field.name)
                 keys[prefix + field.name] = list(value) if isinstance(value, tuple) else value
     return keys
@@ -72,7 +78,8 @@ def test_configuration_md_lists_exactly_the_fields_with_their_defaults():
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
 def test_every_config_field_has_a_one_line_docstring(cls):
-    module = {AVSPOConfig: config, ACRConfig: acr_config, AlertConfig: acr_config}.get(cls, baseline_settings)
+    modules = {AVSPOConfig: config, ACRConfig: acr_config, AlertConfig: acr_config, PromptsConfig: prompt_identity}
+    module = modules.get(cls, baseline_settings)
     tree = ast.parse(inspect.getsource(module))
     (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
     documented = {}

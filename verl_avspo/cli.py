@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "verl_avspo.tools.report",
         "plots and a collapse diagnosis (stalls, ACR_100, all-correct/wrong) from logs",
     ),
+    "prompts": (
+        "verl_avspo.tools.prompts",
+        "a run's prompts by class (always/never solved, mixed); a training parquet without the classes named",
+    ),
     "doctor": (
         "verl_avspo.verl_plugin.doctor",
         "check that every verl process (fresh import, Ray actor) sees the avspo plugin",

@@ -10,6 +10,8 @@ import math
 ACR_KEYS = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "acr/groups", "acr/stalled")
 # Logged on every step of an avspo run.
 AVSPO_KEYS = ("avspo/threshold", "avspo/signal", "avspo/triggered", "avspo/virtual_k")
+# The per-prompt history's, on every step of a group estimator where the route knows each group's prompt.
+PROMPT_KEYS = ("prompts/seen", "prompts/always_solved", "prompts/never_solved", "prompts/collapsed_before")
 
 
 def next_threshold(

@@ -28,7 +28,7 @@ import shutil
 
 import pytest
 import torch
-from closed_forms import ACR_KEYS, AVSPO_KEYS, next_threshold
+from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
 from openrlhf_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, OPENRLHF_ENTRY, TinyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.openrlhf, pytest.mark.ray]
@@ -134,8 +134,10 @@ def test_unmodified_openrlhf_trains_and_syncs_its_weights_to_the_generator(runs)
 
 def test_avspo_run_logs_acr_and_avspo_every_step_and_the_threshold_follows_its_update(runs):
     scalars = runs["avspo"].scalars()
-    _check_every_step(scalars, ACR_KEYS + AVSPO_KEYS, [1, 2, 3, 4])
+    _check_every_step(scalars, ACR_KEYS + AVSPO_KEYS + PROMPT_KEYS, [1, 2, 3, 4])
     assert all(groups == 4 for groups in scalars["acr/groups"].values())  # 4 prompts x 4 responses a step
+    # The per-prompt history, keyed by each prompt's text: one pass over the file's 16 prompts, 4 new a step.
+    assert [scalars["prompts/seen"][step] for step in (1, 2, 3, 4)] == [4, 8, 12, 16]
     thresholds = scalars["avspo/threshold"]
     assert thresholds[1] == pytest.approx(0.2)
     for step in (2, 3, 4):  # θ_t from step t-1's signal and mean rewards, as the controller computes it

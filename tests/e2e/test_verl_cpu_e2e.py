@@ -6,7 +6,8 @@ tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mo
 about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
-- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), 3 steps on 2 ranks, a checkpoint at steps 2 and 3;
+- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
+  a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
   folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
@@ -17,8 +18,10 @@ time, and each test reads the logs and checkpoints of the run it is about:
 - ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
   ``sync``, ``grpo`` with DAPO's ``filter_groups``;
 - ``hook_avspo`` and ``hook_avspo_resumed``: verl's own ``main_ppo`` with the hook, ``sync``, ``avspo``
-  (θ_1 = 0.2), a checkpoint every step: 3 steps, then the same folder resumed to step 5;
-- ``launcher_five``: our launcher, the same settings, 5 steps without a stop.
+  (θ_1 = 0.2), prompts skipped before rollout, a checkpoint every step: 3 steps, then the same folder
+  resumed to step 5;
+- ``launcher_five``: our launcher, the same settings, 5 steps without a stop (also read by
+  ``verl-avspo prompts``).
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -27,28 +30,40 @@ already cover the sharded update, checkpoint and weight sync.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import math
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 import torch
-from closed_forms import ACR_KEYS, AVSPO_KEYS, next_threshold
+from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
 from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
+from verl_avspo.cli import main
+from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.ray]
 
 THREE_STEPS = ["trainer.total_training_steps=3"]
-# The sync AVSPO run and its resume. θ starts at 0.2, not the paper's 0.5: a random policy's step has
+# Prompt skipping before rollout, with a fixed exploration probability of 0.05: from the second epoch (step
+# 3) a prompt collapsed on its one earlier visit is rolled out with probability 0.05, so whatever this CPU
+# samples, the steps from 3 on skip prompts (a random policy's step has 1-3 collapsed groups of 4).
+SKIP_PROMPTS = ["prompts.skip.enable=True", "prompts.skip.explore=0.05", "prompts.skip.adaptive=False"]
+# The sync AVSPO run and its resume, skipping prompts. θ starts at 0.2, not the paper's 0.5: a random policy's step has
 # 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
-AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2"]
+AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2",
+              *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
-# The stock-hook and launcher runs that are compared step for step across a stop and resume.
-AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1"]
-# The same on stock verl, whose config does not declare algorithm.avspo.
+# The stock-hook and launcher runs that are compared step for step across a stop and resume, skipping prompts.
+AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
+                    *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
+# The same on stock verl, whose config does not declare algorithm.avspo or algorithm.prompts.
 STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
-                          "trainer.save_freq=1"]  # fmt: skip
+                          "trainer.save_freq=1", *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
+# The skip rule's metrics, on every step of a run that skips.
+SKIP_KEYS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
@@ -173,7 +188,7 @@ def test_avspo_run_logs_acr_avspo_and_actor_metrics_every_step(runs):
     records = runs["avspo"].records()
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
-        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS) if key not in record["data"]]
+        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS) if key not in record["data"]]
         assert not missing, f"step {record['step']} lacks {missing}"
         data = record["data"]
         assert 0.0 <= data["acr/effective"] <= data["acr/rate"] <= 1.0
@@ -228,11 +243,18 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     resumed = resumed_records[2]["data"]
     # The rollout is seeded from the weights and the prompt (hf_rollout.py), so step 3 samples the
     # same responses; everything computed from them must match.
-    for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean", "critic/advantages/max", "critic/advantages/min"):
+    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean", "critic/advantages/max",
+                "critic/advantages/min"):  # fmt: skip
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
     assert _same_controller(runs["resumed"].state(3)["controller"], runs["avspo"].state(3)["controller"])
+    # Skipping on: step 3 (epoch 2) skipped the same prompts, and the rule's generator is where the
+    # uninterrupted run's is.
+    assert uninterrupted[3]["prompts/skipped"] > 0
+    resumed_skip, straight_skip = (runs[name].state(3)["prompt_skip"] for name in ("resumed", "avspo"))
+    assert torch.equal(resumed_skip["generator"], straight_skip["generator"])
+    assert resumed_skip["rollouts_skipped"] == straight_skip["rollouts_skipped"] > 0
 
 
 def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
@@ -269,8 +291,9 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     records = outcome.records()
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
-        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS) if key not in record["data"]]
+        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS) if key not in record["data"]]
         assert not missing, f"step {record['step']} lacks {missing}"
+        assert not any(key in record["data"] for key in SKIP_KEYS)  # skipping is off unless asked for
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
@@ -290,7 +313,7 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
     assert [record["step"] for record in records] == [1, 2]
     for record in records:
         data = record["data"]
-        assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS)), record["step"]
+        assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS, *PROMPT_KEYS)), record["step"]
         assert data["acr/effective"] == 0.0  # the trained batch holds no collapsed group
     # DAPO filtering stayed on: verl's own eviction metric, and collapsed groups counted in ACR
     # although none is in the trained batch.
@@ -302,7 +325,8 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
 
 def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):
     """The hook's trainer saves the run's state with every checkpoint and restores it, and its log keeps
-    the first attempt's rows: steps 4-5 after a stop at 3 are the uninterrupted launcher run's."""
+    the first attempt's rows: steps 4-5 after a stop at 3 are the uninterrupted launcher run's, the
+    prompts skipped before rollout included."""
     first = runs["hook_avspo"]
     assert first.returncode == 0, first.log[-6000:]
     resumed = runs["hook_avspo_resumed"].records()
@@ -312,9 +336,59 @@ def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_
         data, step = record["data"], record["step"]
         assert all(key in data for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS)), step
         # The rollout is seeded from the weights and the prompt, so both routes sample alike.
-        for key in (*ACR_KEYS, *AVSPO_KEYS, "critic/score/mean"):
+        for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean"):
             assert data[key] == pytest.approx(straight[step][key], abs=1e-6), (step, key)
-    assert _same_controller(
-        runs["hook_avspo_resumed"].state(5)["controller"], runs["launcher_five"].state(5)["controller"]
-    )
+    resumed_state, straight_state = runs["hook_avspo_resumed"].state(5), runs["launcher_five"].state(5)
+    assert _same_controller(resumed_state["controller"], straight_state["controller"])
     assert runs["hook_avspo_resumed"].state(3)["controller"]["step"] == 3
+    # The same prompts visited (keyed by extra_info.index, unique in the train file) and the skip rule's
+    # generator at the same place: the resumed run skipped exactly what the uninterrupted one did.
+    for name, value in resumed_state["prompt_history"].items():
+        assert (
+            value == straight_state["prompt_history"][name]
+            if name == "key_kind"
+            else torch.equal(value, straight_state["prompt_history"][name])
+        ), name
+    assert resumed_state["prompt_history"]["key_kind"] == "int"
+    assert torch.equal(resumed_state["prompt_skip"]["generator"], straight_state["prompt_skip"]["generator"])
+
+
+def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):
+    records = runs["launcher_five"].records()
+    skipped = [record["data"]["prompts/rollouts_skipped"] for record in records]
+    # Epoch 1 (steps 1-2) sees every prompt for the first time: nothing to skip. Then prompts are skipped,
+    # n = 4 rollouts each, and the batch still trains 4 groups.
+    assert skipped[:2] == [0.0, 0.0] and sum(skipped) > 0, skipped
+    for record in records:
+        data = record["data"]
+        assert data["prompts/rollouts_skipped"] == 4 * data["prompts/skipped"]
+        assert data["acr/groups"] == 4, record["step"]
+    cumulative = [record["data"]["prompts/rollouts_skipped_cumulative"] for record in records]
+    assert cumulative == list(itertools.accumulate(skipped))
+    assert runs["launcher_five"].state(5)["prompt_skip"]["rollouts_skipped"] == cumulative[-1]
+    # The history: 8 prompts, 4 groups a step, 20 visits in all.
+    seen = [record["data"]["prompts/seen"] for record in records]
+    assert seen[:2] == [4.0, 8.0] and seen[-1] == 8.0
+    assert int(runs["launcher_five"].state(5)["prompt_history"]["visits"].sum()) == 20
+
+
+def test_the_prompts_command_reads_a_real_run_and_writes_its_parquet_without_dead_prompts(runs, tmp_path, capsys):
+    outcome = runs["launcher_five"]
+    outcome.records()
+    history = PromptHistory()
+    history.load_state_dict(outcome.state(5)["prompt_history"])
+    table = history.table()
+    classes = dict(zip(table["key"].tolist(), table["class"].tolist(), strict=True))
+    assert main(["prompts", str(outcome.run.checkpoints), "--show", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "(step 5, 8 prompts seen, keyed by extra_info.index)" in out
+    for name in ("always_solved", "never_solved", "mixed"):
+        count = sum(value == name for value in classes.values())
+        assert f"{name:<13}  {count:>8}" in out, name
+    dropped = {"always_solved", "never_solved"}
+    kept_path = tmp_path / "kept.parquet"
+    code = main(["prompts", str(outcome.run.checkpoints), "--data", str(outcome.run.train), "--drop",
+                 ",".join(sorted(dropped)), "--out", str(kept_path)])  # fmt: skip
+    assert code == 0
+    kept = [row["index"] for row in pq.read_table(kept_path).column("extra_info").to_pylist()]
+    assert kept == [index for index in range(8) if classes[index] not in dropped]

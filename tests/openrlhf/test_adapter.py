@@ -331,11 +331,13 @@ def test_ray_init_gets_the_setup_hook_and_settings():
         "NCCL_DEBUG": "WARN",
         "VERL_AVSPO_OPENRLHF_SETTINGS": '{"preset": "paper_code"}',
         "VERL_AVSPO_OPENRLHF_ACR": '{"tau": 0.1}',
+        "VERL_AVSPO_OPENRLHF_PROMPT_SKIP": "",
     }
-    launcher.runtime_env_hook(init, None, {"reward_range": [-1, 1]})()  # a run without AVSPO
+    launcher.runtime_env_hook(init, None, {"reward_range": [-1, 1]}, {"enable": True})()  # a run without AVSPO
     assert seen["runtime_env"]["env_vars"] == {
         "VERL_AVSPO_OPENRLHF_SETTINGS": "",
         "VERL_AVSPO_OPENRLHF_ACR": '{"reward_range": [-1, 1]}',
+        "VERL_AVSPO_OPENRLHF_PROMPT_SKIP": '{"enable": true}',
     }
     with pytest.raises(ValueError, match=r"already has worker_process_setup_hook='mine'"):
         wrapped(runtime_env={"worker_process_setup_hook": "mine"})
@@ -362,3 +364,18 @@ def test_help_shows_our_options_when_openrlhf_cannot_be_imported(capsys, monkeyp
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m verl_avspo.openrlhf") and "--acr.alert.rule" in out
     assert "OpenRLHF's own options cannot be listed here: OpenRLHF 0.11.2 is installed but its trainer" in out
+
+
+def test_prompt_skip_flags_are_split_checked_and_refused_with_the_async_trainer():
+    rest, skip = launcher.split_prompt_skip_arguments(
+        ["--prompts.skip.enable", "true", "--x", "--prompts.skip.explore=0.2"]
+    )
+    assert rest == ["--x"] and skip == {"enable": True, "explore": 0.2}
+    assert launcher.split_prompt_skip_arguments(["--acr.tau", "1e-3"]) == (["--acr.tau", "1e-3"], None)
+    launcher.check_prompt_skip([], skip)
+    with pytest.raises(launcher.UsageError, match=r"synchronous trainer.*Drop --train.async_enable"):
+        launcher.check_prompt_skip(["--train.async_enable"], skip)
+    with pytest.raises(launcher.UsageError, match=r"--prompts.skip.explore=2 is invalid"):
+        launcher.check_prompt_skip([], {"enable": True, "explore": 2})
+    with pytest.raises(launcher.UsageError, match=r"--prompts.skip.enable needs a value, for example --prompts.skip"):
+        launcher.split_prompt_skip_arguments(["--prompts.skip.enable"])

@@ -575,3 +575,44 @@ def test_raw_rewards_are_measured_once_per_step(openrlhf, monkeypatch, estimator
         assert calls == [REWARDS.numel()] * step
         assert {"acr/rate", "acr/effective", "acr/stalled"} <= set(stats)
         assert ("avspo/threshold" in stats) == (estimator == "group_norm")
+
+
+def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, ray_session, monkeypatch):
+    """The sync trainer's start links its generator to the maker's tracker; prompts whose groups
+    collapsed on every earlier visit are not sent to rollout, others are drawn in their place; the
+    trained groups are recorded under the hash of their prompt text."""
+    from verl_avspo.core.prompt_history import prompt_key
+    from verl_avspo.openrlhf.advantage_step import PROMPT_SKIP_ENV
+
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.setenv(PROMPT_SKIP_ENV, json.dumps({"enable": True, "explore": 0.05, "adaptive": False}))
+    args = make_args("group_norm")
+    args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 3
+    args.ckpt.load_enable = False
+    prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
+    generator = openrlhf.sg.SamplesGenerator(
+        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
+    )
+    experience_maker = maker(openrlhf, args)
+    trainer = SimpleNamespace(args=args, experience_maker=experience_maker, samples_generator=generator)
+    openrlhf.pt.BasePPOTrainer.init_checkpoint_states(trainer)  # as PPOTrainer.fit starts
+    tracker = experience_maker._verl_avspo_step.tracker
+    assert generator._verl_avspo_tracker is tracker and tracker.skipper is not None
+    # p1 and p2 collapsed on 12 earlier visits: kept with probability 0.05**12.
+    for step in range(12):
+        tracker.prompt_history.record(
+            [prompt_key("p1"), prompt_key("p2")], [1.0, 0.0], [True, False], [False, True], step
+        )
+
+    rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+    assert sorted({sample.prompts[0] for sample in rollout}) == ["p0", "p3", "p4"] and consumed == 3
+    monkeypatch.setattr(experience_maker, "make_experience", lambda batches: batches)  # the model forward (GPU)
+    for sample in rollout:
+        sample.kl = torch.zeros_like(sample.action_mask, dtype=torch.float32)
+    experience_maker.make_experience_batch(rollout)
+    metrics = {**experience_maker.verl_avspo_metrics}
+    tracker.observe_step(1, metrics)
+    assert metrics["prompts/skipped"] == 2 and metrics["prompts/rollouts_skipped"] == 2 * GROUP_SIZE
+    assert metrics["prompts/seen"] == 5  # p1, p2 and the three trained now
+    records = tracker.prompt_history.lookup([prompt_key(p) for p in ("p0", "p3", "p4")])
+    assert records.visits.tolist() == [1, 1, 1] and records.last_pass_rate.tolist() == [0.75, 0.25, 0.4375]

@@ -411,6 +411,46 @@ def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path):
     assert "data.custom_cls is set: its dataset may fill index its own way" in warning
 
 
+def test_prompt_settings_are_checked_before_ray_with_the_fix(tmp_path):
+    skip = "algorithm.prompts.skip.enable=True"
+    with pytest.raises(ConfigCheckError) as refused:
+        check_config(compose_config([*RUNNABLE, skip, "trainer.use_v1=False", "algorithm.prompts.skip.seed=-1"]))
+    assert len(refused.value.problems) == 2
+    assert "algorithm.prompts.skip.seed=-1 is invalid" in refused.value.problems[0]
+    assert "cannot skip with trainer.use_v1=False: verl's legacy trainer" in refused.value.problems[1]
+    assert "Set trainer.use_v1=True (the V1 trainer, any mode) or algorithm.prompts.skip.enable=False" in str(
+        refused.value
+    )
+    with pytest.raises(ConfigCheckError, match=r"with algorithm.adv_estimator=gae: the skip rule predicts"):
+        check_config(compose_config([*RUNNABLE, skip, "algorithm.adv_estimator=gae", "critic.enable=True"]))
+    with pytest.raises(ConfigCheckError, match=r"algorithm.prompts.key='index' and algorithm.dcpo.prompt_key='raw_p"):
+        check_config(compose_config([*RUNNABLE, "algorithm.prompts.key=index", "algorithm.dcpo.prompt_key=raw_prompt"]))
+    # Every V1 mode skips (in _next_train_batch, where each takes its prompts).
+    for mode in ("sync", "colocate_async"):
+        check_config(compose_config([*RUNNABLE, skip, f"trainer.v1.trainer_mode={mode}"]))
+    # An index key needs distinct indices in the train files (auto falls back to a hash instead).
+    missing = write_rows(tmp_path / "d.parquet", [{"split": "train"}, {"split": "test"}])
+    keyed = [*RUNNABLE, f"data.train_files={missing}"]
+    with pytest.raises(ConfigCheckError, match=r"algorithm.prompts.key=index keys prompts by extra_info.index, but"):
+        check_config(compose_config([*keyed, "algorithm.prompts.key=index"]))
+    check_config(compose_config(keyed))
+    # DCPO's own spelling still sets the key: raw_prompt needs no index.
+    check_config(compose_config([*keyed, "algorithm.adv_estimator=dcpo", "algorithm.prompts.key=raw_prompt"]))
+
+
+def test_the_run_keys_prompts_by_index_only_where_the_train_files_allow(tmp_path):
+    from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
+
+    unique = write_rows(tmp_path / "a.parquet", [{"index": i} for i in range(3)])
+    repeated = write_rows(tmp_path / "b.parquet", [{"index": 0}, {"index": 0}])
+    assert resolve_prompt_identity(compose_config([*RUNNABLE, f"data.train_files={unique}"])).source == "index"
+    chosen = resolve_prompt_identity(compose_config([*RUNNABLE, f"data.train_files={repeated}"]))
+    assert chosen.source == "raw_prompt" and "missing or repeated" in chosen.reason
+    assert resolve_prompt_identity(compose_config(RUNNABLE)).source == "raw_prompt"  # not a local file
+    dcpo = compose_config([*RUNNABLE, f"data.train_files={repeated}", "algorithm.adv_estimator=dcpo"])
+    assert resolve_prompt_identity(dcpo).source == "index"  # DCPO's default (its check refuses these files)
+
+
 def test_intuitor_on_unpatched_verl_names_the_patch(monkeypatch):
     overrides = RUNNABLE + ["algorithm.adv_estimator=grpo", "algorithm.intrinsic.reward=self_certainty"]
     monkeypatch.setattr(checks.resources, "verl_has_self_certainty", lambda: False)

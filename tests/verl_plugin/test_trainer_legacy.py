@@ -8,6 +8,7 @@ created with ``__new__`` and given only what the tested methods read; the FSDP a
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 from helpers import grouped_batch, outcome_data, with_checkpoint_parts
@@ -60,6 +61,19 @@ def test_legacy_grpo_gets_acr_and_gae_gets_none():
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.5
     assert not any(k.startswith("avspo/") for k in metrics)
     assert legacy_trainer("algorithm.adv_estimator=gae").batch_collapse_metrics(None) == {}
+
+
+def test_legacy_batch_records_each_prompt_by_its_extra_info_index():
+    trainer = legacy_trainer("algorithm.adv_estimator=grpo", "algorithm.prompts.key=index")
+    batch = legacy_batch([[1, 1, 1, 1], [1, 0, 0, 0]], trainer)
+    uids = batch.non_tensor_batch["uid"]
+    index_of = {uid: 10 + g for g, uid in enumerate(dict.fromkeys(uids))}
+    batch.non_tensor_batch["extra_info"] = np.array([{"index": index_of[uid]} for uid in uids], dtype=object)
+    trainer.global_steps = 1
+    metrics = trainer.batch_collapse_metrics(batch)
+    assert metrics["prompts/seen"] == 2 and metrics["prompts/always_solved"] == 0.5
+    records = trainer.tracker.prompt_history.lookup([10, 11])
+    assert records.all_correct.tolist() == [1, 0] and records.last_pass_rate.tolist() == [1.0, 0.25]
 
 
 def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):

@@ -17,12 +17,17 @@ import torch
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
 from verl_avspo.core.collapse import DroppedGroups
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
+from verl_avspo.core.prompt_history import prompt_key
+from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.core.validation import Problems, SettingsError
 
 __all__ = [
     "SETTINGS_ENV",
     "ACR_SETTINGS_ENV",
+    "PROMPT_SKIP_ENV",
+    "PROMPT_SKIP_FLAGS",
+    "prompt_skip_from_env",
     "AVSPO_ESTIMATORS",
     "AVSPO_FLAGS",
     "ACR_FLAGS",
@@ -39,9 +44,12 @@ __all__ = [
 SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_SETTINGS"
 # JSON of ACR's own settings (tau, reward_range, alert), read by every run.
 ACR_SETTINGS_ENV = "VERL_AVSPO_OPENRLHF_ACR"
-# How OpenRLHF users spell the two groups of settings (python -m verl_avspo.openrlhf).
+# JSON of the pre-rollout skip rule's settings (core.prompt_skip); empty or unset: no skipping.
+PROMPT_SKIP_ENV = "VERL_AVSPO_OPENRLHF_PROMPT_SKIP"
+# How OpenRLHF users spell the groups of settings (python -m verl_avspo.openrlhf).
 AVSPO_FLAGS = "--avspo"
 ACR_FLAGS = "--acr"
+PROMPT_SKIP_FLAGS = "--prompts.skip"
 # OpenRLHF estimators whose group step AVSPO replaces, and the normalisation each stands for.
 AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
 # Estimators with a per-prompt baseline whose output is the final advantage, so a collapsed group
@@ -76,6 +84,12 @@ def settings_from_env() -> dict[str, Any] | None:
 def acr_settings_from_env() -> dict[str, Any] | None:
     """ACR's settings the launcher passed to this worker (None: the defaults)."""
     return _json_object_from_env(ACR_SETTINGS_ENV, f"ACR's settings ({', '.join(ACR_KEYS)})")
+
+
+def prompt_skip_from_env() -> PromptSkipConfig | None:
+    """The skip rule the launcher passed to this worker (``--prompts.skip.*``), or None (no skipping)."""
+    settings = _json_object_from_env(PROMPT_SKIP_ENV, "the prompt skip rule's settings")
+    return None if settings is None else resolve_prompt_skip(settings, section=PROMPT_SKIP_FLAGS)
 
 
 def resolve_flags(
@@ -147,7 +161,13 @@ class AdvantageStep:
                 f"{' or '.join(AVSPO_ESTIMATORS)} (use --algo.advantage.estimator avspo)"
             )
         avspo, acr = resolve_flags(settings, acr_settings)
-        self.tracker = RunTracker(acr, avspo, rule_setting=f"{ACR_FLAGS}.alert.rule", advice=OPENRLHF_ADVICE)
+        self.tracker = RunTracker(
+            acr,
+            avspo,
+            rule_setting=f"{ACR_FLAGS}.alert.rule",
+            advice=OPENRLHF_ADVICE,
+            prompt_skip=prompt_skip_from_env(),
+        )
         self.outputs: list[torch.Tensor] = []
         self.reward_stds: list[torch.Tensor] | None = None
         self._index: np.ndarray | None = None  # this step's group labels, in prompt order
@@ -163,6 +183,13 @@ class AdvantageStep:
         order, _ = _prompt_order(experiences)
         raw = _to_prompt_order(torch.cat([e.info["reward"].reshape(-1) for e in experiences]), order, group_size)
         self._index = group_index(raw.shape[0], group_size)
+        # Each group's prompt identity for the per-prompt history: OpenRLHF has no dataset index, so the
+        # hash of the prompt text each response carries (the key the skip rule is asked with).
+        texts = [prompt for experience in experiences for prompt in (experience.prompts or ())]
+        if len(texts) == len(order):  # else an experience without its prompts: no history this step
+            prompts = np.empty(len(order), dtype=object)
+            prompts[order.numpy()] = texts
+            self.tracker.set_prompt_keys({str(g): prompt_key(p) for g, p in enumerate(prompts[::group_size])})
         self.outputs = []
         dropped = None
         if dropped_rewards is not None and dropped_rewards.numel():

@@ -30,18 +30,29 @@ import yaml
 
 from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
 from verl_avspo.core.config import AVSPO_KEYS, PRESETS, AVSPOConfig
+from verl_avspo.core.prompt_skip import FIELDS as PROMPT_SKIP_KEYS
+from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.validation import SettingsError
 from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
     ACR_SETTINGS_ENV,
     AVSPO_ESTIMATORS,
     AVSPO_FLAGS,
+    PROMPT_SKIP_ENV,
+    PROMPT_SKIP_FLAGS,
     SETTINGS_ENV,
     resolve_flags,
 )
-from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
+from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf, trainer_modules
 
-__all__ = ["WORKER_SETUP_HOOK", "split_settings_arguments", "choose_estimator", "runtime_env_hook", "main"]
+__all__ = [
+    "WORKER_SETUP_HOOK",
+    "split_settings_arguments",
+    "split_prompt_skip_arguments",
+    "choose_estimator",
+    "runtime_env_hook",
+    "main",
+]
 
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
@@ -54,12 +65,13 @@ OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grp
 _GROUPS = {
     f"{AVSPO_FLAGS}.": (AVSPO_KEYS, "an AVSPO setting"),
     f"{ACR_FLAGS}.": (ACR_KEYS, "an ACR setting"),
+    f"{PROMPT_SKIP_FLAGS}.": (PROMPT_SKIP_KEYS, "a prompt skip setting"),
 }
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
 
 USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arguments> [--avspo.KEY VALUE ...]
-                                 [--acr.KEY VALUE ...]
+                                 [--acr.KEY VALUE ...] [--prompts.skip.KEY VALUE ...]
 
   {_ESTIMATOR_FLAG} avspo     AVSPO replaces group_norm (preset paper unless --avspo.preset says otherwise)
   --avspo.preset {"|".join(PRESETS)},
@@ -75,6 +87,9 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
   --acr.alert.rule acr|all_wrong|acr_no_gain, --acr.alert.window 50, --acr.alert.threshold 0.35,
   --acr.alert.action warn|stop     the stall alert (acr/stalled), with or without AVSPO; stop checkpoints
                                    the stalled step and ends the run (synchronous trainer only)
+  --prompts.skip.enable true, --prompts.skip.explore 0.5, ...
+                                   skip prompts predicted to collapse before their rollout (GRESO's rule;
+                                   any algorithm.prompts.skip key; synchronous trainer only)
 OpenRLHF's own options follow."""
 
 
@@ -92,11 +107,13 @@ def _number(token: str) -> int | float | None:
     return None
 
 
-def _example(key: str) -> str | None:
+def _example(key: str, prefix: str = "") -> str | None:
     """A valid value of ``key`` (``alert.window`` for the alert's) as typed after its flag (its
     default), for messages; None if ``key`` is no setting."""
     section, dot, alert_key = key.partition(".")
-    if dot:
+    if prefix == f"{PROMPT_SKIP_FLAGS}.":
+        value = getattr(PromptSkipConfig(), key, None) if key in PROMPT_SKIP_KEYS else None
+    elif dot:
         value = getattr(AlertConfig(), alert_key, None) if section == "alert" and alert_key in ALERT_KEYS else None
     elif key in ACR_KEYS:
         value = getattr(ACRConfig(), key)
@@ -110,13 +127,13 @@ def _example(key: str) -> str | None:
 def _value(tokens: Sequence[str], prefix: str, key: str) -> Any:
     if not tokens:
         keys, what = _GROUPS[prefix]
-        example = _example(key)
+        example = _example(key, prefix)
         if example is None or key.partition(".")[0] not in keys:
             raise UsageError(f"{prefix}{key} needs a value, and {key!r} is not {what} (docs/configuration.md)")
         raise UsageError(f"{prefix}{key} needs a value, for example {prefix}{key} {example}")
     values = [number if (number := _number(token)) is not None else yaml.safe_load(token) for token in tokens]
     if any(value is None for value in values):  # "--avspo.k=", "--avspo.k null": not "the preset's default"
-        example = _example(key)
+        example = _example(key, prefix)
         raise UsageError(
             f"{prefix}{key} got {' '.join(tokens)!r}, which is no value. To keep the default, leave {prefix}{key} "
             f"out" + (f"; to set it, give a value, for example {prefix}{key} {example}" if example else "")
@@ -124,21 +141,15 @@ def _value(tokens: Sequence[str], prefix: str, key: str) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
-    """Separate ``--avspo.KEY VALUE...`` and ``--acr.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from
-    OpenRLHF's arguments: (OpenRLHF's, the ``--avspo.*`` settings, the ``--acr.*`` settings).
-
-    Values are numbers where they parse as one (``1e-3``, ``-1``), else YAML (``false``,
-    ``adaptive``, ``[0, 1]``); several values after one key make a list (``--acr.reward_range 0 1``).
-    A key's values end at the next option (a token starting with ``-`` that is not a number).
-    ``--acr.alert.KEY`` nests as ``{"alert": {"KEY": ...}}``, as in ``algorithm.acr.alert.KEY``.
-    """
+def _split_groups(argv: Sequence[str], prefixes: Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Separate the ``PREFIX.KEY VALUE...`` (or ``PREFIX.KEY=VALUE``) settings of each of ``prefixes`` (keys
+    of :data:`_GROUPS`) from the other arguments: (the others, {prefix: its settings})."""
     rest: list[str] = []
-    groups: dict[str, dict[str, Any]] = {prefix: {} for prefix in _GROUPS}
+    groups: dict[str, dict[str, Any]] = {prefix: {} for prefix in prefixes}
     i = 0
     while i < len(argv):
         token = argv[i]
-        prefix = next((prefix for prefix in _GROUPS if token.startswith(prefix)), None)
+        prefix = next((prefix for prefix in prefixes if token.startswith(prefix)), None)
         if prefix is None:
             rest.append(token)
             i += 1
@@ -166,7 +177,27 @@ def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, 
         if not isinstance(target, dict) or name in target:
             raise UsageError(f"{flag} is given twice; give it once")
         target[name] = _value(values, prefix, key)
+    return rest, groups
+
+
+def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """Separate ``--avspo.KEY VALUE...`` and ``--acr.KEY VALUE...`` (or ``--avspo.KEY=VALUE``) from
+    OpenRLHF's arguments: (OpenRLHF's, the ``--avspo.*`` settings, the ``--acr.*`` settings).
+
+    Values are numbers where they parse as one (``1e-3``, ``-1``), else YAML (``false``,
+    ``adaptive``, ``[0, 1]``); several values after one key make a list (``--acr.reward_range 0 1``).
+    A key's values end at the next option (a token starting with ``-`` that is not a number).
+    ``--acr.alert.KEY`` nests as ``{"alert": {"KEY": ...}}``, as in ``algorithm.acr.alert.KEY``.
+    """
+    rest, groups = _split_groups(argv, (f"{AVSPO_FLAGS}.", f"{ACR_FLAGS}."))
     return rest, groups[f"{AVSPO_FLAGS}."], groups[f"{ACR_FLAGS}."]
+
+
+def split_prompt_skip_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | None]:
+    """Separate ``--prompts.skip.KEY VALUE`` (the pre-rollout skip rule, docs/configuration.md) from the
+    other arguments, read as :func:`split_settings_arguments` reads its groups; None when none is given."""
+    rest, groups = _split_groups(argv, (f"{PROMPT_SKIP_FLAGS}.",))
+    return rest, groups[f"{PROMPT_SKIP_FLAGS}."] or None
 
 
 def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
@@ -257,19 +288,26 @@ def _with_openrlhf_epsilon(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def _environment(settings: dict[str, Any] | None, acr: dict[str, Any]) -> dict[str, str]:
+def _environment(
+    settings: dict[str, Any] | None, acr: dict[str, Any], prompt_skip: dict[str, Any] | None = None
+) -> dict[str, str]:
     """The environment variables that carry the settings to every worker."""
     return {
         SETTINGS_ENV: json.dumps(settings) if settings is not None else "",
         ACR_SETTINGS_ENV: json.dumps(acr) if acr else "",
+        PROMPT_SKIP_ENV: json.dumps(prompt_skip) if prompt_skip else "",
     }
 
 
 def runtime_env_hook(
-    init: Callable[..., Any], settings: dict[str, Any] | None, acr: dict[str, Any] | None = None
+    init: Callable[..., Any],
+    settings: dict[str, Any] | None,
+    acr: dict[str, Any] | None = None,
+    prompt_skip: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given
-    (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings)."""
+    (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings; ``prompt_skip``: the
+    ``--prompts.skip.*`` settings, None without skipping)."""
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
@@ -282,7 +320,8 @@ def runtime_env_hook(
                 "worker_setup there too)"
             )
         runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
-        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **_environment(settings, acr or {})}
+        environment = _environment(settings, acr or {}, prompt_skip)
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **environment}
         kwargs["runtime_env"] = runtime_env
         return init(*args, **kwargs)
 
@@ -314,6 +353,36 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
     return rest, avspo, {**legacy, **acr}
 
 
+def check_prompt_skip(argv: Sequence[str], prompt_skip: dict[str, Any] | None, samples_generator: Any = None) -> None:
+    """The ``--prompts.skip.*`` settings are valid, and this run can skip: the synchronous trainer, whose
+    prompt draw runs in the actor that keeps the run's history (``samples_generator``: OpenRLHF's module,
+    checked for that draw when given).
+
+    Raises:
+        UsageError: every problem, with the fix.
+    """
+    if prompt_skip is None:
+        return
+    try:
+        config = resolve_prompt_skip(prompt_skip, section=PROMPT_SKIP_FLAGS)
+    except SettingsError as error:
+        raise UsageError(str(error)) from None
+    if not config.enable:
+        return
+    if any(_names(token, _ASYNC_FLAG) for token in argv):
+        raise UsageError(
+            f"{PROMPT_SKIP_FLAGS}.enable true needs OpenRLHF's synchronous trainer: with {_ASYNC_FLAG} prompts are "
+            "drawn in another actor than the one that keeps the run's per-prompt history, so nothing could decide "
+            f"before the rollout. Drop {_ASYNC_FLAG} or {PROMPT_SKIP_FLAGS}.enable."
+        )
+    if samples_generator is not None and not callable(getattr(samples_generator, "_collect_prompt_batch", None)):
+        raise UsageError(
+            f"{PROMPT_SKIP_FLAGS}.enable true: this OpenRLHF draws its prompts without "
+            f"{samples_generator.__name__}._collect_prompt_batch, where the skip rule acts (OpenRLHF 0.11). "
+            f"Install openrlhf 0.11, or drop {PROMPT_SKIP_FLAGS}.enable."
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(token in ("-h", "--help") for token in argv):
@@ -324,16 +393,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nOpenRLHF's own options cannot be listed here: {error}")
             return 0
     try:
+        argv, prompt_skip = split_prompt_skip_arguments(argv)
         rest, settings, acr = resolve_arguments(argv)
         _check_group_size(rest, avspo=settings is not None)
         version = check_openrlhf()
+        check_prompt_skip(rest, prompt_skip, trainer_modules()[1])
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)
         return 2
     import ray
 
-    os.environ.update(_environment(settings, acr))
-    ray.init = runtime_env_hook(ray.init, settings, acr)
+    os.environ.update(_environment(settings, acr, prompt_skip))
+    ray.init = runtime_env_hook(ray.init, settings, acr, prompt_skip)
     what = f"AVSPO {json.dumps(settings)}, " if settings is not None else "OpenRLHF's estimator, "
     print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what}ACR {json.dumps(acr)} in every Ray worker", file=sys.stderr)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]

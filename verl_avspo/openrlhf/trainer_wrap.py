@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from verl_avspo.core.prompt_history import prompt_key
 from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
     AdvantageStep,
@@ -56,7 +57,7 @@ from verl_avspo.openrlhf.advantage_step import (
 )
 from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
 
-__all__ = ["METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
+__all__ = ["STATE_KEY", "CLIENT_STATES_FILE", "METRICS_ATTR", "GeneratedRollout", "install", "worker_setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +65,23 @@ logger = logging.getLogger(__name__)
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
 # The checkpoint client state that holds the run tracker's state; earlier releases kept the alert's
-# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under _STATE_KEY.
-_STATE_KEY = "verl_avspo"
+# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under STATE_KEY.
+STATE_KEY = "verl_avspo"
+# DeepSpeed's file of a checkpoint's client states (in --ckpt.path/_actor/global_step<N>/).
+CLIENT_STATES_FILE = "mp_rank_00_model_states.pt"
 _LEGACY_ALERT_KEY = "verl_avspo_stagnation"
 _STEP = "_verl_avspo_step"
 _DROPPED = "_verl_avspo_dropped"
 _RECORDED = "_verl_avspo_rewards"
 _INSTALLED = "_verl_avspo_installed"
 _STOPPED = "_verl_avspo_stopped"
+_TRACKER = "_verl_avspo_tracker"
 METRICS_ATTR = "verl_avspo_metrics"
 
 # The advantage step of the compute_advantages_and_returns call now running (this thread).
 _ACTIVE: ContextVar[AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step", default=None)
+# While generate_samples runs with the skip rule on: the run tracker that decides, and the group size.
+_SKIPPING: ContextVar[tuple[Any, int] | None] = ContextVar("verl_avspo_openrlhf_skipping", default=None)
 
 
 class GeneratedRollout(list):
@@ -161,15 +167,40 @@ def _generate_samples(original: Callable) -> Callable:
             return GeneratedRollout([], None), None, 0, True
         group_size = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
         setattr(self, _RECORDED, [])
+        tracker = getattr(self, _TRACKER, None)
+        skipping = _SKIPPING.set((tracker, group_size) if tracker is not None and tracker.skipper else None)
         try:
             result = original(self, *rest, **generate_kwargs)
             recorded = getattr(self, _RECORDED)
         finally:
             setattr(self, _RECORDED, None)
+            _SKIPPING.reset(skipping)
         kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
         return (GeneratedRollout(result[0], _dropped_rewards(recorded, kept, group_size)), *result[1:])
 
     return generate_samples
+
+
+def _collect_kept_prompts(original: Callable) -> Callable:
+    """OpenRLHF's prompt draw for rollout, less the prompts the run tracker's skip rule rejects, drawn
+    again until ``num_prompts`` are kept or the dataloader is exhausted (as OpenRLHF's own draw ends)."""
+
+    @functools.wraps(original)
+    def collect_prompt_batch(dataloader_iter, num_prompts: int, *rest, **kwargs):
+        skipping = _SKIPPING.get()
+        if skipping is None:
+            return original(dataloader_iter, num_prompts, *rest, **kwargs)
+        tracker, group_size = skipping
+        prompts, labels, images, exhausted = [], [], [], False
+        while len(prompts) < num_prompts and not exhausted:
+            drawn = original(dataloader_iter, num_prompts - len(prompts), *rest, **kwargs)
+            exhausted = drawn[3]
+            keep = tracker.select_prompts([prompt_key(prompt) for prompt in drawn[0]], group_size)
+            for kept, collected in zip((drawn[0], drawn[1], drawn[2]), (prompts, labels, images), strict=True):
+                collected.extend(item for item, chosen in zip(kept, keep, strict=True) if chosen)
+        return prompts, labels, images, exhausted
+
+    return collect_prompt_batch
 
 
 def _dropped_rewards(recorded: list[tuple[Any, float | None]], kept: list, group_size: int) -> torch.Tensor | None:
@@ -241,7 +272,7 @@ def _save_logs_and_checkpoints(original: Callable) -> Callable:
         newly_stalled = is_step and tracker.observe_step(global_step, logs_dict)
         # In place: OpenRLHF hands the same dict on to save_best_checkpoint.
         client_states = {} if client_states is None else client_states
-        client_states[_STATE_KEY] = tracker.state_dict()
+        client_states[STATE_KEY] = tracker.state_dict()
         if newly_stalled and tracker.acr.alert.action == "stop":
             return _stop_after(
                 self, global_step, lambda: original(self, global_step, logs_dict, client_states, *rest, **kwargs)
@@ -255,9 +286,12 @@ def _init_checkpoint_states(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_checkpoint_states(self, *rest, **kwargs):
         states = original(self, *rest, **kwargs)
+        tracker = _advantage_step(self.experience_maker).tracker
         if states.get("global_step", 0) > 0:  # a resume (a fresh run's states are OpenRLHF's defaults)
-            saved = run_state(states.get(_STATE_KEY), states.get(_LEGACY_ALERT_KEY))
-            _advantage_step(self.experience_maker).tracker.load_state_dict(saved)
+            tracker.load_state_dict(run_state(states.get(STATE_KEY), states.get(_LEGACY_ALERT_KEY)))
+        generator = getattr(self, "samples_generator", None)  # the synchronous trainer's, in this actor
+        if generator is not None:
+            setattr(generator, _TRACKER, tracker)  # the skip rule decides from this run's history
         return states
 
     return init_checkpoint_states
@@ -285,6 +319,8 @@ def install() -> str:
         (ppo_trainer.BasePPOTrainer, "save_logs_and_checkpoints", _save_logs_and_checkpoints),
         (ppo_trainer.BasePPOTrainer, "init_checkpoint_states", _init_checkpoint_states),
     ]
+    if callable(getattr(samples_generator, "_collect_prompt_batch", None)):  # OpenRLHF 0.11's prompt draw
+        wrappers.append((samples_generator, "_collect_prompt_batch", _collect_kept_prompts))
     for owner, name, wrap in wrappers:
         setattr(owner, name, wrap(getattr(owner, name)))
     setattr(maker, _INSTALLED, True)

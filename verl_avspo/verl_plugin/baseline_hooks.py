@@ -1,13 +1,9 @@
-"""The paper's other baselines inside the launcher's V1 trainer: DCPO's prompt keys and the
-intrinsic rewards of RENT and INTUITOR (docs/baselines.md).
+"""The paper's other baselines inside the launcher's V1 trainer: the intrinsic rewards of RENT and
+INTUITOR (docs/baselines.md). (DCPO's prompt identity is the run's, passed every step by
+:mod:`verl_avspo.verl_plugin.prompt_hooks`.)
 
 The launcher refuses them outside V1's ``sync`` mode.
 
-- ``algorithm.adv_estimator=dcpo``: before verl's advantage stage the trainer reads each
-  response's prompt identity from TransferQueue (``algorithm.dcpo.prompt_key``: the ``index``
-  field that verl's RLHFDataset fills from ``extra_info.index`` and the agent loop stores with
-  every response, or a hash of ``raw_prompt``) and hands ``uid -> key`` to the estimator
-  (``RunTracker.set_prompt_keys``). DCPO's per-prompt history is part of the run tracker's checkpointed state.
 - ``algorithm.intrinsic.reward=negative_entropy`` (RENT) / ``self_certainty`` (INTUITOR): the
   verifier's ``rm_scores`` are replaced, before the advantage stage, by the intrinsic reward of
   each response, computed from the old policy's per-token entropy (which verl's old-log-prob pass
@@ -18,12 +14,8 @@ The launcher refuses them outside V1's ``sync`` mode.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC
-from typing import Any
 
-import numpy as np
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -32,28 +24,12 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 from verl_avspo.core.intrinsic import masked_token_mean, negative_entropy
 from verl_avspo.verl_plugin.v1_batch import real_rows
 
-__all__ = ["SELF_CERTAINTY_KEY", "prompt_key", "intrinsic_rewards", "BaselineHooksV1"]
+__all__ = ["SELF_CERTAINTY_KEY", "intrinsic_rewards", "BaselineHooksV1"]
 
 # The per-token output that patches/verl-0.9.1-intrinsic.patch adds to the actor's log-prob pass,
 # and the flag that requests it.
 SELF_CERTAINTY_KEY = "self_certainty"
 _SELF_CERTAINTY_FLAG = "calculate_self_certainty"
-
-
-def prompt_key(value: Any, source: str) -> int | str:
-    """A prompt's stable identity across steps, as a checkpointable int or str.
-
-    Args:
-        value: the response's ``index`` (verl's copy of ``extra_info.index``) or its ``raw_prompt``
-            (chat messages).
-        source: ``index`` or ``raw_prompt`` (``algorithm.dcpo.prompt_key``).
-    """
-    if source == "raw_prompt":
-        text = json.dumps(value, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
-    if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
-        return int(value)
-    return str(value)
 
 
 def intrinsic_rewards(
@@ -83,14 +59,12 @@ def intrinsic_rewards(
 class BaselineHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
     """(Based on ``ABC`` for the reason :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin` gives.)
     Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
-    which sets ``tracker``, ``intrinsic``, ``uses_dcpo`` and ``dcpo_settings``."""
+    which sets ``tracker`` and ``intrinsic``."""
 
     def _apply_baselines(self, batch, metrics: dict) -> None:
-        """Before verl's advantage stage: the intrinsic reward in place of ``rm_scores``, DCPO's prompt keys."""
+        """Before verl's advantage stage: the intrinsic reward in place of ``rm_scores``."""
         if self.intrinsic.enabled:
             self._apply_intrinsic_reward(batch, metrics)
-        if self.uses_dcpo:
-            self._pass_prompt_keys(batch)
 
     def _compute_old_log_prob(self, batch, metrics: dict):
         """verl's old-log-prob pass; for INTUITOR it also asks the actor for each token's
@@ -144,39 +118,3 @@ class BaselineHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract 
         )
         metrics["intrinsic/reward"] = float(rewards[real].mean())
         metrics["intrinsic/verifier_score"] = float(verifier[real].sum(dim=-1).mean())
-
-    def _pass_prompt_keys(self, batch) -> None:
-        """Hand the dcpo estimator the stable prompt key of each uid of this batch."""
-        source = self.dcpo_settings.prompt_key
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
-        keys: dict[str, Any] = {}
-        for uid, value, real in zip(list(data["uid"]), list(data[source]), real_rows(batch), strict=True):
-            if str(uid) not in keys:  # once per group: the G responses of a uid share the prompt
-                keys[str(uid)] = prompt_key(value, source) if real else None
-        if source == "index":
-            self._refuse_index_collisions(batch, keys)
-        self.tracker.set_prompt_keys(keys)
-
-    @staticmethod
-    def _refuse_index_collisions(batch, keys: dict[str, Any]) -> None:
-        """Raise if two groups share an ``index`` but not their prompt. (The same prompt twice in
-        one batch is legitimate, e.g. sampled again by DAPO's over-sampling across an epoch.)"""
-        uids_by_key: dict[Any, list[str]] = {}
-        for uid, key in keys.items():
-            if key is not None:
-                uids_by_key.setdefault(key, []).append(uid)
-        shared = {key: uids for key, uids in uids_by_key.items() if len(uids) > 1}
-        if not shared:
-            return
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "raw_prompt"])
-        prompt_of = dict(zip(map(str, data["uid"]), data["raw_prompt"], strict=True))
-        for key, uids in shared.items():
-            prompts = {prompt_key(prompt_of[uid], "raw_prompt") for uid in uids}
-            if len(prompts) > 1:
-                raise ValueError(
-                    f"algorithm.adv_estimator=dcpo: {len(prompts)} different prompts of this batch have the same "
-                    f"index {key!r}, so DCPO would pool their rewards. verl's RLHFDataset sets index from each row's "
-                    "extra_info.index (0 when it is missing; several train files often each count from 0). Give "
-                    "every row a unique extra_info.index (recipes/data does), or set "
-                    "algorithm.dcpo.prompt_key=raw_prompt."
-                )

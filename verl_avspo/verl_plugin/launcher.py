@@ -36,6 +36,8 @@ from verl_avspo.verl_plugin.checks import (
     settings_problems,
     verl_package_dir,
 )
+from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity, resolve_prompts
 
 __all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "task_runner_class", "main"]
 
@@ -84,6 +86,11 @@ def _describe(config: DictConfig, checked: CheckedConfig) -> str:
             "intrinsic reward (algorithm.intrinsic, resolved): "
             + ", ".join(f"{k}={v}" for k, v in intrinsic.to_dict().items())
         )
+    if is_group_estimator(str(config.algorithm.adv_estimator)):
+        identity, skip = resolve_prompt_identity(config), resolve_prompts(config.algorithm).skip
+        lines.append(f"prompts (algorithm.prompts, resolved): keyed by {identity.source} ({identity.reason})")
+        if skip.enable:
+            lines.append("  skip: " + ", ".join(f"{k}={v}" for k, v in skip.to_dict().items()))
     loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
     lines.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
     return "\n".join(lines)

@@ -13,19 +13,27 @@ Imports nothing from verl.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verl_avspo.core.baseline_settings import dcpo_settings
+from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
 
-__all__ = ["run_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
+__all__ = ["STATE_FILE", "run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
+
+# The run tracker's state beside verl's checkpoint (global_step_N/): AVSPO's controller, the alert's
+# streak, DCPO's reward history, the per-prompt history and the skip rule (the name predates all but the
+# first; kept so that earlier checkpoints resume). Here, apart from the trainers, so that tools read it
+# without importing verl.
+STATE_FILE = "avspo_state.pt"
 
 _bound: RunTracker | None = None
 
@@ -56,13 +64,19 @@ def run_settings(algorithm_config: Any, estimator: str | None = None) -> RunSett
     return _resolve_canonical(canonical, estimator)
 
 
+def run_dcpo_settings(algorithm_config: Any) -> DCPOConfig:
+    """DCPO's settings with the run's prompt identity (``algorithm.prompts.key``, or DCPO's own spelling)."""
+    return dataclasses.replace(dcpo_settings(algorithm_config), prompt_key=prompt_key_setting(algorithm_config))
+
+
 def start_run(algorithm_config: Any) -> RunTracker:
     """A fresh tracker for the run that verl's ``config.algorithm`` describes, bound in this process."""
     global _bound
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
-    dcpo = dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
-    _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std)
+    dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
+    skip = resolve_prompts(algorithm_config).skip
+    _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std, prompt_skip=skip)
     return _bound
 
 
@@ -78,8 +92,16 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     tracker = _bound
     fits = tracker is not None and tracker.acr == settings.acr and tracker.avspo == settings.avspo
     if estimator == "dcpo":
-        fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
+        fits = fits and tracker.dcpo == run_dcpo_settings(algorithm_config)
     if not fits:
+        if resolve_prompts(algorithm_config).skip.enable:
+            raise ValueError(
+                "algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs in this process, so nothing "
+                "reads the prompts before their rollout (stock `python -m verl.trainer.main_ppo` with only the "
+                "plugin installed reaches verl-avspo at the advantage stage, after the rollout). Launch with "
+                "`python -m verl_avspo.main_ppo`, or add the ACR hook (trainer.v1.sampler.custom_sampler, "
+                "docs/integration.md), or set algorithm.prompts.skip.enable=False."
+            )
         logger.info(
             "verl-avspo: no run tracker bound for %s in this process; starting one (not checkpointed)", estimator
         )

@@ -34,18 +34,16 @@ from typing import Any
 import torch
 from verl.utils.fs import local_mkdir_safe
 
-from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
+from verl_avspo.core.baseline_settings import intrinsic_settings
 from verl_avspo.verl_plugin import run_state
-from verl_avspo.verl_plugin.estimators import DCPO, is_group_estimator
+from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
+from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
+from verl_avspo.verl_plugin.run_state import STATE_FILE
 
 __all__ = ["STATE_FILE", "AVSPOTrainerMixin", "save_run_state", "load_run_state"]
 
 logger = logging.getLogger(__name__)
-
-# The run tracker's state beside verl's checkpoint: AVSPO's controller, the alert's streak and DCPO's
-# reward history (the name predates DCPO; kept so that earlier checkpoints resume).
-STATE_FILE = "avspo_state.pt"
 
 
 def save_run_state(tracker, folder: str) -> None:
@@ -87,10 +85,15 @@ class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstrac
         algorithm = self.config.algorithm
         estimator = str(algorithm.adv_estimator)
         self.tracker = run_state.start_run(algorithm)
-        self.uses_dcpo = estimator == DCPO
-        self.dcpo_settings = dcpo_settings(algorithm)
         self.intrinsic = intrinsic_settings(algorithm)
         self.measures_collapse = is_group_estimator(estimator)
+        # Where each prompt's identity is read from, for its history (and DCPO's) and skipping.
+        self.prompt_identity = resolve_prompt_identity(self.config) if self.measures_collapse else None
+        self.skips_prompts = self.prompt_identity is not None and self.tracker.skipper is not None
+        if self.prompt_identity is not None:
+            logger.info(
+                "verl-avspo: prompts are keyed by %s (%s)", self.prompt_identity.source, self.prompt_identity.reason
+            )
 
     # ---- checkpoint ----------------------------------------------------------------------
 

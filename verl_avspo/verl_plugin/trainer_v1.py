@@ -8,7 +8,9 @@ silently change behaviour). All three verl trainers inherit ``_compute_advantage
 so one mixin, :class:`AVSPOTrainerV1Mixin`, serves them all. What it logs and saves:
 :mod:`verl_avspo.verl_plugin.trainer`.
 
-The paper's other baselines (DCPO, RENT, INTUITOR; ``sync`` mode only) hook in through
+The prompt identity of every step's groups (the per-prompt history, DCPO's statistics) and prompt
+skipping before rollout hook in through :class:`verl_avspo.verl_plugin.prompt_hooks.PromptHooksV1`;
+the intrinsic rewards of RENT and INTUITOR (``sync`` mode only) through
 :class:`verl_avspo.verl_plugin.baseline_hooks.BaselineHooksV1`.
 
 Known limit: V1's ``compute_advantage_for_multi_trajectories`` groups multi-output agent sessions
@@ -31,6 +33,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
 from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
+from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
 from verl_avspo.verl_plugin.trainer import AVSPOTrainerMixin
 from verl_avspo.verl_plugin.v1_batch import dropped_groups, read_advantages, read_scores, real_rows
 
@@ -51,18 +54,19 @@ logger = logging.getLogger(__name__)
 ACR_TIMING_KEY = "timing_s/acr"
 
 
-class AVSPOTrainerV1Mixin(BaselineHooksV1, AVSPOTrainerMixin):
+class AVSPOTrainerV1Mixin(PromptHooksV1, BaselineHooksV1, AVSPOTrainerMixin):
     """What the launcher adds to a V1 trainer (any mode). Mixed in before verl's trainer class."""
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage with the step's collapse measured around it: the raw scores of the
         batch's real rows (and the groups DAPO filtering dropped while it was sampled) before, the
-        trained advantages after. Costs two TransferQueue reads (plus, before the stage, the
-        intrinsic reward's inputs or DCPO's prompt keys when those are on)."""
+        trained advantages after, and the batch's prompt keys for the per-prompt history. Costs
+        three TransferQueue reads (plus, before the stage, the intrinsic reward's inputs when it is on)."""
         self._apply_baselines(batch, metrics)
         if not self.measures_collapse:
             return super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
+        self._pass_prompt_keys(batch)
         keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
         # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
         self.tracker.measure(*read_scores(keys, batch.partition_id), dropped_groups(metrics))

@@ -1,5 +1,6 @@
-"""DCPO's check of the train files: with ``algorithm.dcpo.prompt_key=index`` each prompt's history
-is keyed by its row's ``extra_info.index``, read here from the parquet files before Ray starts."""
+"""The check of the train files' ``extra_info.index``: keyed by ``index`` (``algorithm.prompts.key``,
+DCPO's ``algorithm.dcpo.prompt_key``), each prompt's history is keyed by its row's index, read here
+from the parquet files before Ray starts."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from pathlib import Path
 __all__ = ["prompt_index_problems"]
 
 
-def prompt_index_problems(train_files) -> tuple[list[str], list[str]]:
+def prompt_index_problems(
+    train_files, needed_by: str = "algorithm.adv_estimator=dcpo", what: str = "DCPO"
+) -> tuple[list[str], list[str]]:
     """Refuse local parquet train files in which ``extra_info.index`` is missing, null or repeated
     (across all files), since verl's RLHFDataset would then give different prompts one history.
+
+    Args:
+        train_files: verl's ``data.train_files``.
+        needed_by: the setting that keys prompts by index, as the messages name it.
+        what: what would pool two prompts' rewards, as the messages name it.
 
     Returns:
         (problems, warnings): one problem per bad file (its first bad row); one warning per file
@@ -22,7 +30,7 @@ def prompt_index_problems(train_files) -> tuple[list[str], list[str]]:
     if train_files is None:
         return [], []
     files = [train_files] if isinstance(train_files, str) else [str(f) for f in train_files]
-    fix = "Give every row a unique extra_info.index (recipes/data does), or set algorithm.dcpo.prompt_key=raw_prompt."
+    fix = "Give every row a unique extra_info.index (recipes/data does), or set algorithm.prompts.key=raw_prompt."
     first_seen: dict = {}
     problems: list[str] = []
     warnings: list[str] = []
@@ -30,9 +38,9 @@ def prompt_index_problems(train_files) -> tuple[list[str], list[str]]:
         path = Path(name).expanduser()
         if not (path.is_file() and path.suffix == ".parquet"):
             warnings.append(
-                f"cannot check extra_info.index of {name} for DCPO here (not a local parquet file); during training "
+                f"cannot check extra_info.index of {name} for {what} here (not a local parquet file); during training "
                 "only different prompts sharing an index within one batch are caught. If its indices may repeat, set "
-                "algorithm.dcpo.prompt_key=raw_prompt."
+                "algorithm.prompts.key=raw_prompt."
             )
             continue
         try:
@@ -40,32 +48,30 @@ def prompt_index_problems(train_files) -> tuple[list[str], list[str]]:
             info = schema.field("extra_info").type if "extra_info" in schema.names else None
             if info is not None and not isinstance(info, pa.StructType):
                 problems.append(
-                    f"algorithm.adv_estimator=dcpo: {name}'s extra_info column is {info}, but verl's RLHFDataset needs "
+                    f"{needed_by}: {name}'s extra_info column is {info}, but verl's RLHFDataset needs "
                     f"a struct (a dict per row) with an index field. {fix}"
                 )
                 continue
             if info is None or info.get_field_index("index") < 0:
                 problems.append(
-                    f"algorithm.adv_estimator=dcpo keys prompts by extra_info.index, but {name} has no "
-                    f"extra_info.index column, so verl's RLHFDataset gives every row index 0 and DCPO would pool all "
+                    f"{needed_by} keys prompts by extra_info.index, but {name} has no "
+                    f"extra_info.index column, so verl's RLHFDataset gives every row index 0 and {what} would pool all "
                     f"prompts. {fix}"
                 )
                 continue
             column = pq.read_table(path, columns=["extra_info"]).column("extra_info").combine_chunks()
         except pa.ArrowException as err:
-            problems.append(f"algorithm.adv_estimator=dcpo: cannot read {name} as parquet ({err}).")
+            problems.append(f"{needed_by}: cannot read {name} as parquet ({err}).")
             continue
         for row, index in enumerate(column.field("index").to_pylist()):
             if index is None:
-                problems.append(
-                    f"algorithm.adv_estimator=dcpo: row {row} of {name} has no extra_info.index (null). {fix}"
-                )
+                problems.append(f"{needed_by}: row {row} of {name} has no extra_info.index (null). {fix}")
                 break
             if index in first_seen:
                 where = first_seen[index]
                 problems.append(
-                    f"algorithm.adv_estimator=dcpo: extra_info.index {index!r} appears in row {where[1]} of "
-                    f"{where[0]} and row {row} of {name}, so DCPO would pool two prompts' rewards. {fix}"
+                    f"{needed_by}: extra_info.index {index!r} appears in row {where[1]} of "
+                    f"{where[0]} and row {row} of {name}, so {what} would pool two prompts' rewards. {fix}"
                 )
                 break
             first_seen[index] = (name, row)

@@ -1,6 +1,6 @@
 """The first stage of the launcher's checks, which imports no verl (about a second): the group
-size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and ``algorithm.intrinsic``
-value, and how they combine with the trainer, the data and the policy loss.
+size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo``, ``algorithm.intrinsic`` and
+``algorithm.prompts`` value, and how they combine with the trainer, the data and the policy loss.
 
 Pure: :func:`settings_problems` returns the problems (the config cannot train) and the warnings
 (it trains, but not as a user may expect); the caller raises and logs them.
@@ -19,8 +19,11 @@ import verl_avspo.verl_plugin.checks.resources as resources
 import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
+from verl_avspo.core.prompt_skip import PromptSkipConfig
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
+from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
 
 __all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]
 
@@ -180,10 +183,14 @@ def _dcpo_clip_problems(value: Any, warnings: list[str]) -> Iterator[str]:
 
 
 def _baseline_problems(
-    config: DictConfig, dcpo: DCPOConfig | None, intrinsic: IntrinsicConfig | None, warnings: list[str]
+    config: DictConfig,
+    prompt_key: str | None,
+    intrinsic: IntrinsicConfig | None,
+    warnings: list[str],
 ) -> Iterator[str]:
-    """DCPO (estimator and policy loss) and the intrinsic rewards (INTUITOR, RENT), given their
-    settings (None where the settings themselves were invalid); warnings go to ``warnings``."""
+    """DCPO (estimator and policy loss) and the intrinsic rewards (INTUITOR, RENT), given the run's
+    prompt key and the intrinsic settings (None where the settings themselves were invalid); warnings
+    go to ``warnings``."""
     algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
     estimator = algorithm.adv_estimator
     intrinsic_on = intrinsic is not None and intrinsic.enabled
@@ -214,7 +221,7 @@ def _baseline_problems(
             "per-prompt history never records those visits, the ones its smooth standardization is for; the "
             "DCPO paper trains without dynamic sampling."
         )
-    if estimator == "dcpo" and dcpo is not None and dcpo.prompt_key == "index":
+    if estimator == "dcpo" and prompt_key == "index":
         if OmegaConf.select(config, "data.custom_cls.path", default=None):
             warnings.append(
                 "data.custom_cls is set: its dataset may fill index its own way, so the train files' "
@@ -253,6 +260,40 @@ def _baseline_problems(
             "algorithm.intrinsic.reward=self_certainty with actor_rollout_ref.model.use_fused_kernels=True: "
             "fused kernels never materialise the logits that self-certainty needs. Set it to False."
         )
+
+
+def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list[str]) -> Iterator[str]:
+    """Prompt skipping needs a trainer that reads the prompts before rollout and a prompt history to
+    decide from; an ``index`` key needs train rows with distinct ``extra_info.index`` (DCPO's own check,
+    in :func:`_baseline_problems`, covers the dcpo estimator)."""
+    skipping, estimator = prompts.skip.enable, str(config.algorithm.adv_estimator)
+    enabled = f"{SKIP_SECTION}.enable=True"
+    if skipping and not config.trainer.use_v1:
+        yield (
+            f"{enabled} cannot skip with trainer.use_v1=False: verl's legacy trainer reads its dataloader inside "
+            "one monolithic fit loop, with no step between the dataloader and the rollout to act on. Set "
+            f"trainer.use_v1=True (the V1 trainer, any mode) or {SKIP_SECTION}.enable=False."
+        )
+    if skipping and not is_group_estimator(estimator):
+        yield (
+            f"{enabled} with algorithm.adv_estimator={estimator}: the skip rule predicts a prompt's collapse from "
+            f"its earlier groups, and {estimator} compares no groups of responses, so no history is kept. Use a "
+            f"group estimator (grpo, avspo, rloo, ...) or set {SKIP_SECTION}.enable=False."
+        )
+    if prompts.key != "index" or estimator == "dcpo":
+        return
+    if OmegaConf.select(config, "data.custom_cls.path", default=None):
+        warnings.append(
+            f"data.custom_cls is set: its dataset may fill index its own way, so the train files' extra_info.index "
+            f"is not checked for {PROMPT_KEY_SETTING}=index; different prompts sharing an index within a batch are "
+            "still refused during training"
+        )
+        return
+    index_problems, index_warnings = prompt_index_problems(
+        config.data.get("train_files", None), needed_by=f"{PROMPT_KEY_SETTING}=index", what="the per-prompt history"
+    )
+    warnings.extend(index_warnings)
+    yield from index_problems
 
 
 def _combination_warnings(config: DictConfig) -> Iterator[str]:
@@ -296,10 +337,16 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     avspo, acr = (run.avspo, run.acr) if run is not None else (None, None)
     dcpo = problems.check(resolve_dcpo, algorithm.get("dcpo", None))
     intrinsic = problems.check(resolve_intrinsic, algorithm.get("intrinsic", None))
+    prompts = problems.check(resolve_prompts, algorithm)
     if acr is not None:
         problems.messages.extend(_alert_problems(config, acr))
     if _uses_hook(config):
         problems.messages.extend(hook_problems(config))
-    problems.messages.extend(_baseline_problems(config, dcpo, intrinsic, warnings))
+    prompt_key = prompts.key if prompts is not None and dcpo is not None else None
+    problems.messages.extend(_baseline_problems(config, prompt_key, intrinsic, warnings))
+    if prompts is None and OmegaConf.select(config, "algorithm.prompts.skip.enable", default=None) is True:
+        prompts = PromptsConfig(skip=PromptSkipConfig(enable=True))  # another bad value: still check where it skips
+    if prompts is not None:
+        problems.messages.extend(_prompts_problems(config, prompts, warnings))
     warnings.extend(_combination_warnings(config))
     return SettingsCheck(problems.messages, warnings, avspo, acr, dcpo, intrinsic)

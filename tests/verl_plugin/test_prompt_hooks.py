@@ -1,0 +1,113 @@
+"""Prompt skipping before rollout in the V1 trainer (``prompt_hooks.PromptHooksV1._next_train_batch``):
+verl's own ``_next_train_batch`` and ``_fetch_one_gen_batch`` on a real ``StatefulDataLoader`` with
+verl's ``collate_fn``, the tracker's skip rule (``core.prompt_skip``) deciding. The trainer is built
+with ``__new__`` and given only what those methods read (no Ray, no workers); the launcher's e2e runs
+skip in real runs (tests/e2e/test_verl_cpu_e2e.py)."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.dataset.rl_dataset import collate_fn
+
+from verl_avspo.core.acr_config import ACRConfig
+from verl_avspo.core.prompt_skip import PromptSkipConfig
+from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
+from verl_avspo.verl_plugin.prompt_identity import PromptIdentity, prompt_key
+
+pytestmark = pytest.mark.verl
+
+# A once-collapsed prompt is kept with probability 0.05 (fixed): the rule's effect is visible in a few draws.
+STRICT = PromptSkipConfig(enable=True, explore=0.05, adaptive=False)
+
+
+class Trainer(PromptHooksV1, PPOTrainerSync):
+    pass
+
+
+def rows(count: int = 8) -> list[dict]:
+    """Dataset rows as verl's RLHFDataset returns them, less the token ids (not read here)."""
+    return [
+        {"index": i, "raw_prompt": [{"role": "user", "content": f"{i}+{i}="}], "dummy_tensor": torch.zeros(1)}
+        for i in range(count)
+    ]
+
+
+def trainer(skip: PromptSkipConfig | None = STRICT, source: str = "index", batch: int = 4) -> Trainer:
+    made = Trainer.__new__(Trainer)
+    made.config = OmegaConf.create(
+        {"data": {"train_batch_size": batch, "gen_batch_size": None}, "actor_rollout_ref": {"rollout": {"n": 4}}}
+    )
+    made.train_dataloader = StatefulDataLoader(rows(), batch_size=batch, drop_last=True, collate_fn=collate_fn)
+    made.train_dataloader_it, made.global_steps = None, 1
+    made.tracker = RunTracker(ACRConfig(), prompt_skip=skip)
+    made.prompt_identity, made.skips_prompts = PromptIdentity(source, "test"), made.tracker.skipper is not None
+    return made
+
+
+def indices(batch) -> list[int]:
+    return list(batch["index"])
+
+
+def collapse(made: Trainer, keys: list, step: int = 1) -> None:
+    """Record one all-correct visit of each of ``keys`` in the tracker's history."""
+    ones = np.ones(len(keys), dtype=bool)
+    made.tracker.prompt_history.record(keys, np.ones(len(keys)), ones, ~ones, step)
+
+
+def test_without_skipping_the_batch_is_verls():
+    made = trainer(skip=None)
+    collapse(made, [0, 1, 2, 3])
+    assert indices(made._next_train_batch()) == [0, 1, 2, 3]
+
+
+def test_collapsed_prompts_are_skipped_and_the_batch_refilled():
+    made = trainer()
+    assert indices(made._next_train_batch()) == [0, 1, 2, 3]  # nothing seen yet: all kept
+    assert indices(made._next_train_batch()) == [4, 5, 6, 7]
+    collapse(made, [0, 1])
+    made.global_steps = 3
+    batch = made._next_train_batch()  # epoch 2: 0 and 1 skipped, 4 and 5 of the next chunk fill in
+    assert indices(batch) == [2, 3, 4, 5] and len(batch["uid"]) == 4
+    assert batch["global_steps"] == 3
+    metrics = {"acr/rate": 0.0, "acr/all_wrong": 0.0, "acr/reward_mean": 0.0}  # the step's own, from its batch
+    made.tracker.observe_step(3, metrics)
+    assert metrics["prompts/skipped"] == 2 and metrics["prompts/rollouts_skipped"] == 8  # 2 prompts x n=4
+    assert metrics["prompts/rollouts_skipped_cumulative"] == 8
+
+
+def test_prompts_keyed_by_their_messages_are_skipped_alike():
+    made = trainer(source="raw_prompt")
+    collapse(made, [prompt_key([{"role": "user", "content": f"{i}+{i}="}], "raw_prompt") for i in (0, 1)])
+    assert indices(made._next_train_batch()) == [2, 3, 4, 5]
+
+
+def test_a_restored_skipper_skips_what_the_uninterrupted_one_does():
+    loose = PromptSkipConfig(enable=True, explore=0.5, adaptive=False, seed=3)
+    straight, first = trainer(loose), trainer(loose)
+    for made in (straight, first):
+        collapse(made, list(range(8)))
+    picks = [indices(straight._next_train_batch()) for _ in range(4)]
+    assert indices(first._next_train_batch()) == picks[0]
+    resumed = trainer(loose)
+    resumed.tracker.load_state_dict(first.tracker.state_dict())
+    resumed.train_dataloader.load_state_dict(first.train_dataloader.state_dict())
+    assert [indices(resumed._next_train_batch()) for _ in range(3)] == picks[1:]
+    assert len({tuple(p) for p in picks}) > 1  # the draws differ from step to step
+
+
+def test_a_whole_epoch_rejected_fills_the_batch_without_the_rule(caplog):
+    made = trainer()
+    for step in range(1, 13):  # 12 collapsed visits each: kept with probability 0.05**12
+        collapse(made, list(range(8)), step)
+    with caplog.at_level(logging.WARNING, logger="verl_avspo.verl_plugin.prompt_hooks"):
+        batch = made._next_train_batch()
+    assert len(indices(batch)) == 4
+    assert "a whole epoch of prompts was skipped" in caplog.text
+    # The epoch's two chunks skipped (8 prompts), then the next chunk kept whatever the rule says.
+    assert indices(batch) == [0, 1, 2, 3] and made.tracker._prompts.skipped == 8

@@ -1,0 +1,276 @@
+"""``verl-avspo prompts``: which prompts a run found dead weight, from its saved per-prompt history, and
+a training parquet without them.
+
+    verl-avspo prompts checkpoints/                      # the latest checkpoint's history, by class
+    verl-avspo prompts checkpoints/global_step_200 --show 20
+    verl-avspo prompts checkpoints/ --data train.parquet --drop always_solved,never_solved --out kept.parquet
+    verl-avspo prompts checkpoints/ --data train.parquet --annotate --out annotated.parquet
+
+The run state is the run tracker's (docs/architecture.md): verl's trainers write it to
+``global_step_N/avspo_state.pt`` in ``trainer.default_local_dir``; OpenRLHF keeps it in the
+checkpoint's client states (``--ckpt.path/_actor/global_step<N>/mp_rank_00_model_states.pt``). Given a
+folder, the command reads the state of its latest step (``--step`` picks another).
+
+A prompt seen by the run is **always_solved** (all-correct on every visit), **never_solved** (all-wrong
+on every visit) or **mixed**. With ``--data``, each parquet row is matched to the history by the key
+the run used: ``extra_info.index`` when the history is keyed by integers (``algorithm.prompts.key=index``),
+else the hash of the row's prompt messages (``raw_prompt``: the ``--prompt-column``, verl's
+``data.prompt_key``). ``--drop`` writes the rows of the other classes and the rows the run never
+visited; ``--annotate`` adds ``prompt_visits``, ``prompt_all_correct``, ``prompt_all_wrong``,
+``prompt_last_pass_rate`` and ``prompt_class`` (``unseen`` for unvisited rows). The output is the
+input's table with rows removed or columns added, so verl reads it as it read the input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from verl_avspo.core.prompt_history import PROMPT_CLASSES, PromptHistory, prompt_key
+from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
+from verl_avspo.verl_plugin.run_state import STATE_FILE
+
+__all__ = ["PromptsError", "SavedHistory", "load_history", "row_keys", "select_rows", "configure", "run"]
+
+UNSEEN = "unseen"
+ANNOTATIONS = ("visits", "all_correct", "all_wrong", "last_pass_rate", "class")
+# global_step_12 (verl) or global_step12 (OpenRLHF).
+_STEP = re.compile(r"global_step_?(\d+)$")
+_WHERE = (
+    f"verl's trainers write global_step_N/{STATE_FILE} in trainer.default_local_dir at every checkpoint "
+    "(trainer.save_freq); OpenRLHF keeps the state in --ckpt.path/_actor/global_step<N>/"
+    f"{CLIENT_STATES_FILE} (--ckpt.save_steps)"
+)
+
+
+class PromptsError(ValueError):
+    """A run, state or data file the command cannot use; the message names the fix."""
+
+
+@dataclass
+class SavedHistory:
+    """A run's per-prompt history and where it was read."""
+
+    history: PromptHistory
+    path: Path
+    step: int | None
+
+    def table(self) -> pd.DataFrame:
+        """One row per seen prompt: ``key``, the history's columns and ``class``."""
+        return pd.DataFrame(self.history.table())
+
+
+def _step_of(path: Path) -> int | None:
+    match = _STEP.search(path.parent.name)
+    return int(match.group(1)) if match else None
+
+
+def _state_files(folder: Path) -> list[Path]:
+    return sorted(
+        (p for name in (STATE_FILE, CLIENT_STATES_FILE) for p in folder.rglob(name) if _step_of(p) is not None),
+        key=lambda p: (_step_of(p), str(p)),
+    )
+
+
+def _run_state(path: Path) -> dict[str, Any]:
+    """The run tracker's state in a verl state file or a DeepSpeed client-states file."""
+    if path.name == CLIENT_STATES_FILE:
+        # DeepSpeed pickles its own objects (the engine's arguments) beside the client states; this is a
+        # checkpoint the user's run wrote, read as OpenRLHF reads it on resume.
+        states = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(states, dict) or STATE_KEY not in states:
+            raise PromptsError(
+                f"{path} holds no verl-avspo state (no {STATE_KEY!r} client state): the run was not trained with "
+                "`python -m verl_avspo.openrlhf`"
+            )
+        return states[STATE_KEY]
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
+    """The per-prompt history saved in ``run``: a state file, a checkpoint folder, or a folder of
+    checkpoints (its latest step, or ``step``).
+
+    Raises:
+        PromptsError: nothing to read there, or a state without a prompt history; the message says why.
+    """
+    path = Path(run).expanduser()
+    if not path.exists():
+        raise PromptsError(f"{path} does not exist: give a run's checkpoint folder or its state file ({_WHERE})")
+    if path.is_dir():
+        files = _state_files(path) or [p for p in (path / STATE_FILE, path / CLIENT_STATES_FILE) if p.is_file()]
+        if step is not None:
+            files = [p for p in files if _step_of(p) == step]
+        if not files:
+            which = f"of step {step} " if step is not None else ""
+            raise PromptsError(f"no run state {which}under {path}: {_WHERE}. Point at a folder holding one.")
+        path = files[-1]
+    state = _run_state(path)
+    saved = state.get("prompt_history") if isinstance(state, dict) else None
+    history = PromptHistory()
+    if saved is not None:
+        history.load_state_dict(saved)
+    if not len(history):
+        why = (
+            "was saved by an earlier verl-avspo release, before the per-prompt history"
+            if saved is None
+            else "is empty: the run passed no prompt identity (an estimator without groups, or a batch without "
+            "index/raw_prompt fields)"
+        )
+        raise PromptsError(
+            f"the run state {path} has no per-prompt history: it {why}. Train with this release and a group "
+            "estimator (grpo, avspo, ...): every route records the history by default."
+        )
+    return SavedHistory(history, path, _step_of(path))
+
+
+def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str) -> list:
+    """Each parquet row's prompt key, as the run keyed it (``key_kind``: ``int`` for ``extra_info.index``,
+    ``str`` for the hash of the prompt messages).
+
+    Raises:
+        PromptsError: the rows have no such key.
+    """
+    if key_kind == "int":
+        info = table.schema.field("extra_info").type if "extra_info" in table.column_names else None
+        if not isinstance(info, pa.StructType) or info.get_field_index("index") < 0:
+            raise PromptsError(
+                f"the run keyed prompts by extra_info.index, but {name} has no extra_info.index column: give the "
+                "parquet the run trained on (its rows carry the index the history is keyed by)"
+            )
+        values = table.column("extra_info").combine_chunks().field("index").to_pylist()
+        missing = [row for row, value in enumerate(values) if value is None]
+        if missing:
+            raise PromptsError(
+                f"row {missing[0]} of {name} (and {len(missing) - 1} more) has no extra_info.index, so it cannot be "
+                "matched to the run's history: give the parquet the run trained on"
+            )
+        return [int(value) for value in values]
+    if prompt_column not in table.column_names:
+        raise PromptsError(
+            f"the run keyed prompts by a hash of their messages, but {name} has no {prompt_column!r} column: set "
+            f"--prompt-column to the column verl read the prompts from (data.prompt_key), one of "
+            f"{', '.join(table.column_names)}"
+        )
+    return [prompt_key(value) for value in table.column(prompt_column).to_pylist()]
+
+
+def select_rows(saved: SavedHistory, table: pa.Table, keys: list) -> pd.DataFrame:
+    """The history's columns for each row (``class`` ``unseen`` and NaN where the run never visited it)."""
+    history = saved.table().set_index("key")
+    rows = history.reindex(pd.Index(keys, dtype=history.index.dtype if len(keys) else None))
+    rows["class"] = rows["class"].fillna(UNSEEN)
+    return rows.reset_index(drop=True)
+
+
+def _summary(saved: SavedHistory, show: int) -> str:
+    table = saved.table()
+    where = f"step {saved.step}, " if saved.step is not None else ""
+    kind = "extra_info.index" if saved.history.key_kind == "int" else "a hash of the prompt"
+    lines = [f"{saved.path} ({where}{len(table)} prompts seen, keyed by {kind})", ""]
+    counts = table["class"].value_counts()
+    width = max(map(len, PROMPT_CLASSES))
+    for name in PROMPT_CLASSES:
+        count = int(counts.get(name, 0))
+        lines.append(f"  {name:<{width}}  {count:>8}  {count / len(table):6.1%}")
+    for name in PROMPT_CLASSES:
+        members = table[table["class"] == name]
+        if show and len(members):
+            shown = members.sort_values(["visits", "key"], ascending=[False, True]).head(show)
+            more = f" (first {show} of {len(members)}, most visited first)" if len(members) > show else ""
+            lines += ["", f"{name}{more}:"]
+            lines += [
+                f"  {row.key}  visits {row.visits}, last pass rate {row.last_pass_rate:.2f}"
+                for row in shown.itertuples()
+            ]
+    return "\n".join(lines)
+
+
+def _classes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PROMPT_CLASSES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give classes separated by commas, from {', '.join(PROMPT_CLASSES)}"
+        )
+    return names
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="a checkpoint folder (or a folder of them), or a run state file")
+    parser.add_argument("--step", type=int, help="the checkpoint step to read (default: the latest)")
+    parser.add_argument("--show", type=int, default=10, help="prompts listed per class (default 10; 0: counts only)")
+    parser.add_argument("--data", help="the training parquet (verl format) to write a new one from")
+    parser.add_argument("--out", help="where to write the new parquet (needs --data)")
+    parser.add_argument(
+        "--drop", type=_classes, default=[], help=f"classes whose rows to leave out: {', '.join(PROMPT_CLASSES)}"
+    )
+    parser.add_argument("--annotate", action="store_true", help="add the history's prompt_* columns to each row")
+    parser.add_argument(
+        "--prompt-column",
+        default="prompt",
+        help="the parquet column of the prompt messages (data.prompt_key; default prompt)",
+    )
+
+
+def _write(args: argparse.Namespace, saved: SavedHistory) -> str:
+    data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
+    if not data.is_file():
+        raise PromptsError(f"--data {data} is not a file: give the training parquet")
+    if out.resolve() == data.resolve():
+        raise PromptsError(f"--out {out} is the input file: write the new parquet elsewhere")
+    try:
+        table = pq.read_table(data)
+    except pa.ArrowException as err:
+        raise PromptsError(f"--data {data} cannot be read as parquet ({err})") from None
+    keys = row_keys(table, saved.history.key_kind, args.prompt_column, str(data))
+    rows = select_rows(saved, table, keys)
+    matched = int((rows["class"] != UNSEEN).sum())
+    if not matched:
+        raise PromptsError(
+            f"none of the {len(keys)} rows of {data} matches a prompt of the run's history (keyed by "
+            f"{'extra_info.index' if saved.history.key_kind == 'int' else 'a hash of the prompt'}): was the run "
+            "trained on this file?"
+        )
+    if args.annotate:
+        for name in ANNOTATIONS:
+            column = rows[name]
+            if name != "class":
+                column = column.astype("float64" if name == "last_pass_rate" else "Int64")
+            table = table.append_column(f"prompt_{name}", pa.array(column, from_pandas=True))
+    keep = ~rows["class"].isin(args.drop).to_numpy()
+    table = table.filter(pa.array(keep))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    dropped = f", {int((~keep).sum())} dropped ({', '.join(args.drop)})" if args.drop else ""
+    return (
+        f"wrote {out}: {table.num_rows} of {len(keys)} rows{dropped}; {matched} rows matched a visited prompt, "
+        f"{len(keys) - matched} were never visited (kept)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.drop or args.annotate or args.out) and not (args.data and args.out):
+        print("verl-avspo prompts: --drop and --annotate need --data (the training parquet) and --out", file=sys.stderr)
+        return 2
+    if args.data and not (args.drop or args.annotate):
+        print("verl-avspo prompts: --data needs --drop CLASSES or --annotate (what to write)", file=sys.stderr)
+        return 2
+    try:
+        saved = load_history(args.run, args.step)
+        print(_summary(saved, args.show))
+        if args.data:
+            print("\n" + _write(args, saved))
+    except PromptsError as err:
+        print(f"verl-avspo prompts: {err}", file=sys.stderr)
+        return 1
+    return 0

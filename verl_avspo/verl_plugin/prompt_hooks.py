@@ -1,0 +1,125 @@
+"""Prompt identity and prompt skipping inside the launcher's V1 trainer (every mode; the stock hook
+adopts the same trainer).
+
+- Every step, before verl's advantage stage, the trainer reads each response's prompt identity from
+  TransferQueue (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
+  ``raw_prompt``) and hands ``uid -> key`` to the run tracker (``RunTracker.set_prompt_keys``), which
+  records the per-prompt history (``prompts/*``) and DCPO's reward statistics.
+- With ``algorithm.prompts.skip.enable=True``, :meth:`PromptHooksV1._next_train_batch` (where every V1
+  mode takes its prompts from the dataloader, ``trainer_base.py`` ``_next_train_batch``) drops the
+  prompts the tracker's skip rule rejects before they are sent to rollout, and refills the batch from
+  the dataloader to the size verl asked for: the sync trainer's replay buffer waits for exactly
+  ``data.train_batch_size`` groups, and the async modes ask for an exact number of prompts
+  (``_add_prompts_to_generate``), so a smaller batch would stall the step. Accepted prompts of the
+  last chunk fetched beyond that size are left for a later epoch, as verl's DAPO over-sampling leaves
+  its surplus groups; verl's dataloader state, saved with each checkpoint, and the skip rule's state,
+  saved with the tracker's, make a resumed run skip exactly what the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from abc import ABC
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from verl.utils import tensordict_utils as tu
+
+from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, prompt_key, prompt_keys
+from verl_avspo.verl_plugin.v1_batch import real_rows
+
+__all__ = ["PromptHooksV1"]
+
+logger = logging.getLogger(__name__)
+
+
+class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
+    """(Based on ``ABC`` for the reason :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin` gives.)
+    Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
+    which sets ``tracker``, ``prompt_identity`` and ``skips_prompts``."""
+
+    def _pass_prompt_keys(self, batch) -> None:
+        """Hand the run tracker the stable prompt key of each uid of this batch (one TransferQueue read)."""
+        source = self.prompt_identity.source
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
+        if source not in data.keys():  # a custom agent loop that stores neither field: no history (DCPO refuses)
+            if not getattr(self, "_warned_no_prompt_field", False):
+                logger.warning(
+                    "the batch's responses carry no %r field in TransferQueue, so the per-prompt history records "
+                    "nothing (prompts/* are not logged); set %s to the field your agent loop stores",
+                    source,
+                    PROMPT_KEY_SETTING,
+                )
+                self._warned_no_prompt_field = True
+            return
+        keys: dict[str, Any] = {}
+        for uid, value, real in zip(list(data["uid"]), list(data[source]), real_rows(batch), strict=True):
+            if str(uid) not in keys:  # once per group: the G responses of a uid share the prompt
+                keys[str(uid)] = prompt_key(value, source) if real else None
+        if source == "index":
+            self._refuse_index_collisions(batch, keys)
+        self.tracker.set_prompt_keys(keys)
+
+    @staticmethod
+    def _refuse_index_collisions(batch, keys: dict[str, Any]) -> None:
+        """Raise if two groups share an ``index`` but not their prompt. (The same prompt twice in
+        one batch is legitimate, e.g. sampled again by DAPO's over-sampling across an epoch.)"""
+        uids_by_key: dict[Any, list[str]] = {}
+        for uid, key in keys.items():
+            if key is not None:
+                uids_by_key.setdefault(key, []).append(uid)
+        shared = {key: uids for key, uids in uids_by_key.items() if len(uids) > 1}
+        if not shared:
+            return
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "raw_prompt"])
+        prompt_of = dict(zip(map(str, data["uid"]), data["raw_prompt"], strict=True))
+        for key, uids in shared.items():
+            prompts = {prompt_key(prompt_of[uid], "raw_prompt") for uid in uids}
+            if len(prompts) > 1:
+                raise ValueError(
+                    f"{PROMPT_KEY_SETTING}=index: {len(prompts)} different prompts of this batch have the same index "
+                    f"{key!r}, so the run's per-prompt history (and DCPO's) would pool them. verl's RLHFDataset sets "
+                    "index from each row's extra_info.index (0 when it is missing; several train files often each "
+                    "count from 0). Give every row a unique extra_info.index (recipes/data does), or set "
+                    f"{PROMPT_KEY_SETTING}=raw_prompt."
+                )
+
+    def _next_train_batch(self, num_prompts: int | None = None):
+        """verl's next prompts for rollout; with prompt skipping, those the skip rule keeps, refilled
+        from the dataloader to the size verl asked for (module docstring)."""
+        batch = super()._next_train_batch(num_prompts)
+        if not self.skips_prompts:
+            return batch
+        wanted, source = len(batch), self.prompt_identity.source
+        kept, count = [], 0
+        # Bounded: once a whole epoch of refills has not filled the batch (every prompt rejected, which
+        # the rule's exploration makes vanishingly rare), the rule must keep enough of the next chunk.
+        for refills in itertools.count():
+            at_least = wanted - count if refills >= len(self.train_dataloader) else 0
+            if at_least and refills == len(self.train_dataloader):
+                logger.warning(
+                    "algorithm.prompts.skip: a whole epoch of prompts was skipped without filling one batch; "
+                    "its remaining %d places take the next prompts whatever the skip rule says",
+                    at_least,
+                )
+            keys = prompt_keys(_rows(batch, source), source)
+            keep = self.tracker.select_prompts(keys, self.config.actor_rollout_ref.rollout.n, at_least=at_least)
+            chosen = np.flatnonzero(keep)[: wanted - count]
+            if len(chosen):
+                kept.append(tu.index_select_tensor_dict(batch, torch.from_numpy(chosen)))
+                count += len(chosen)
+            if count == wanted:
+                break
+            batch = self._fetch_one_gen_batch()
+            tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        return kept[0] if len(kept) == 1 else tu.concat_tensordict(kept)
+
+
+def _rows(batch, field: str) -> list:
+    """The values of one per-row field of a dataloader batch: a tensor, or the list tensordict hands back
+    for a NonTensorStack (the same access as verl's own reads of ``raw_prompt``)."""
+    values = batch[field]
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)

@@ -1,0 +1,157 @@
+"""A prompt's identity across steps in verl: where it is read from (``algorithm.prompts.key``) and
+the stable key of one prompt, shared by the run's per-prompt history, prompt skipping and DCPO.
+
+verl's ``uid`` is new on every visit, so a prompt is recognised by one of two fields that verl's
+``RLHFDataset`` puts on every row and the agent loop stores with every response:
+
+- ``index``: the row's ``extra_info.index`` (0 when a row has none, so only a file whose rows all have
+  distinct indices can use it);
+- ``raw_prompt``: the prompt's chat messages, keyed by a hash of them (any file; two rows with the
+  same messages are one prompt).
+
+``algorithm.prompts.key=auto`` (the default) takes ``index`` when every local parquet train file has
+a distinct ``extra_info.index`` on every row, and ``raw_prompt`` otherwise. ``algorithm.dcpo.prompt_key``,
+the earlier spelling, still sets it; the two must agree. Imports neither verl nor TransferQueue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_avspo.core.prompt_history import prompt_key as hashed_prompt_key
+from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
+from verl_avspo.core.validation import Problems, choice, given_settings
+
+__all__ = [
+    "PROMPTS_SECTION",
+    "PROMPT_KEY_SETTING",
+    "SKIP_SECTION",
+    "PromptsConfig",
+    "resolve_prompts",
+    "PROMPT_KEY_CHOICES",
+    "PromptIdentity",
+    "prompt_key",
+    "prompt_keys",
+    "prompt_key_setting",
+    "resolve_prompt_identity",
+]
+
+logger = logging.getLogger(__name__)
+
+PROMPTS_SECTION = "algorithm.prompts"
+PROMPT_KEY_SETTING = f"{PROMPTS_SECTION}.key"
+SKIP_SECTION = f"{PROMPTS_SECTION}.skip"
+_DCPO_SETTING = "algorithm.dcpo.prompt_key"
+# auto: index where the train files allow it, else raw_prompt.
+PROMPT_KEY_CHOICES = ("auto", "index", "raw_prompt")
+
+
+def prompt_key(value: Any, source: str) -> int | str:
+    """A prompt's stable identity across steps, as a checkpointable int or str.
+
+    Args:
+        value: the row's ``index`` (verl's copy of ``extra_info.index``) or its ``raw_prompt``
+            (chat messages).
+        source: ``index`` or ``raw_prompt``.
+    """
+    if source == "raw_prompt":
+        return hashed_prompt_key(value)
+    if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
+        return int(value)
+    return str(value)
+
+
+def prompt_keys(values: Iterable[Any], source: str) -> list[int | str]:
+    """:func:`prompt_key` of each value."""
+    return [prompt_key(value, source) for value in values]
+
+
+@dataclass(frozen=True)
+class PromptsConfig:
+    """The run's prompt settings (``algorithm.prompts``)."""
+
+    key: str = "auto"
+    """A prompt's identity across steps: ``index`` (extra_info.index), ``raw_prompt`` (a hash) or ``auto``."""
+    skip: PromptSkipConfig = PromptSkipConfig()
+    """The pre-rollout skip rule (``algorithm.prompts.skip.*``, off by default)."""
+
+
+def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
+    """Validated ``algorithm.prompts`` of verl's ``config.algorithm`` (absent or null keys take the defaults),
+    its ``key`` read with :func:`prompt_key_setting`.
+
+    Raises:
+        SettingsError (a ValueError): every bad key at once.
+    """
+    problems = Problems()
+    raw = (algorithm or {}).get("prompts", None)
+    example = f"{PROMPT_KEY_SETTING}=auto"
+    given = problems.check(given_settings, raw, PROMPTS_SECTION, ["key", "skip"], problems, example=example) or {}
+    key = problems.check(prompt_key_setting, algorithm)
+    skip = problems.check(resolve_prompt_skip, given.get("skip", None), section=SKIP_SECTION)
+    problems.raise_any()
+    return PromptsConfig(key=key, skip=skip)
+
+
+def prompt_key_setting(algorithm: Mapping[str, Any] | None) -> str:
+    """The validated ``algorithm.prompts.key`` (``auto`` where unset), with ``algorithm.dcpo.prompt_key``
+    read as its earlier spelling.
+
+    Raises:
+        ValueError: a value outside :data:`PROMPT_KEY_CHOICES`, or the two spellings disagreeing.
+    """
+    algorithm = algorithm or {}
+    prompts, dcpo = (algorithm.get(name, None) for name in ("prompts", "dcpo"))
+    prompts, dcpo = (section if isinstance(section, Mapping) else {} for section in (prompts, dcpo))
+    key, dcpo_key = prompts.get("key", None), dcpo.get("prompt_key", None)
+    if key is not None:
+        choice(PROMPT_KEY_SETTING, key, PROMPT_KEY_CHOICES)
+    if key not in (None, "auto") and dcpo_key is not None and dcpo_key != key:
+        raise ValueError(
+            f"{PROMPT_KEY_SETTING}={key!r} and {_DCPO_SETTING}={dcpo_key!r} disagree: they are one setting (the "
+            f"prompt identity the run's history and DCPO share). Remove {_DCPO_SETTING}."
+        )
+    if key in (None, "auto") and dcpo_key is not None:
+        return str(dcpo_key)  # validated with the rest of algorithm.dcpo
+    if key in (None, "auto") and str(algorithm.get("adv_estimator", "")) == "dcpo":
+        return "index"  # DCPO's default, which refuses train files without distinct indices
+    return "auto" if key is None else str(key)
+
+
+@dataclass(frozen=True)
+class PromptIdentity:
+    """Where this run reads a prompt's identity from, and why."""
+
+    source: str
+    """``index`` or ``raw_prompt``: the TransferQueue / dataset field that is keyed."""
+    reason: str
+    """How it was chosen, for the log."""
+
+
+def resolve_prompt_identity(config: Any) -> PromptIdentity:
+    """This run's prompt identity from verl's whole ``config`` (``auto`` reads the local parquet train files).
+
+    Raises:
+        ValueError: an invalid ``algorithm.prompts.key`` (the launcher's checks report it before this runs).
+    """
+    from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
+
+    setting = prompt_key_setting(config.algorithm)
+    if setting != "auto":
+        return PromptIdentity(setting, f"{PROMPT_KEY_SETTING}={setting}")
+    data = config.get("data", None) or {}
+    if data.get("custom_cls", None) and data.custom_cls.get("path", None):
+        return PromptIdentity("raw_prompt", "auto: data.custom_cls may fill index its own way")
+    problems, unreadable = prompt_index_problems(
+        data.get("train_files", None), needed_by=f"{PROMPT_KEY_SETTING}=auto", what="the per-prompt history"
+    )
+    if problems or unreadable:
+        why = "not a local parquet file" if unreadable else "missing or repeated in some rows"
+        return PromptIdentity("raw_prompt", f"auto: the train files' extra_info.index is {why}")
+    return PromptIdentity("index", "auto: every train row has a distinct extra_info.index")
