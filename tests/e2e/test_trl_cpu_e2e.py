@@ -31,8 +31,9 @@ from helpers import released_code_rule  # noqa: E402
 from trl_cpu.harness import GROUP_SIZE, TinyAssets, contains_sum, launch, make_trainer  # noqa: E402
 
 from verl_avspo.core.collapse import measure_collapse  # noqa: E402
-from verl_avspo.core.prompt_history import PromptHistory, prompt_key  # noqa: E402
+from verl_avspo.core.prompt_history import prompt_key  # noqa: E402
 from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
+from verl_avspo.tools.prompts import load_history  # noqa: E402
 from verl_avspo.trl import STATE_FILE, resolve_trl_settings  # noqa: E402
 from verl_avspo.trl.prompts import refill_candidates, select_groups  # noqa: E402
 
@@ -191,11 +192,9 @@ def test_resume_continues_the_run_exactly(avspo_run, few, tmp_path, caplog):
     saved = torch.load(checkpoint / STATE_FILE, weights_only=True)  # after step 2: θ_3, the alert's two rewards
     assert saved["controller"]["step"] == 2 and saved["controller"]["threshold"] == full[3]["avspo/threshold"]
     assert saved["stagnation"]["rewards"] == [full[1]["acr/reward_mean"], full[2]["acr/reward_mean"]]
-    # The prompt history as `verl-avspo prompts` reads it: the 4 prompts of steps 1-2, one visit each.
-    history = PromptHistory()
-    history.load_state_dict(saved["prompt_history"])
+    # The prompt history as `verl-avspo prompts` reads the checkpoint folder: steps 1-2's 4 prompts, one visit each.
+    table = load_history(checkpoint).table()
     rolled_out = [key for record in avspo_run.records[:2] for key in group_prompt_keys(record["prompts"])]
-    table = history.table()
     assert sorted(table["key"].tolist()) == sorted(rolled_out) and table["visits"].tolist() == [1] * 4
     resumed = make_trainer(few, tmp_path, avspo=AVSPO, prompts=SKIP, config=CHECKPOINTED)
     resumed.train(resume_from_checkpoint=str(checkpoint))
