@@ -381,7 +381,7 @@ def test_the_prompts_command_reads_a_real_run_and_writes_its_parquet_without_dea
     classes = dict(zip(table["key"].tolist(), table["class"].tolist(), strict=True))
     assert main(["prompts", str(outcome.run.checkpoints), "--show", "0"]) == 0
     out = capsys.readouterr().out
-    assert "(step 5, 8 prompts seen, keyed by extra_info.index)" in out
+    assert "(step 5, 8 prompts seen, keyed by an integer index)" in out
     for name in ("always_solved", "never_solved", "mixed"):
         count = sum(value == name for value in classes.values())
         assert f"{name:<13}  {count:>8}" in out, name

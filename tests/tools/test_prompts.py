@@ -56,10 +56,31 @@ def test_the_summary_counts_each_class(tmp_path, capsys):
     run = save_run(tmp_path / "ckpt", history())
     assert main(["prompts", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "global_step_2" in out and "(step 2, 4 prompts seen, keyed by extra_info.index)" in out
+    assert "global_step_2" in out and "(step 2, 4 prompts seen, keyed by an integer index)" in out
     assert "always_solved         1   25.0%" in out
     assert "never_solved          1   25.0%" in out
     assert "mixed                 2   50.0%" in out
+
+
+def test_a_trl_output_folder_is_read_at_its_latest_checkpoint_and_matched_by_an_index_column(tmp_path, capsys):
+    """TRL's trainer writes output_dir/checkpoint-N/avspo_state.pt; a run keyed by a dataset column
+    (``prompts.key="index"``) matches a file's top-level ``index`` column."""
+    output_dir = tmp_path / "out"
+    for step in (2, 4):
+        (output_dir / f"checkpoint-{step}").mkdir(parents=True)
+        torch.save(
+            {"version": 3, "prompt_history": history().state_dict()},
+            output_dir / f"checkpoint-{step}" / "avspo_state.pt",
+        )
+    data, out = tmp_path / "trl.parquet", tmp_path / "kept.parquet"
+    pq.write_table(pa.table({"prompt": [f"{i}+{i}=" for i in range(5)], "index": list(range(5))}), data)
+    args = ["prompts", str(output_dir), "--data", str(data), "--drop", "never_solved", "--out", str(out)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "has no extra_info.index column" in err and "--index-column the column holding it (prompt, index)" in err
+    assert main([*args, "--index-column", "index"]) == 0
+    assert "checkpoint-4/avspo_state.pt (step 4, 4 prompts seen" in capsys.readouterr().out
+    assert pq.read_table(out).column("index").to_pylist() == [0, 2, 3, 4]
 
 
 def test_an_earlier_step_is_read_when_asked(tmp_path):

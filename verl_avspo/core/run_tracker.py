@@ -21,6 +21,8 @@ candidate prompts to roll out.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,7 @@ from verl_avspo.core.dcpo import PromptRewardHistory
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 
-__all__ = ["STATE_VERSION", "StepReport", "RunTracker"]
+__all__ = ["STATE_VERSION", "STATE_FILE", "StepReport", "RunTracker"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,10 @@ logger = logging.getLogger(__name__)
 # 2: {"version", "controller", "stagnation", "dcpo"}. Version 1 (no "version" key) had the same three
 # entries. All three load (an older state has no prompt history: it starts empty).
 STATE_VERSION = 3
+# The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
+# OpenRLHF keeps it in DeepSpeed's client states instead). The name predates all but AVSPO's controller;
+# kept so that earlier checkpoints resume.
+STATE_FILE = "avspo_state.pt"
 
 
 class StepReport(dict):
@@ -310,6 +316,27 @@ class RunTracker:
             "prompt_history": self.prompt_history.state_dict(),
             "prompt_skip": self.skipper.state_dict() if self.skipper is not None else None,
         }
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write :meth:`state_dict` to ``folder``/:data:`STATE_FILE` (the folder must exist); returns the path."""
+        path = Path(folder) / STATE_FILE
+        torch.save(self.state_dict(), path)
+        return path
+
+    def load(self, folder: str | os.PathLike) -> bool:
+        """Restore the state saved in ``folder`` by :meth:`save`; False, with a warning, if it holds none."""
+        path = Path(folder) / STATE_FILE
+        if not path.exists():
+            logger.warning(
+                "%s has no %s (written by a run without verl-avspo?): the AVSPO threshold, the stall streak and the "
+                "per-prompt history start fresh",
+                folder,
+                STATE_FILE,
+            )
+            return False
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        logger.info("restored the run tracker's state from %s", path)
+        return True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (any version up to :data:`STATE_VERSION`).

@@ -8,12 +8,14 @@ a training parquet without them.
 
 The run state is the run tracker's (docs/architecture.md): verl's trainers write it to
 ``global_step_N/avspo_state.pt`` in ``trainer.default_local_dir``; OpenRLHF keeps it in the
-checkpoint's client states (``--ckpt.path/_actor/global_step<N>/mp_rank_00_model_states.pt``). Given a
-folder, the command reads the state of its latest step (``--step`` picks another).
+checkpoint's client states (``--ckpt.path/_actor/global_step<N>/mp_rank_00_model_states.pt``); TRL's
+trainer writes ``checkpoint-N/avspo_state.pt`` in its ``output_dir``. Given a folder, the command reads
+the state of its latest step (``--step`` picks another).
 
 A prompt seen by the run is **always_solved** (all-correct on every visit), **never_solved** (all-wrong
 on every visit) or **mixed**. With ``--data``, each parquet row is matched to the history by the key
-the run used: ``extra_info.index`` when the history is keyed by integers (``algorithm.prompts.key=index``),
+the run used: ``extra_info.index`` when the history is keyed by integers (``algorithm.prompts.key=index``;
+``--index-column`` names another, such as the ``index`` column a TRL run keyed by ``prompts.key``),
 else the hash of the row's prompt messages (``raw_prompt``: the ``--prompt-column``, verl's
 ``data.prompt_key``). ``--drop`` writes the rows of the other classes and the rows the run never
 visited; ``--annotate`` adds ``prompt_visits``, ``prompt_all_correct``, ``prompt_all_wrong``,
@@ -36,19 +38,20 @@ import pyarrow.parquet as pq
 import torch
 
 from verl_avspo.core.prompt_history import PROMPT_CLASSES, PromptHistory, prompt_key
+from verl_avspo.core.run_tracker import STATE_FILE
 from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
-from verl_avspo.verl_plugin.run_state import STATE_FILE
 
 __all__ = ["PromptsError", "SavedHistory", "load_history", "row_keys", "select_rows", "configure", "run"]
 
 UNSEEN = "unseen"
+INDEX_COLUMN = "extra_info.index"  # verl's dataset index, what algorithm.prompts.key=index keys by
 ANNOTATIONS = ("visits", "all_correct", "all_wrong", "last_pass_rate", "class")
-# global_step_12 (verl) or global_step12 (OpenRLHF).
-_STEP = re.compile(r"global_step_?(\d+)$")
+# global_step_12 (verl), global_step12 (OpenRLHF) or checkpoint-12 (TRL).
+_STEP = re.compile(r"(?:global_step_?|checkpoint-)(\d+)$")
 _WHERE = (
     f"verl's trainers write global_step_N/{STATE_FILE} in trainer.default_local_dir at every checkpoint "
     "(trainer.save_freq); OpenRLHF keeps the state in --ckpt.path/_actor/global_step<N>/"
-    f"{CLIENT_STATES_FILE} (--ckpt.save_steps)"
+    f"{CLIENT_STATES_FILE} (--ckpt.save_steps); TRL's trainer in output_dir/checkpoint-N/{STATE_FILE} (save_steps)"
 )
 
 
@@ -133,25 +136,38 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
     return SavedHistory(history, path, _step_of(path))
 
 
-def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str) -> list:
-    """Each parquet row's prompt key, as the run keyed it (``key_kind``: ``int`` for ``extra_info.index``,
-    ``str`` for the hash of the prompt messages).
+def _index_values(table: pa.Table, index_column: str) -> list | None:
+    """The values of ``index_column`` (``column`` or ``column.field`` of a struct column), or None."""
+    column, _, field = index_column.partition(".")
+    if column not in table.column_names:
+        return None
+    values = table.column(column).combine_chunks()
+    if field:
+        if not isinstance(values.type, pa.StructType) or values.type.get_field_index(field) < 0:
+            return None
+        values = values.field(field)
+    return values.to_pylist()
+
+
+def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str, index_column: str = INDEX_COLUMN) -> list:
+    """Each parquet row's prompt key, as the run keyed it (``key_kind``: ``int`` for the integer
+    ``index_column``, verl's ``extra_info.index`` by default; ``str`` for the hash of the prompt messages).
 
     Raises:
         PromptsError: the rows have no such key.
     """
     if key_kind == "int":
-        info = table.schema.field("extra_info").type if "extra_info" in table.column_names else None
-        if not isinstance(info, pa.StructType) or info.get_field_index("index") < 0:
+        values = _index_values(table, index_column)
+        if values is None:
             raise PromptsError(
-                f"the run keyed prompts by extra_info.index, but {name} has no extra_info.index column: give the "
-                "parquet the run trained on (its rows carry the index the history is keyed by)"
+                f"the run keyed prompts by integers, but {name} has no {index_column} column: give the parquet the "
+                "run trained on (its rows carry the index the history is keyed by), and --index-column the column "
+                f"holding it ({', '.join(table.column_names)})"
             )
-        values = table.column("extra_info").combine_chunks().field("index").to_pylist()
         missing = [row for row, value in enumerate(values) if value is None]
         if missing:
             raise PromptsError(
-                f"row {missing[0]} of {name} (and {len(missing) - 1} more) has no extra_info.index, so it cannot be "
+                f"row {missing[0]} of {name} (and {len(missing) - 1} more) has no {index_column}, so it cannot be "
                 "matched to the run's history: give the parquet the run trained on"
             )
         return [int(value) for value in values]
@@ -175,7 +191,7 @@ def select_rows(saved: SavedHistory, table: pa.Table, keys: list) -> pd.DataFram
 def _summary(saved: SavedHistory, show: int) -> str:
     table = saved.table()
     where = f"step {saved.step}, " if saved.step is not None else ""
-    kind = "extra_info.index" if saved.history.key_kind == "int" else "a hash of the prompt"
+    kind = "an integer index" if saved.history.key_kind == "int" else "a hash of the prompt"
     lines = [f"{saved.path} ({where}{len(table)} prompts seen, keyed by {kind})", ""]
     counts = table["class"].value_counts()
     width = max(map(len, PROMPT_CLASSES))
@@ -216,6 +232,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--annotate", action="store_true", help="add the history's prompt_* columns to each row")
     parser.add_argument(
+        "--index-column",
+        default=INDEX_COLUMN,
+        help=f"the integer column a history keyed by index matches (column or column.field; default {INDEX_COLUMN})",
+    )
+    parser.add_argument(
         "--prompt-column",
         default="prompt",
         help="the parquet column of the prompt messages (data.prompt_key; default prompt)",
@@ -232,13 +253,13 @@ def _write(args: argparse.Namespace, saved: SavedHistory) -> str:
         table = pq.read_table(data)
     except pa.ArrowException as err:
         raise PromptsError(f"--data {data} cannot be read as parquet ({err})") from None
-    keys = row_keys(table, saved.history.key_kind, args.prompt_column, str(data))
+    keys = row_keys(table, saved.history.key_kind, args.prompt_column, str(data), args.index_column)
     rows = select_rows(saved, table, keys)
     matched = int((rows["class"] != UNSEEN).sum())
     if not matched:
         raise PromptsError(
             f"none of the {len(keys)} rows of {data} matches a prompt of the run's history (keyed by "
-            f"{'extra_info.index' if saved.history.key_kind == 'int' else 'a hash of the prompt'}): was the run "
+            f"{args.index_column if saved.history.key_kind == 'int' else 'a hash of the prompt'}): was the run "
             "trained on this file?"
         )
     if args.annotate:

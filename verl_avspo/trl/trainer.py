@@ -48,7 +48,7 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from verl_avspo.core.run_tracker import RunTracker
+from verl_avspo.core.run_tracker import STATE_FILE, RunTracker
 from verl_avspo.trl.prompts import group_keys, refill_candidates, row_key, select_groups
 from verl_avspo.trl.settings import ACR_SECTION, TRL_ADVICE, resolve_trl_settings
 
@@ -58,8 +58,6 @@ logger = logging.getLogger(__name__)
 
 # The TRL releases this adapter was tested with (the `trl` extra of pyproject.toml).
 TESTED_TRL = ">=1.16,<1.17"
-# The run tracker's state in each checkpoint folder (the name the verl trainers use too).
-STATE_FILE = "avspo_state.pt"
 
 if trl.__version__ not in SpecifierSet(TESTED_TRL, prereleases=True):
     warnings.warn(
@@ -245,22 +243,12 @@ class ACRMixin:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            path = os.path.join(self._get_output_dir(trial=trial), folder, STATE_FILE)
-            torch.save(self.tracker.state_dict(), path)
+            self.tracker.save(os.path.join(self._get_output_dir(trial=trial), folder))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        path = os.path.join(checkpoint, STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning(
-                "%s has no %s (written without verl_avspo?): the AVSPO threshold and the stall streak start fresh",
-                checkpoint,
-                STATE_FILE,
-            )
-            return
-        self.tracker.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        if checkpoint is not None:
+            self.tracker.load(checkpoint)
 
 
 class AVSPOGRPOTrainer(ACRMixin, GRPOTrainer):

@@ -25,15 +25,9 @@ from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
 
-__all__ = ["STATE_FILE", "run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
+__all__ = ["run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
-
-# The run tracker's state beside verl's checkpoint (global_step_N/): AVSPO's controller, the alert's
-# streak, DCPO's reward history, the per-prompt history and the skip rule (the name predates all but the
-# first; kept so that earlier checkpoints resume). Here, apart from the trainers, so that tools read it
-# without importing verl.
-STATE_FILE = "avspo_state.pt"
 
 _bound: RunTracker | None = None
 

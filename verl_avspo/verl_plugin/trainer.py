@@ -31,15 +31,14 @@ import os
 from abc import ABC
 from typing import Any
 
-import torch
 from verl.utils.fs import local_mkdir_safe
 
 from verl_avspo.core.baseline_settings import intrinsic_settings
+from verl_avspo.core.run_tracker import STATE_FILE
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
-from verl_avspo.verl_plugin.run_state import STATE_FILE
 
 __all__ = ["STATE_FILE", "AVSPOTrainerMixin", "save_run_state", "load_run_state"]
 
@@ -49,23 +48,12 @@ logger = logging.getLogger(__name__)
 def save_run_state(tracker, folder: str) -> None:
     """Write ``tracker``'s state into the checkpoint folder ``folder``."""
     local_mkdir_safe(folder)
-    torch.save(tracker.state_dict(), os.path.join(folder, STATE_FILE))
+    tracker.save(folder)
 
 
 def load_run_state(tracker, folder: str) -> bool:
     """Restore ``tracker`` from the checkpoint folder ``folder``; False (with a warning) if it holds none."""
-    path = os.path.join(folder, STATE_FILE)
-    if not os.path.exists(path):
-        logger.warning(
-            "%s has no %s (written by a run without verl-avspo?): the AVSPO threshold and the stagnation streak "
-            "start fresh",
-            folder,
-            STATE_FILE,
-        )
-        return False
-    tracker.load_state_dict(torch.load(path, weights_only=True))
-    logger.info("restored the run's AVSPO and stagnation state from %s", path)
-    return True
+    return tracker.load(folder)
 
 
 class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
