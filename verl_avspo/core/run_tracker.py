@@ -33,9 +33,7 @@ from verl_avspo.core.advantage import AdvantageOutput, compute_avspo_outcome_adv
 from verl_avspo.core.alert import ADVICE, StagnationMonitor
 from verl_avspo.core.baseline_settings import DCPOConfig
 from verl_avspo.core.collapse import (
-    Collapse,
     DroppedGroups,
-    GroupStats,
     Measurement,
     acr_metrics,
     detect_collapse,
@@ -49,6 +47,7 @@ from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
+from verl_avspo.core.prompt_step import StepPrompts, group_keys
 
 __all__ = ["STATE_VERSION", "STATE_FILE", "StepReport", "RunTracker"]
 
@@ -109,7 +108,7 @@ class RunTracker:
         self.advice = advice
         self.prompt_history = PromptHistory()
         self.set_prompt_skip(prompt_skip)
-        self._prompts = _StepPrompts()
+        self._prompts = StepPrompts()
         # This step's: the raw measurement, the estimator's metrics, the prompt key per uid.
         self.measurement: Measurement | None = None
         self._host_measured = False  # False: the estimator measured its own batch (no host measured the step)
@@ -247,7 +246,7 @@ class RunTracker:
         metrics = acr_metrics(measured.step_collapse, effective)
         metrics.update(self._estimator_metrics)
         if self._prompt_keys:
-            self._prompts.add(_group_keys(measured, self._prompt_keys), measured.stats, measured.collapse, self.acr)
+            self._prompts.add(group_keys(measured, self._prompt_keys), measured.stats, measured.collapse, self.acr)
         self.measurement, self._host_measured, self._estimator_metrics = None, False, {}
         self._prompt_keys = {}
         return metrics
@@ -258,7 +257,8 @@ class RunTracker:
         that trains on several batches a step passes their aggregated metrics)."""
         newly_stalled = self.alert.update(metrics)
         metrics["acr/stalled"] = float(self.alert.stalled)
-        metrics.update(self._close_prompts(step))
+        step_prompts, self._prompts = self._prompts, StepPrompts()
+        metrics.update(step_prompts.close(self.prompt_history, self.skipper, step))
         if newly_stalled:
             rule = f"{self.rule_setting}={self.acr.alert.rule}"
             logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
@@ -269,37 +269,6 @@ class RunTracker:
         report = StepReport(self.batch_metrics(advantages, index))
         report.newly_stalled = self.observe_step(step, report)
         return report
-
-    def _close_prompts(self, step: int) -> dict[str, float]:
-        """Record the step's keyed groups in the prompt history, adapt the skip rule, and return the
-        step's ``prompts/*`` (none when no key and no skip rule)."""
-        step_prompts, self._prompts = self._prompts, _StepPrompts()
-        metrics: dict[str, float] = {}
-        if step_prompts.keys:
-            keys = np.concatenate(step_prompts.keys)
-            correct, wrong = np.concatenate(step_prompts.all_correct), np.concatenate(step_prompts.all_wrong)
-            before = self.prompt_history.lookup(keys).collapsed_every_visit
-            self.prompt_history.record(keys, np.concatenate(step_prompts.pass_rate), correct, wrong, step)
-            classes = self.prompt_history.classes()
-            metrics = {
-                "prompts/seen": float(classes.seen),
-                "prompts/always_solved": classes.share("always_solved"),
-                "prompts/never_solved": classes.share("never_solved"),
-                "prompts/collapsed_before": float(before.mean()) if len(keys) else 0.0,
-            }
-            if self.skipper is not None and len(keys):
-                self.skipper.update(float(correct.mean()), float(wrong.mean()))
-        if self.skipper is not None:
-            self.skipper.rollouts_skipped += step_prompts.rollouts_skipped
-            metrics.update(
-                {
-                    "prompts/skipped": float(step_prompts.skipped),
-                    "prompts/rollouts_skipped": float(step_prompts.rollouts_skipped),
-                    "prompts/rollouts_skipped_cumulative": float(self.skipper.rollouts_skipped),
-                    **self.skipper.metrics(),
-                }
-            )
-        return metrics
 
     # ---- the state a restart keeps ------------------------------------------------------------
 
@@ -384,48 +353,3 @@ class RunTracker:
             )
         else:
             self.dcpo_history.load_state_dict(saved)
-
-
-class _StepPrompts:
-    """One step's keyed groups (per batch, in order) and skip counts, until the step closes."""
-
-    def __init__(self) -> None:
-        self.keys: list[np.ndarray] = []
-        self.pass_rate: list[np.ndarray] = []
-        self.all_correct: list[np.ndarray] = []
-        self.all_wrong: list[np.ndarray] = []
-        self.skipped = 0
-        self.rollouts_skipped = 0
-
-    def add(self, keys: list, stats: GroupStats, collapse: Collapse, acr: ACRConfig) -> None:
-        """The groups with a key (not None) and at least two responses (a singleton has no collapse)."""
-        has_key = np.array([key is not None for key in keys], dtype=bool)
-        rows = has_key & collapse.eligible.cpu().numpy()
-        if not rows.any():
-            return
-        low, high = acr.reward_range
-        rate = ((stats.mean.cpu().numpy() - low) / (high - low)).clip(0.0, 1.0)
-        picked = np.empty(int(rows.sum()), dtype=object)
-        picked[:] = [key for key, row in zip(keys, rows, strict=True) if row]
-        self.keys.append(picked)
-        self.pass_rate.append(rate[rows])
-        self.all_correct.append(collapse.all_correct.cpu().numpy()[rows])
-        self.all_wrong.append(collapse.all_wrong.cpu().numpy()[rows])
-
-
-def _group_keys(measured: Measurement, keys_by_uid: dict[str, Any]) -> list:
-    """The prompt key of each group of the measured batch, in group-id order (None: no key)."""
-    stats = measured.stats
-    positions = torch.arange(stats.ids.numel(), device=stats.ids.device)
-    first = torch.full((stats.num_groups,), stats.ids.numel(), device=stats.ids.device)
-    first = first.scatter_reduce(0, stats.ids, positions, reduce="amin").cpu().numpy()
-    labels = np.asarray(measured.index, dtype=object)[first]
-    missing = sum(str(label) not in keys_by_uid for label in labels)
-    if missing:
-        logger.warning(
-            "%d of the batch's %d groups have no prompt key (their uid is not in set_prompt_keys): they are left "
-            "out of the prompt history",
-            missing,
-            len(labels),
-        )
-    return [keys_by_uid.get(str(label)) for label in labels]
