@@ -1,10 +1,10 @@
 """GroupNormAVSPO reproduces OpenRLHF's group_norm where AVSPO does not trigger and AVSPO's closed
 form where it does, over a run tracker (alert and state included; an earlier release's state loads),
-and the launcher's argument handling: ``--avspo.*`` and ``--acr.*``, the earlier ``--avspo.tau`` /
-``--avspo.reward_range`` / ``--avspo.alert.*`` spellings (FutureWarning naming the ``--acr.`` flag),
-AVSPO flags with an estimator AVSPO does not replace refused, and a run without AVSPO building no
-AVSPOConfig. None of this imports OpenRLHF: its group_norm is two lines, written out here as the
-reference (tests/openrlhf/test_trainer.py runs the real one)."""
+and the launcher's argument handling (``flags``): ``--avspo.*``, ``--acr.*`` and ``--prompts.skip.*``,
+the earlier ``--avspo.tau`` / ``--avspo.reward_range`` / ``--avspo.alert.*`` spellings (FutureWarning
+naming the ``--acr.`` flag), AVSPO flags with an estimator AVSPO does not replace refused, and a run
+without AVSPO building no AVSPOConfig. None of this imports OpenRLHF: its group_norm is two lines,
+written out here as the reference (tests/openrlhf/test_trainer.py runs the real one)."""
 
 import json
 import math
@@ -18,7 +18,7 @@ from verl_avspo.core import config as core_config
 from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
 from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_avspo, resolve_settings
 from verl_avspo.core.run_tracker import STATE_VERSION
-from verl_avspo.openrlhf import GroupNormAVSPO, advantage_step, launcher
+from verl_avspo.openrlhf import GroupNormAVSPO, advantage_step, flags, launcher
 
 
 def openrlhf_group_norm(rewards):
@@ -84,22 +84,22 @@ def test_flat_rewards_are_refused_with_the_fix():
 def test_avspo_arguments_are_split_from_openrlhfs():
     argv = ["--rollout.n_samples_per_prompt", "8", "--avspo.preset", "paper", "--avspo.reward_range", "-1", "1"]
     argv += ["--avspo.k=adaptive", "--avspo.adaptive_threshold", "false", "--train.seed", "1"]
-    rest, settings = launcher.split_settings_arguments(argv)[:2]
+    rest, settings = flags.split_settings_arguments(argv)[:2]
     assert rest == ["--rollout.n_samples_per_prompt", "8", "--train.seed", "1"]
     assert settings == {"preset": "paper", "reward_range": [-1, 1], "k": "adaptive", "adaptive_threshold": False}
 
 
 def test_numbers_in_scientific_notation_and_single_dash_options():
     # YAML 1.1 would read 1e-3 as text; a single-dash option ends a key's values.
-    rest, avspo, acr = launcher.split_settings_arguments(["--acr.tau", "1e-3", "--avspo.epsilon=1e-6", "-h"])
+    rest, avspo, acr = flags.split_settings_arguments(["--acr.tau", "1e-3", "--avspo.epsilon=1e-6", "-h"])
     assert avspo == {"epsilon": 1e-6} and acr == {"tau": 1e-3} and rest == ["-h"]
-    rest, _, acr = launcher.split_settings_arguments(["--acr.reward_range", "-1", "1", "-x", "2"])
+    rest, _, acr = flags.split_settings_arguments(["--acr.reward_range", "-1", "1", "-x", "2"])
     assert acr == {"reward_range": [-1, 1]} and rest == ["-x", "2"]
 
 
 def test_alert_settings_nest_as_in_verls_config():
     argv = ["--acr.alert.rule", "all_wrong", "--acr.alert.window=3", "--avspo.k", "2", "--acr.alert.action", "stop"]
-    rest, avspo, acr = launcher.split_settings_arguments(argv)
+    rest, avspo, acr = flags.split_settings_arguments(argv)
     assert rest == [] and avspo == {"k": 2} and acr == {"alert": {"rule": "all_wrong", "window": 3, "action": "stop"}}
 
 
@@ -278,13 +278,13 @@ def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, 
 
 def test_every_example_in_a_needs_a_value_message_is_valid_and_usage_lists_every_preset():
     """The example value each "needs a value" message gives is accepted, for every setting."""
-    flags = [f"--avspo.{key}" for key in AVSPO_KEYS if key not in ACR_KEYS]
-    flags += [f"--acr.{key}" for key in ACR_KEYS if key != "alert"] + [f"--acr.alert.{key}" for key in ALERT_KEYS]
-    for flag in flags:
-        with pytest.raises(launcher.UsageError, match="needs a value") as err:
-            launcher.split_settings_arguments([flag])
+    names = [f"--avspo.{key}" for key in AVSPO_KEYS if key not in ACR_KEYS]
+    names += [f"--acr.{key}" for key in ACR_KEYS if key != "alert"] + [f"--acr.alert.{key}" for key in ALERT_KEYS]
+    for flag in names:
+        with pytest.raises(flags.UsageError, match="needs a value") as err:
+            flags.split_settings_arguments([flag])
         example = str(err.value).rpartition(f"{flag} ")[2].split()
-        _, avspo, acr = launcher.split_settings_arguments([flag, *example])
+        _, avspo, acr = flags.split_settings_arguments([flag, *example])
         advantage_step.resolve_flags(avspo, acr)
     assert all(preset in launcher.USAGE for preset in PRESETS)
 
@@ -367,15 +367,15 @@ def test_help_shows_our_options_when_openrlhf_cannot_be_imported(capsys, monkeyp
 
 
 def test_prompt_skip_flags_are_split_checked_and_refused_with_the_async_trainer():
-    rest, skip = launcher.split_prompt_skip_arguments(
+    rest, skip = flags.split_prompt_skip_arguments(
         ["--prompts.skip.enable", "true", "--x", "--prompts.skip.explore=0.2"]
     )
     assert rest == ["--x"] and skip == {"enable": True, "explore": 0.2}
-    assert launcher.split_prompt_skip_arguments(["--acr.tau", "1e-3"]) == (["--acr.tau", "1e-3"], None)
+    assert flags.split_prompt_skip_arguments(["--acr.tau", "1e-3"]) == (["--acr.tau", "1e-3"], None)
     launcher.check_prompt_skip([], skip)
     with pytest.raises(launcher.UsageError, match=r"synchronous trainer.*Drop --train.async_enable"):
         launcher.check_prompt_skip(["--train.async_enable"], skip)
     with pytest.raises(launcher.UsageError, match=r"--prompts.skip.explore=2 is invalid"):
         launcher.check_prompt_skip([], {"enable": True, "explore": 2})
     with pytest.raises(launcher.UsageError, match=r"--prompts.skip.enable needs a value, for example --prompts.skip"):
-        launcher.split_prompt_skip_arguments(["--prompts.skip.enable"])
+        flags.split_prompt_skip_arguments(["--prompts.skip.enable"])
