@@ -1,5 +1,6 @@
 """The per-prompt collapse history (core.prompt_history): the counts, pass rate and collapse streak of a
-known visit sequence, batching invariance against a one-visit-at-a-time reference (hypothesis), integer
+known visit sequence, a step's repeated visits as simultaneous (their order changes nothing), batching
+invariance against a step-at-a-time reference (hypothesis), integer
 and string keys, the classes and table, a state round trip through torch.save(weights_only), the
 stable prompt hash, and the memory per prompt."""
 
@@ -41,25 +42,35 @@ def test_a_known_visit_sequence():
     assert records.collapsed_every_visit.tolist() == [False, False]
 
 
-def test_a_key_repeated_in_one_call_is_several_visits_in_order():
+def test_a_key_repeated_in_one_call_is_several_simultaneous_visits():
     history = PromptHistory()
-    visit(history, [1, 2, 1, 1], [WRONG, MIXED, MIXED, CORRECT], 3)
-    records = history.lookup([1, 2])
-    assert records.visits.tolist() == [3, 1]
-    assert records.collapse_streak.tolist() == [1, 0]  # 1's last visit (all-correct) after a mixed one
-    assert records.last_pass_rate.tolist() == [1.0, 0.5]
+    visit(history, [1, 3], [WRONG, WRONG], 2)
+    visit(history, [1, 2, 1, 1, 3, 3], [WRONG, MIXED, MIXED, CORRECT, WRONG, CORRECT], 3)
+    records = history.lookup([1, 2, 3])
+    assert records.visits.tolist() == [4, 1, 3]
+    assert records.collapse_streak.tolist() == [0, 0, 3]  # 1 had a mixed visit at step 3; 3 none
+    assert records.last_pass_rate.tolist() == [0.5, 0.5, 0.5]  # the mean of the step's visits
+    # The order of a step's groups (verl's follows random uids) changes nothing.
+    shuffled = PromptHistory()
+    visit(shuffled, [3, 1], [WRONG, WRONG], 2)
+    visit(shuffled, [3, 1, 1, 3, 2, 1], [CORRECT, CORRECT, WRONG, WRONG, MIXED, MIXED], 3)
+    for name, column in history.table().items():
+        assert shuffled.table()[name].tolist() == column.tolist(), name
 
 
 def reference(visits):
-    """One visit at a time, in Python: {key: [visits, correct, wrong, last rate, streak, last step]}."""
-    table = {}
-    for key, (rate, correct, wrong), step in visits:
+    """One step at a time, in Python: {key: [visits, correct, wrong, last rate, streak, last step]}; a
+    step's visits of one prompt are simultaneous (their mean rate; the streak restarts if any was mixed)."""
+    table, by_step = {}, {}
+    for key, outcome, step in visits:
+        by_step.setdefault((step, key), []).append(outcome)
+    for (step, key), outcomes in sorted(by_step.items()):
         row = table.setdefault(key, [0, 0, 0, np.nan, 0, -1])
-        row[0] += 1
-        row[1] += correct
-        row[2] += wrong
-        row[3] = rate
-        row[4] = row[4] + 1 if (correct or wrong) else 0
+        row[0] += len(outcomes)
+        row[1] += sum(correct for _, correct, _ in outcomes)
+        row[2] += sum(wrong for _, _, wrong in outcomes)
+        row[3] = float(np.float32(np.mean([rate for rate, _, _ in outcomes])))
+        row[4] = row[4] + len(outcomes) if all(c or w for _, c, w in outcomes) else 0
         row[5] = step
     return table
 
@@ -70,7 +81,7 @@ steps_of_visits = st.lists(st.lists(st.tuples(st.integers(0, 6), outcomes), max_
 
 @settings(max_examples=60, deadline=None)
 @given(steps_of_visits)
-def test_batched_records_equal_one_visit_at_a_time(steps):
+def test_batched_records_equal_a_step_at_a_time(steps):
     history = PromptHistory()
     flat = []
     for step, visits in enumerate(steps, 1):

@@ -233,7 +233,9 @@ class PromptHistory:
     def record(self, keys: Any, pass_rate: Any, all_correct: Any, all_wrong: Any, step: int) -> None:
         """Add one visit per entry: group g of this step had prompt ``keys[g]``, the share
         ``pass_rate[g]`` in [0, 1] of its reward range, and was all-correct / all-wrong (bool). A key
-        repeated in one call counts as that many visits, in the order given."""
+        repeated in one call counts as that many simultaneous visits: their order does not matter (a
+        host's group order can be arbitrary, verl's follows its random uids), so the streak restarts if
+        any of them was not collapsed, else grows by their number, and the last pass rate is their mean."""
         encoded = self._encode(keys)
         rate = np.asarray(_numpy(pass_rate), dtype=np.float32).reshape(-1)
         correct = np.asarray(_numpy(all_correct), dtype=bool).reshape(-1)
@@ -254,18 +256,10 @@ class PromptHistory:
         columns["visits"][unique] += counts.astype(np.int32)
         columns["all_correct"][unique] += np.bincount(inverse, weights=correct, minlength=len(unique)).astype(np.int32)
         columns["all_wrong"][unique] += np.bincount(inverse, weights=wrong, minlength=len(unique)).astype(np.int32)
-        # Each prompt's last visit of the call, and the rank of every entry among its prompt's visits.
-        order = np.argsort(inverse, kind="stable")
-        ends = np.cumsum(counts)
-        columns["last_pass_rate"][unique] = rate[order[ends - 1]]
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order)) - np.repeat(ends - counts, counts)
-        # The streak restarts after the prompt's last non-collapsed visit of the call, else grows.
-        last_mixed = np.full(len(unique), -1, dtype=np.int64)
-        mixed = ~(correct | wrong)
-        np.maximum.at(last_mixed, inverse[mixed], rank[mixed])
+        columns["last_pass_rate"][unique] = np.bincount(inverse, weights=rate, minlength=len(unique)) / counts
+        any_mixed = np.bincount(inverse, weights=~(correct | wrong), minlength=len(unique)) > 0
         streak = columns["collapse_streak"][unique]
-        columns["collapse_streak"][unique] = np.where(last_mixed < 0, streak + counts, counts - 1 - last_mixed)
+        columns["collapse_streak"][unique] = np.where(any_mixed, 0, streak + counts)
         columns["last_step"][unique] = int(step)
 
     def lookup(self, keys: Any) -> PromptRecords:
