@@ -6,7 +6,7 @@ tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mo
 about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
-- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), 3 steps on 2 ranks,
+- ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
   a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
   folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
@@ -51,11 +51,10 @@ THREE_STEPS = ["trainer.total_training_steps=3"]
 # 3) a prompt collapsed on its one earlier visit is rolled out with probability 0.05, so whatever this CPU
 # samples, the steps from 3 on skip prompts (a random policy's step has 1-3 collapsed groups of 4).
 SKIP_PROMPTS = ["prompts.skip.enable=True", "prompts.skip.explore=0.05", "prompts.skip.adaptive=False"]
-# The sync AVSPO run and its resume. θ starts at 0.2, not the paper's 0.5: a random policy's step has
+# The sync AVSPO run and its resume, skipping prompts. θ starts at 0.2, not the paper's 0.5: a random policy's step has
 # 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
-# (Without skipping: with it, this 2-rank pair's step 3 differed in two of three fresh-clone runs, cause
-# not found yet; the stop/resume comparison with skipping is the hook_avspo / launcher_five pair.)
-AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2"]
+AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2",
+              *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
 # The stock-hook and launcher runs that are compared step for step across a stop and resume, skipping prompts.
 AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
@@ -242,14 +241,20 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     assert [record["step"] for record in resumed_records] == [1, 2, 3]
     assert [r["data"] for r in resumed_records[:2]] == [uninterrupted[1], uninterrupted[2]]
     resumed = resumed_records[2]["data"]
-    # The rollout is seeded from the weights and the prompt (hf_rollout.py), so step 3 samples the
-    # same responses; everything computed from them must match.
-    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, "critic/score/mean", "critic/advantages/max",
+    # The rollout is seeded from the weights, the prompt and its place in the batch (hf_rollout.py), so
+    # step 3 samples the same groups of responses; everything computed from them must match.
+    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean", "critic/advantages/max",
                 "critic/advantages/min"):  # fmt: skip
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
     assert _same_controller(runs["resumed"].state(3)["controller"], runs["avspo"].state(3)["controller"])
+    # Skipping on: step 3 (epoch 2) skipped the same prompts, and the rule's generator is where the
+    # uninterrupted run's is.
+    assert uninterrupted[3]["prompts/skipped"] > 0
+    resumed_skip, straight_skip = (runs[name].state(3)["prompt_skip"] for name in ("resumed", "avspo"))
+    assert torch.equal(resumed_skip["generator"], straight_skip["generator"])
+    assert resumed_skip["rollouts_skipped"] == straight_skip["rollouts_skipped"] > 0
 
 
 def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
@@ -330,7 +335,7 @@ def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_
     for record in resumed:
         data, step = record["data"], record["step"]
         assert all(key in data for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS)), step
-        # The rollout is seeded from the weights and the prompt, so both routes sample alike.
+        # The rollout is seeded from the weights, the prompt and its place in the batch: both routes sample alike.
         for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean"):
             assert data[key] == pytest.approx(straight[step][key], abs=1e-6), (step, key)
     resumed_state, straight_state = runs["hook_avspo_resumed"].state(5), runs["launcher_five"].state(5)

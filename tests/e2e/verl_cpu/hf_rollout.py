@@ -9,10 +9,12 @@ Selected with ``actor_rollout_ref.rollout.name=hf``. Its three parts mirror verl
   actor's weights after every update; rank 0 of each replica pushes them to its server.
 
 A request is generated in chunks of :data:`CHUNK_TOKENS` tokens. Each chunk is seeded from the
-weights version, the tokens so far (prompt and response) and how many times that context was
-sampled since the last weight update, so the same weights answer the same prompts with the same
-responses whatever order the agent loop's requests arrive in: a sync run resumed from a checkpoint
-generates what the uninterrupted run generated. For verl's async trainers the server supports
+weights version, the request's group (its ``det-<position>`` id, which verl sends under
+``rollout.full_determinism``; see :mod:`verl_cpu.request_ids`), the tokens so far (prompt and
+response) and how many times that group drew from that context since the last weight update, so the
+same weights answer the same batch with the same groups of responses whatever order the agent loop's
+requests arrive in: a sync run resumed from a checkpoint generates what the uninterrupted run
+generated, even when a batch holds one prompt twice. For verl's async trainers the server supports
 partial rollouts as vLLM's does: ``abort_all_requests`` stops running requests at their next chunk
 (returned with ``stop_reason="aborted"``, which verl's ``FullyAsyncLLMServerClient`` resumes) and
 parks new ones until ``resume_generation``. Where an abort falls depends on timing, so async runs
@@ -94,8 +96,11 @@ class HFGenerateServer:
         self.weights_version = global_steps
         self._draws.clear()
 
-    def _seed(self, prompt_ids: list[int]) -> int:
-        key = (self.weights_version, tuple(prompt_ids))
+    def _seed(self, request_id: str, prompt_ids: list[int]) -> int:
+        # Without full_determinism verl sends a fresh uuid per request: the draw count alone tells a
+        # group's G identical requests apart, so the id must stay out of the key.
+        group = request_id if str(request_id).startswith("det-") else None
+        key = (self.weights_version, group, tuple(prompt_ids))
         draw = self._draws[key]
         self._draws[key] += 1
         digest = hashlib.sha256(repr((*key, draw)).encode()).digest()
@@ -125,11 +130,13 @@ class HFGenerateServer:
         aborts_seen = self._aborts
         self._running += 1
         try:
-            return await self._generate(prompt_ids, sampling_params, aborts_seen)
+            return await self._generate(request_id, prompt_ids, sampling_params, aborts_seen)
         finally:
             self._running -= 1
 
-    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], aborts_seen: int) -> TokenOutput:
+    async def _generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], aborts_seen: int
+    ) -> TokenOutput:
         temperature = float(sampling_params.get("temperature", 1.0))
         top_k = int(sampling_params.get("top_k", -1))
         budget = self._max_new_tokens(prompt_ids, sampling_params)
@@ -148,7 +155,7 @@ class HFGenerateServer:
                 return_dict_in_generate=True,
             )
             context = prompt_ids + token_ids
-            torch.manual_seed(self._seed(context))
+            torch.manual_seed(self._seed(request_id, context))
             input_ids = torch.tensor([context], dtype=torch.long)
             with torch.no_grad():
                 output = self.model.generate(

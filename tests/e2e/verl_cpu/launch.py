@@ -89,6 +89,9 @@ def harness_overrides(
         f"actor_rollout_ref.rollout.n={GROUP_SIZE}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={num_ranks}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # Each request's id names its group (det-<position in the batch>; request_ids.py), which the hf
+        # server's seeds use, so a batch holding one prompt twice samples alike in every run.
+        "actor_rollout_ref.rollout.full_determinism=True",
         # Reward through verl's custom_reward_function, in one reward worker.
         f"reward.custom_reward_function.path={HARNESS_ROOT / 'verl_cpu' / 'reward.py'}",
         "reward.custom_reward_function.name=compute_score",

@@ -23,7 +23,7 @@ if _requested not in _PLATFORM_DEVICES:
 if get_platform().device_name != _PLATFORM_DEVICES[_requested]:
     raise RuntimeError(f"verl chose its platform before verl_cpu registered one: {type(get_platform()).__name__}")
 
-from verl_cpu import checkpoint_engine, hf_rollout  # noqa: E402, F401  (registration on import)
+from verl_cpu import checkpoint_engine, hf_rollout, request_ids  # noqa: E402, F401  (registration on import)
 
 if _requested == platform.NAME:
     from verl_cpu import workers  # noqa: E402, F401  (the gloo workers and the cpu engines)
