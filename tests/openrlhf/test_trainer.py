@@ -33,6 +33,7 @@ import torch
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.controller import AdaptiveController
+from verl_avspo.core.prompt_history import prompt_key
 
 pytestmark = pytest.mark.openrlhf
 
@@ -422,6 +423,7 @@ def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeyp
     # Prompts 0-2 go out; 1 and 2 collapse, are filtered and replaced by 3 and 4: 0, 3, 4 are trained.
     assert consumed == 5 and len(rollout) == 3 * GROUP_SIZE
     assert sorted(map(tuple, rollout.dropped_rewards.tolist())) == sorted(map(tuple, REWARDS[1:3].tolist()))
+    assert sorted(rollout.dropped_prompts) == ["p1", "p2"]
 
     experience_maker = maker(openrlhf, args)
     monkeypatch.setattr(experience_maker, "make_experience", lambda batches: batches)  # the model forward (GPU)
@@ -432,6 +434,13 @@ def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeyp
     assert metrics["acr/rate"] == 0.4 and metrics["acr/groups"] == 5  # every generated group
     assert metrics["acr/all_correct"] == 0.2 and metrics["acr/all_wrong"] == 0.2
     assert metrics["acr/effective"] == 0.0  # the trained groups all have a signal
+    # The dropped groups enter the per-prompt history with the trained ones when the step closes.
+    tracker = experience_maker._verl_avspo_step.tracker
+    tracker.observe_step(1, metrics)
+    assert metrics["prompts/seen"] == 5
+    seen = tracker.prompt_history.lookup([prompt_key(f"p{i}") for i in range(5)])
+    assert seen.visits.tolist() == [1] * 5
+    assert (seen.all_correct + seen.all_wrong).tolist() == COLLAPSED[:5].int().tolist()
 
 
 class RecordingActorGroup:

@@ -9,6 +9,7 @@ TransferQueue as verl's agent loop and reward loop write them (a finished prompt
 response ``uid`` and ``rm_scores``).
 """
 
+import numpy as np
 import pytest
 import transfer_queue as tq
 from helpers import make_trainer, put_groups
@@ -49,7 +50,7 @@ def build(trainer_cls, *overrides):
     return make_trainer(*HOOK_OVERRIDES, f"trainer.v1.trainer_mode={mode}", *overrides, trainer_cls=trainer_cls)
 
 
-def put_finished_groups(tag, groups):
+def put_finished_groups(tag, groups, group_fields=None):
     """One finished prompt group per list of scores, as the agent and reward loops leave them."""
     uids = [f"{tag}g{g}" for g in range(len(groups))]
     tq.kv_batch_put(
@@ -57,7 +58,7 @@ def put_finished_groups(tag, groups):
         partition_id="train",
         tags=[{"is_prompt": True, "status": "finished", "global_steps": 1} for _ in uids],
     )
-    put_groups(tag, groups, length=3)
+    put_groups(tag, groups, length=3, group_fields=group_fields)
 
 
 def clear(batch):
@@ -138,6 +139,25 @@ def test_groups_dapo_filtered_while_sampling_count_in_acr_and_filtering_still_ha
     # Measured before filtering: 2 of the 4 generated groups collapsed, though the batch has none.
     assert metrics["acr/rate"] == 0.5 and metrics["acr/groups"] == 4 and metrics["acr/effective"] == 0.0
     assert (metrics["acr/all_correct"], metrics["acr/all_wrong"]) == (0.25, 0.25)
+    clear(batch)
+
+
+def test_groups_dapo_filtered_while_sampling_reach_the_prompt_history():
+    trainer = build(SyncTrainer, "algorithm.adv_estimator=grpo", "algorithm.prompts.key=index", *DAPO)
+    group_size = trainer.config.actor_rollout_ref.rollout.n
+    # Two collapsed groups (DAPO evicts them), three with a spread for two places (one is surplus).
+    scores = [[1] * group_size, [0] * group_size, *([1] + [0] * (group_size - 1) for _ in range(3))]
+    put_finished_groups("h", scores, group_fields=[{"index": 10 + g} for g in range(len(scores))])
+    trainer._record_dropped_groups()  # what the trainer's step does first
+    batch, metrics = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert metrics["training/filter_groups/evicted_samples"] == 2
+    assert metrics["training/filter_groups/discarded_surplus_samples"] == 1
+    batch = trainer._compute_advantage(batch, metrics)
+    trainer.tracker.observe_step(1, metrics)  # the step closes: its groups enter the history
+    assert metrics["prompts/seen"] == 5  # the two trained groups, the two DAPO filtered and the surplus one
+    seen = trainer.tracker.prompt_history.lookup(np.arange(10, 15))
+    assert seen.visits.tolist() == [1] * 5
+    assert seen.all_correct.tolist() == [1, 0, 0, 0, 0] and seen.all_wrong.tolist() == [0, 1, 0, 0, 0]
     clear(batch)
 
 

@@ -176,10 +176,17 @@ class AdvantageStep:
     def avspo_on(self) -> bool:
         return self.tracker.avspo is not None
 
-    def measure(self, experiences: list, group_size: int, dropped_rewards: torch.Tensor | None) -> None:
+    def measure(
+        self,
+        experiences: list,
+        group_size: int,
+        dropped_rewards: torch.Tensor | None,
+        dropped_prompts: list | None = None,
+    ) -> None:
         """The step's one measurement, before the advantage stage: the reward function's rewards of the
         trained groups, and the (num_dropped, group_size) ``dropped_rewards`` of the groups dynamic
-        filtering dropped while they were generated."""
+        filtering dropped while they were generated, whose ``dropped_prompts`` (texts, None where
+        unknown) enter the per-prompt history with them."""
         order, _ = _prompt_order(experiences)
         raw = _to_prompt_order(torch.cat([e.info["reward"].reshape(-1) for e in experiences]), order, group_size)
         self._index = group_index(raw.shape[0], group_size)
@@ -194,6 +201,9 @@ class AdvantageStep:
         dropped = None
         if dropped_rewards is not None and dropped_rewards.numel():
             dropped = DroppedGroups.of(dropped_rewards, self.tracker.acr.tau)
+            if dropped_prompts is not None:
+                keys = [None if prompt is None else prompt_key(prompt) for prompt in dropped_prompts]
+                self.tracker.record_groups(keys, dropped_rewards)
         self.tracker.measure(raw.reshape(-1), self._index, dropped)
 
     def shape(self, experiences: list, group_size: int) -> None:

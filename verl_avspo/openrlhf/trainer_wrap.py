@@ -88,11 +88,13 @@ class GeneratedRollout(list):
     """The rollout samples ``SamplesGenerator.generate_samples`` returns, plus ``dropped_rewards``:
     (num_dropped, n_samples_per_prompt) float64 rewards of the groups dynamic filtering dropped while
     generating them, or None where nothing was dropped, rewards come later (a reward model) or
-    nothing was generated (samples served from the buffer)."""
+    nothing was generated (samples served from the buffer); and ``dropped_prompts``, their prompt
+    texts (None where a response carried none), for the per-prompt history."""
 
-    def __init__(self, samples: list, dropped_rewards: torch.Tensor | None):
+    def __init__(self, samples: list, dropped_rewards: torch.Tensor | None, dropped_prompts: list | None = None):
         super().__init__(samples)
         self.dropped_rewards = dropped_rewards
+        self.dropped_prompts = dropped_prompts
 
 
 def _advantage_step(maker: Any) -> AdvantageStep:
@@ -131,10 +133,10 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
     @functools.wraps(original)
     def compute_advantages_and_returns(self, experiences, *rest, **kwargs):
         step = _advantage_step(self)
-        dropped = getattr(self, _DROPPED, None)
+        dropped_rewards, dropped_prompts = getattr(self, _DROPPED, None) or (None, None)
         setattr(self, _DROPPED, None)
         group_size = self.strategy.args.rollout.n_samples_per_prompt
-        step.measure(experiences, group_size, dropped)
+        step.measure(experiences, group_size, dropped_rewards, dropped_prompts)
         advantage_args = self.strategy.args.algo.advantage
         token = _ACTIVE.set(step)
         if step.avspo_on:
@@ -154,7 +156,8 @@ def _compute_advantages_and_returns(original: Callable) -> Callable:
 def _make_experience_batch(original: Callable) -> Callable:
     @functools.wraps(original)
     def make_experience_batch(self, rollout_samples, *rest, **kwargs):
-        setattr(self, _DROPPED, getattr(rollout_samples, "dropped_rewards", None))
+        dropped = (getattr(rollout_samples, name, None) for name in ("dropped_rewards", "dropped_prompts"))
+        setattr(self, _DROPPED, tuple(dropped))
         return original(self, rollout_samples, *rest, **kwargs)
 
     return make_experience_batch
@@ -176,7 +179,7 @@ def _generate_samples(original: Callable) -> Callable:
             setattr(self, _RECORDED, None)
             _SKIPPING.reset(skipping)
         kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
-        return (GeneratedRollout(result[0], _dropped_rewards(recorded, kept, group_size)), *result[1:])
+        return (GeneratedRollout(result[0], *_dropped_groups(recorded, kept, group_size)), *result[1:])
 
     return generate_samples
 
@@ -203,16 +206,22 @@ def _collect_kept_prompts(original: Callable) -> Callable:
     return collect_prompt_batch
 
 
-def _dropped_rewards(recorded: list[tuple[Any, float | None]], kept: list, group_size: int) -> torch.Tensor | None:
-    """(num_dropped, group_size) rewards of the generated groups none of whose responses was ``kept``:
-    those dynamic filtering dropped. Each prompt's responses are processed one after the other, so
-    the recorded (experience, reward) pairs come a group at a time."""
+def _dropped_groups(
+    recorded: list[tuple[Any, float | None]], kept: list, group_size: int
+) -> tuple[torch.Tensor | None, list | None]:
+    """The generated groups none of whose responses was ``kept`` (those dynamic filtering dropped):
+    their (num_dropped, group_size) rewards and their prompts, or (None, None). Each prompt's
+    responses are processed one after the other, so the recorded (experience, reward) pairs come a
+    group at a time."""
     if not recorded or len(recorded) % group_size or any(reward is None for _, reward in recorded):
-        return None
+        return None, None
     kept_ids = {id(experience) for experience in kept}
     groups = [recorded[i : i + group_size] for i in range(0, len(recorded), group_size)]
-    dropped = [[reward for _, reward in group] for group in groups if all(id(e) not in kept_ids for e, _ in group)]
-    return torch.tensor(dropped, dtype=torch.float64) if dropped else None
+    dropped = [group for group in groups if all(id(experience) not in kept_ids for experience, _ in group)]
+    if not dropped:
+        return None, None
+    rewards = torch.tensor([[reward for _, reward in group] for group in dropped], dtype=torch.float64)
+    return rewards, [(group[0][0].prompts or [None])[0] for group in dropped]
 
 
 def _process_response(original: Callable) -> Callable:

@@ -5,6 +5,10 @@ adopts the same trainer).
   TransferQueue (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
   ``raw_prompt``) and hands ``uid -> key`` to the run tracker (``RunTracker.set_prompt_keys``), which
   records the per-prompt history (``prompts/*``) and DCPO's reward statistics.
+- Groups verl's replay buffer drops before the advantage stage (DAPO's ``filter_groups``, its surplus,
+  stale and failed groups: ``ReplayBuffer._clear_groups``) reach the history too: the buffer's
+  ``_clear_groups`` first hands every finished, complete group among them to ``RunTracker.record_groups``
+  (one TransferQueue read per eviction), so a prompt DAPO filters on every visit is still seen collapsed.
 - With ``algorithm.prompts.skip.enable=True``, :meth:`PromptHooksV1._next_train_batch` (where every V1
   mode takes its prompts from the dataloader, ``trainer_base.py`` ``_next_train_batch``) drops the
   prompts the tracker's skip rule rejects before they are sent to rollout, and refills the batch from
@@ -62,6 +66,50 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         if source == "index":
             self._refuse_index_collisions(batch, keys)
         self.tracker.set_prompt_keys(keys)
+
+    def _record_dropped_groups(self) -> None:
+        """Once per buffer: verl's replay buffer hands the groups it clears unmeasured to
+        :meth:`_record_cleared` first (module docstring). verl has no hook there, so the buffer's
+        bound ``_clear_groups`` is wrapped (``replay_buffer.py``; called from ``_evict_terminal_groups``
+        and, for DAPO's surplus, from ``sample``)."""
+        buffer = getattr(self.replay_buffer, "buffer", self.replay_buffer)  # the stock hook wraps verl's buffer
+        if self.prompt_identity is None or getattr(buffer, "_verl_avspo_records_dropped", False):
+            return
+        clear_groups = buffer._clear_groups
+
+        def record_then_clear(partition_id: str, uids: set[str]) -> None:
+            if partition_id == "train" and uids:
+                self._record_cleared(buffer, partition_id, uids)
+            clear_groups(partition_id, uids)
+
+        buffer._clear_groups = record_then_clear
+        buffer._verl_avspo_records_dropped = True
+
+    def _record_cleared(self, buffer, partition_id: str, uids: set[str]) -> None:
+        """Record in the prompt history the finished groups among ``uids`` that have all their
+        ``rollout.n`` responses (a failed group's partial responses say nothing about its prompt)."""
+        finished = (set(uids) & buffer.finished_keys[partition_id]) - buffer.failure_keys[partition_id]
+        response_keys = [
+            key
+            for key, tag in buffer.partitions[partition_id].items()
+            if not tag.get("is_prompt", False) and key.split("_")[0] in finished
+        ]
+        if not response_keys:
+            return
+        source = self.prompt_identity.source
+        fields = ["uid", "rm_scores", source]
+        data = tq.kv_batch_get(keys=response_keys, partition_id=partition_id, select_fields=fields)
+        if source not in data.keys():
+            return  # no prompt field in TransferQueue: _pass_prompt_keys warns about it once
+        rows_of: dict[str, list[int]] = {}
+        for row, uid in enumerate(data["uid"]):
+            rows_of.setdefault(str(uid), []).append(row)
+        groups = [rows for rows in rows_of.values() if len(rows) == self.config.actor_rollout_ref.rollout.n]
+        if groups:
+            scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
+            values = list(data[source])
+            keys = [prompt_key(values[rows[0]], source) for rows in groups]
+            self.tracker.record_groups(keys, scores[torch.tensor(groups)])
 
     @staticmethod
     def _refuse_index_collisions(batch, keys: dict[str, Any]) -> None:
