@@ -16,7 +16,7 @@ time, and each test reads the logs and checkpoints of the run it is about:
 - ``separate_stop``: our launcher, ``separate_async``, ``grpo``, with an alert that trips on the
   first step and stops the run;
 - ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
-  ``sync``, ``grpo`` with DAPO's ``filter_groups``;
+  ``sync``, ``grpo`` with DAPO's ``filter_groups``, 2 steps, checkpointed at the last;
 - ``hook_avspo`` and ``hook_avspo_resumed``: verl's own ``main_ppo`` with the hook, ``sync``, ``avspo``
   (θ_1 = 0.2), prompts skipped before rollout, a checkpoint every step: 3 steps, then the same folder
   resumed to step 5;
@@ -137,6 +137,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     "algorithm.filter_groups.enable=True",
                     "algorithm.filter_groups.metric=reward",
                     "trainer.total_training_steps=2",
+                    "trainer.save_freq=2",
                 ],
             ),
             # Our launcher in separate_async: grpo, and an alert that trips on the first step and stops the run.
@@ -321,6 +322,10 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
     assert filtered, "no step filtered a group: the DAPO check would be vacuous"
     for data in filtered:
         assert data["acr/rate"] > 0 and data["acr/groups"] > 4
+    # Every group ACR counted, the trained, the evicted and the surplus, is a visit in the prompt history.
+    history = PromptHistory()
+    history.load_state_dict(outcome.state(2)["prompt_history"])
+    assert history.table()["visits"].sum() == sum(record["data"]["acr/groups"] for record in records)
 
 
 def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from verl_avspo.core.alert import HOST_ADVICE
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.diagnosis import diagnose
 from verl_avspo.tools.logs import collect_runs, read_run, write_record
@@ -43,6 +44,9 @@ def test_an_openrlhf_log_gives_its_reward_and_runs_the_stall_rule(tmp_path, open
         diagnosis.findings[0].startswith("or: STALLED (alert rule `acr_no_gain`")
         and "steps 1–8" in diagnosis.findings[0]
     )
+    # What to try, in OpenRLHF's flags (its policy_loss tells the log apart), not verl's keys.
+    assert diagnosis.findings[0].endswith(f"Try to {HOST_ADVICE['openrlhf']}.")
+    assert "actor_rollout_ref" not in " ".join(diagnosis.findings)
     rising = {step: {"reward": 0.1 * step, "acr/rate": 0.9} for step in range(1, 9)}
     (frame,) = collect_runs([openrlhf_tensorboard(tmp_path / "tb2", "or", rising)]).values()
     assert diagnose("or", frame, AlertConfig(window=2)).findings[0] == (

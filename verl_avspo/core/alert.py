@@ -21,6 +21,7 @@ from verl_avspo.core.config import AlertConfig
 
 __all__ = [
     "ADVICE",
+    "HOST_ADVICE",
     "ALERT_SIGNALS",
     "REWARD_KEY",
     "StagnationMonitor",
@@ -29,10 +30,23 @@ __all__ = [
     "stalled_windows",
 ]
 
-ADVICE = (
-    "raise the sampling temperature, use a larger group (actor_rollout_ref.rollout.n), "
-    "train on easier data (a pass-rate band around 30-50%), or use algorithm.adv_estimator=avspo"
-)
+# What to try when a run stalls, in each host's own settings: the live alert's message and the stall
+# finding of `verl-avspo report` on that host's log.
+HOST_ADVICE = {
+    "verl": (
+        "raise the sampling temperature, use a larger group (actor_rollout_ref.rollout.n), "
+        "train on easier data (a pass-rate band around 30-50%), or use algorithm.adv_estimator=avspo"
+    ),
+    "openrlhf": (
+        "raise the sampling temperature (--rollout.temperature), use a larger group (--rollout.n_samples_per_prompt), "
+        "train on easier data (a pass-rate band around 30-50%), or use --algo.advantage.estimator avspo"
+    ),
+    "trl": (
+        "raise the sampling temperature (GRPOConfig.temperature), use a larger group (GRPOConfig.num_generations), "
+        "train on easier data (a pass-rate band around 30-50%), or use AVSPOGRPOTrainer(..., estimator='avspo')"
+    ),
+}
+ADVICE = HOST_ADVICE["verl"]
 
 # The metric each rule compares with the threshold.
 ALERT_SIGNALS = {"acr": "acr/rate", "all_wrong": "acr/all_wrong", "acr_no_gain": "acr/rate"}

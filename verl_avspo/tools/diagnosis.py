@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from verl_avspo.core.alert import ADVICE, ALERT_SIGNALS, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
+from verl_avspo.core.alert import ALERT_SIGNALS, HOST_ADVICE, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.stats import (
     EARLY_STEPS,
@@ -69,6 +69,10 @@ _HOW = {
         "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
         "trainer logs acr/* for any group estimator) or apply patches/03-acr-metrics.patch to verl."
     ),
+    "openrlhf": (
+        "To log it in OpenRLHF, train with `python -m verl_avspo.openrlhf` in place of "
+        "`python -m openrlhf.cli.train_ppo_ray` (docs/integration.md section 7)."
+    ),
     "trl": (
         "To log acr/* (with the all-correct/all-wrong split, the effective rate and the stall alert) in TRL, train "
         "with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)."
@@ -76,16 +80,24 @@ _HOW = {
 }
 _TRY_AVSPO = {
     "verl": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
+    "openrlhf": "To try AVSPO on the same setup in OpenRLHF: --algo.advantage.estimator avspo.",
     "trl": "To try AVSPO on the same setup in TRL: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').",
 }
 
 
+# Metric names only OpenRLHF's trainer logs (verl's are actor/pg_loss and critic/*, TRL's loss and reward_std).
+_OPENRLHF_ONLY = ("policy_loss", "group_reward_std")
+
+
 def _framework(frame: pd.DataFrame) -> str:
     """``trl`` for a TRL run's log (TRL's GRPO metrics, which verl and OpenRLHF do not log:
-    ``frac_reward_zero_std``, ``rewards/<function>/mean``), else ``verl`` (whose advice serves
-    OpenRLHF's logs too)."""
-    trl = TRL_ZERO_STD in frame or any(str(column).startswith("rewards/") for column in frame)
-    return "trl" if trl else "verl"
+    ``frac_reward_zero_std``, ``rewards/<function>/mean``), ``openrlhf`` for OpenRLHF's (its
+    ``policy_loss`` or ``group_reward_std``, under ``train/`` or not), else ``verl``."""
+    if TRL_ZERO_STD in frame or any(str(column).startswith("rewards/") for column in frame):
+        return "trl"
+    if any(str(column).removeprefix("train/") in _OPENRLHF_ONLY for column in frame):
+        return "openrlhf"
+    return "verl"
 
 
 def _missing_acr(name: str, frame: pd.DataFrame) -> str:
@@ -273,7 +285,7 @@ def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: d
     shown = ", ".join(f"steps {s['first_step']}–{s['last_step']} ({s['steps']} steps)" for s in values["stalls"])
     return (
         f"{name}: STALLED (alert rule `{alert.rule}`: {rule}, over logged steps) at {shown}; most "
-        f"groups gave no gradient there. Try to {ADVICE}."
+        f"groups gave no gradient there. Try to {HOST_ADVICE[_framework(frame)]}."
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
+from verl_avspo.core.alert import HOST_ADVICE
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
 from verl_avspo.core.validation import Problems, SettingsError, choice, fail
 from verl_avspo.trl.prompts import TRLPrompts, resolve_trl_prompts
@@ -25,10 +26,7 @@ ESTIMATORS = ("grpo", "avspo")
 # groups AVSPO leaves alone get exactly TRL's advantage (the authors' released code, a fork of TRL's
 # trainer, used the same 1e-4).
 TRL_EPSILON = 1e-4
-TRL_ADVICE = (
-    "raise the sampling temperature (GRPOConfig.temperature), use a larger group (GRPOConfig.num_generations), "
-    "train on easier data (a pass-rate band around 30-50%), or use AVSPOGRPOTrainer(..., estimator='avspo')"
-)
+TRL_ADVICE = HOST_ADVICE["trl"]
 ACR_SECTION = "acr"
 AVSPO_SECTION = "avspo"
 
