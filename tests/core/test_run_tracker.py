@@ -227,6 +227,27 @@ def test_skipping_counts_rollouts_and_a_resumed_run_skips_the_same():
     assert reports[-1]["prompts/explore_all_correct"] == pytest.approx(0.5 - 8 * 0.01)
 
 
+def test_a_step_with_nothing_measured_moves_no_streak_and_logs_its_own_skips():
+    from verl_avspo.core.prompt_skip import PromptSkipConfig
+
+    alert = AlertConfig(window=2, threshold=0.5, rule="acr")
+    tracker = RunTracker(ACRConfig(alert=alert), prompt_skip=PromptSkipConfig(enable=True, explore=0.01, seed=1))
+
+    def step(number, rows, keys):
+        tracker.measure(SCORES[rows], INDEX[rows])
+        tracker.set_prompt_keys(dict(zip(sorted(set(INDEX[rows])), keys, strict=True)))
+        return tracker.end_step(number)
+
+    step(1, slice(0, 8), [10, 11])  # both groups collapsed: ACR 1 > 0.5, streak 1
+    assert tracker.select_prompts([10, 11], 4).tolist() == [False, False]  # each kept with probability 0.01
+    report: dict = {}
+    assert tracker.observe_step(2, report) is False  # every response unscorable: nothing measured
+    assert tracker.alert.streak == 1 and report["acr/stalled"] == 0.0
+    assert (report["prompts/skipped"], report["prompts/rollouts_skipped"]) == (2, 8)
+    after = step(3, slice(8, 12), [12])
+    assert after["prompts/rollouts_skipped"] == 0 and after["prompts/rollouts_skipped_cumulative"] == 8
+
+
 def test_a_version_2_state_loads_with_an_empty_history(caplog):
     tracker = prompt_tracker(enable=True)
     keyed_step(tracker, 1, SCORES, [10, 11, 12])

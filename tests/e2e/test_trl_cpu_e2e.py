@@ -263,6 +263,24 @@ def test_the_grpo_preset_gives_trls_advantages_unscorable_rows_included(tiny, tm
     assert unscorable > 0
 
 
+def solved_then_unscorable(completions: list[str], **kwargs) -> list[float | None]:
+    """Every completion correct on steps 1-3 (every group collapsed), unscorable from step 4."""
+    step = kwargs["trainer_state"].global_step + 1
+    return [1.0 if step < 4 else None] * len(completions)
+
+
+def test_a_step_with_no_scorable_completion_logs_the_prompts_it_skipped(few, tmp_path):
+    """Step 4 revisits prompts solved on their one visit (the skip rule skips them) and scores nothing:
+    no acr/*, but its own skip counts, not carried to step 5."""
+    trainer = make_trainer(few, tmp_path, prompts=SKIP, reward_funcs=solved_then_unscorable, config={"max_steps": 5})
+    trainer.train()
+    rows = step_rows(trainer)
+    assert "acr/rate" in rows[3] and "acr/rate" not in rows[4] and "acr/rate" not in rows[5]
+    assert rows[4]["prompts/skipped"] > 0
+    skipped = [rows[step]["prompts/rollouts_skipped"] for step in range(1, 6)]
+    assert rows[5]["prompts/rollouts_skipped_cumulative"] == sum(skipped)
+
+
 def scheduled_reward(completions: list[str], **kwargs) -> list[float]:
     """The released rule's three cases: all 0 on step 1 and all 1 on step 2 (it adds a virtual sample
     to every group), then a mixed group beside a collapsed one (it adds none: plain GRPO; the default

@@ -254,8 +254,10 @@ class RunTracker:
     def observe_step(self, step: int, metrics: dict[str, float]) -> bool:
         """Run the stall rule on a step's ``acr/*`` and add ``acr/stalled`` to ``metrics``; log the
         stall warning and return True on the step at which it first holds. Once per training step (a host
-        that trains on several batches a step passes their aggregated metrics)."""
-        newly_stalled = self.alert.update(metrics)
+        that trains on several batches a step passes their aggregated metrics). A step with nothing
+        measured (no ``acr/rate``: every response unscorable) moves no streak, but still closes the step's
+        prompts, so what it skipped is logged in it."""
+        newly_stalled = self.alert.update(metrics) if "acr/rate" in metrics else False
         metrics["acr/stalled"] = float(self.alert.stalled)
         step_prompts, self._prompts = self._prompts, StepPrompts()
         metrics.update(step_prompts.close(self.prompt_history, self.skipper, step))

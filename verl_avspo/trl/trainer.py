@@ -162,7 +162,12 @@ class ACRMixin:
         weights = self.reward_weights.to(rewards_per_func.device)
         scores = (rewards_per_func * weights).nansum(dim=1)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)
-        if not bool(scorable.any()):
+        if not bool(scorable.any()):  # nothing to measure; a training step still closes (its skipped prompts)
+            if training:
+                report: dict[str, float] = {}
+                self.tracker.observe_step(self.state.global_step + 1, report)
+                for key, value in report.items():
+                    self._metrics[mode][key].append(value)
             return output
         index = (np.arange(num_rows) // group_size)[scorable.cpu().numpy()]
         self.tracker.measure(scores[scorable], index)
