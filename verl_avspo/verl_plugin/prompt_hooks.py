@@ -2,7 +2,7 @@
 adopts the same trainer).
 
 - Every step, before verl's advantage stage, the trainer reads each response's prompt identity from
-  TransferQueue (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
+  TransferQueue with its score (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
   ``raw_prompt``) and hands ``uid -> key`` to the run tracker (``RunTracker.set_prompt_keys``), which
   records the per-prompt history (``prompts/*``) and DCPO's reward statistics.
 - Groups verl's replay buffer drops before the advantage stage (DAPO's ``filter_groups``, its surplus,
@@ -45,11 +45,11 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
     Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
     which sets ``tracker``, ``prompt_identity`` and ``skips_prompts``."""
 
-    def _pass_prompt_keys(self, batch) -> None:
-        """Hand the run tracker the stable prompt key of each uid of this batch (one TransferQueue read)."""
+    def _pass_prompt_keys(self, batch, uids: np.ndarray, prompts: list | None) -> None:
+        """Hand the run tracker the stable prompt key of each uid of this batch, from its real rows' ``uids``
+        and ``prompts`` (the identity field, None when the rows lack it), read with their scores."""
         source = self.prompt_identity.source
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", source])
-        if source not in data.keys():  # a custom agent loop that stores neither field: no history (DCPO refuses)
+        if prompts is None:  # a custom agent loop that stores neither field: no history (DCPO refuses)
             if not getattr(self, "_warned_no_prompt_field", False):
                 logger.warning(
                     "the batch's responses carry no %r field in TransferQueue, so the per-prompt history records "
@@ -59,10 +59,14 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
                 )
                 self._warned_no_prompt_field = True
             return
-        keys: dict[str, Any] = {}
-        for uid, value, real in zip(list(data["uid"]), list(data[source]), real_rows(batch), strict=True):
+        # The padding rows _balance_batch appended (their key starts with their uid, as verl's replay buffer
+        # reads it): no prompt, but DCPO's estimator, which sees them, must find them.
+        keys: dict[str, Any] = {
+            key.split("_")[0]: None for key, real in zip(batch.keys, real_rows(batch), strict=True) if not real
+        }
+        for uid, value in zip(uids, prompts, strict=True):
             if str(uid) not in keys:  # once per group: the G responses of a uid share the prompt
-                keys[str(uid)] = prompt_key(value, source) if real else None
+                keys[str(uid)] = prompt_key(value, source)
         if source == "index":
             self._refuse_index_collisions(batch, keys)
         self.tracker.set_prompt_keys(keys)

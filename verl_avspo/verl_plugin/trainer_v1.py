@@ -60,16 +60,18 @@ class AVSPOTrainerV1Mixin(PromptHooksV1, BaselineHooksV1, AVSPOTrainerMixin):
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage with the step's collapse measured around it: the raw scores of the
         batch's real rows (and the groups DAPO filtering dropped while it was sampled) before, the
-        trained advantages after, and the batch's prompt keys for the per-prompt history. Costs
-        three TransferQueue reads (plus, before the stage, the intrinsic reward's inputs when it is on)."""
+        trained advantages after, and the batch's prompt keys for the per-prompt history (read with
+        the scores). Costs two TransferQueue reads (plus, before the stage, the intrinsic reward's
+        inputs when it is on)."""
         self._apply_baselines(batch, metrics)
         if not self.measures_collapse:
             return super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
-        self._pass_prompt_keys(batch)
         keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
+        scores, uids, prompts = read_scores(keys, batch.partition_id, self.prompt_identity.source)
+        self._pass_prompt_keys(batch, uids, prompts)
         # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
-        self.tracker.measure(*read_scores(keys, batch.partition_id), dropped_groups(metrics))
+        self.tracker.measure(scores, uids, dropped_groups(metrics))
         measuring = time.perf_counter() - start
         batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()

@@ -28,11 +28,13 @@ def real_rows(batch) -> list[bool]:
     return [not tag.get("is_padding", False) for tag in batch.tags]
 
 
-def read_scores(keys: list, partition_id: str) -> tuple[torch.Tensor, np.ndarray]:
+def read_scores(keys: list, partition_id: str, prompt_field: str) -> tuple[torch.Tensor, np.ndarray, list | None]:
     """One TransferQueue read of rows ``keys``: (bs,) raw scores (the reward loop's ``rm_scores``
-    summed over tokens) and (bs,) uids."""
-    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["uid", "rm_scores"])
-    return data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1), np.array(list(data["uid"]), dtype=object)
+    summed over tokens), (bs,) uids and each row's ``prompt_field`` (its prompt identity: ``index`` or
+    ``raw_prompt``; None when the rows do not carry it, as a custom agent loop may not)."""
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["uid", "rm_scores", prompt_field])
+    prompts = list(data[prompt_field]) if prompt_field in data.keys() else None
+    return data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1), np.array(list(data["uid"]), dtype=object), prompts
 
 
 def read_advantages(keys: list, partition_id: str) -> torch.Tensor:
