@@ -11,8 +11,8 @@ time, and each test reads the logs and checkpoints of the run it is about:
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
   folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
-- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, 3 steps with a
-  checkpoint at step 2, and the same resumed from it;
+- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, prompts skipped
+  before rollout, 3 steps with a checkpoint at step 2, and the same resumed from it;
 - ``separate_stop``: our launcher, ``separate_async``, ``grpo``, with an alert that trips on the
   first step and stops the run;
 - ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
+from verl_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory
@@ -56,6 +56,8 @@ SKIP_PROMPTS = ["prompts.skip.enable=True", "prompts.skip.explore=0.05", "prompt
 AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2",
               *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
+# The colocate_async pair skips prompts too: the async trainers ask _next_train_batch for an exact count.
+COLOCATE_SKIP = ["algorithm.adv_estimator=avspo", *(f"algorithm.{key}" for key in SKIP_PROMPTS)]
 # The stock-hook and launcher runs that are compared step for step across a stop and resume, skipping prompts.
 AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
                     *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
@@ -159,18 +161,12 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         colocate = launch(
             "colocate",
             AVSPO_ENTRY,
-            [*COLOCATE_ASYNC, "algorithm.adv_estimator=avspo", "trainer.save_freq=2", *THREE_STEPS],
+            [*COLOCATE_ASYNC, *COLOCATE_SKIP, "trainer.save_freq=2", *THREE_STEPS],
         )
         colocate_resumed = launch(
             "colocate_resumed",
             AVSPO_ENTRY,
-            [
-                *COLOCATE_ASYNC,
-                "algorithm.adv_estimator=avspo",
-                "trainer.save_freq=2",
-                "trainer.resume_mode=auto",
-                *THREE_STEPS,
-            ],
+            [*COLOCATE_ASYNC, *COLOCATE_SKIP, "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
             prepare=lambda run: resume_from(colocate.run, 2, run),
         )
         launcher_five = launch("launcher_five", AVSPO_ENTRY, [*AVSPO_EVERY_STEP, "trainer.total_training_steps=5"])
@@ -292,10 +288,17 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     records = outcome.records()
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
-        missing = [key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS) if key not in record["data"]]
+        missing = [
+            key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS, *SKIP_KEYS) if key not in record["data"]
+        ]
         assert not missing, f"step {record['step']} lacks {missing}"
-        assert not any(key in record["data"] for key in SKIP_KEYS)  # skipping is off unless asked for
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
+    # Each skipped prompt spares its group's rollouts, counted step by step and across the resume.
+    for run in (records, runs["colocate_resumed"].records()):
+        skipped = [record["data"]["prompts/skipped"] for record in run]
+        assert [record["data"]["prompts/rollouts_skipped"] for record in run] == [GROUP_SIZE * k for k in skipped]
+    cumulative = [record["data"]["prompts/rollouts_skipped_cumulative"] for record in records]
+    assert cumulative == list(itertools.accumulate(GROUP_SIZE * r["data"]["prompts/skipped"] for r in records))
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
     # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
@@ -306,6 +309,11 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     # (An async run's responses depend on where aborts fall, so the samples are not compared.)
     assert resumed[0]["data"]["avspo/threshold"] == saved["threshold"]
     assert runs["colocate_resumed"].state(3)["controller"]["step"] == 3
+    # The skip rule's cumulative count is restored too: step 3 adds its own to the step-2 checkpoint's.
+    step_three = resumed[0]["data"]
+    assert step_three["prompts/rollouts_skipped_cumulative"] == (
+        outcome.state(2)["prompt_skip"]["rollouts_skipped"] + step_three["prompts/rollouts_skipped"]
+    )
 
 
 def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_filters(runs):
@@ -316,6 +324,7 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
         data = record["data"]
         assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS, *PROMPT_KEYS)), record["step"]
         assert data["acr/effective"] == 0.0  # the trained batch holds no collapsed group
+        assert not any(key in data for key in SKIP_KEYS)  # skipping is off unless asked for
     # DAPO filtering stayed on: verl's own eviction metric, and collapsed groups counted in ACR
     # although none is in the trained batch.
     filtered = [r["data"] for r in records if r["data"].get("training/filter_groups/evicted_samples", 0) > 0]
