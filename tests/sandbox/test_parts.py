@@ -13,8 +13,8 @@ import torch
 from verl_avspo.cli import main
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
-from verl_avspo.sandbox.loop import draw_kept, dynamic_sampling
 from verl_avspo.sandbox.policy import Rollout
+from verl_avspo.sandbox.sampling import draw_kept, dynamic_sampling
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
 from verl_avspo.tools.plots import plot_metrics

@@ -13,7 +13,8 @@ negative entropy); ``acr/*`` is then measured on that reward, and ``train/reward
 the verifier's. ``dcpo`` is verl's ``dcpo`` estimator (prompt keys: the problem's text) and
 ``dcpo`` policy loss as this package registers them.
 
-``dapo_resample`` draws more batches of prompt groups each step (:func:`dynamic_sampling`, verl's
+``dapo_resample`` draws more batches of prompt groups each step
+(:func:`~verl_avspo.sandbox.sampling.dynamic_sampling`, verl's
 ``algorithm.filter_groups`` with ``max_num_gen_batches``) until its batch is full of groups whose
 rewards differ; its ``acr/rate`` is over every group it drew, its ``acr/effective`` over the groups
 it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``)
@@ -23,10 +24,7 @@ can be compared at equal rollouts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -43,20 +41,17 @@ from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
 from verl_avspo.sandbox.policy import (
     CharTokenizer,
-    Rollout,
     pad_cat,
     response_log_probs,
-    response_logits,
     sample,
     warm_policy,
 )
-from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
+from verl_avspo.sandbox.sampling import SampledGroups, dynamic_sampling, sample_groups
+from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
 
-__all__ = ["train", "evaluate", "dynamic_sampling", "SampledGroups"]
-
-Batch = TypeVar("Batch")
+__all__ = ["train", "evaluate"]
 
 
 def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -65,120 +60,6 @@ def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.T
     rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
     last = (response_mask.sum(dim=1) - 1).clamp(min=0)
     return rewards.index_put_((torch.arange(len(scores)), last), scores.float())
-
-
-def collapsed_groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(n,) scores of consecutive groups of ``group_size`` -> (n // group_size,) bool: all equal."""
-    ids = torch.arange(len(scores)) // group_size
-    return detect_collapse(group_stats(scores, ids, len(scores) // group_size)).collapsed
-
-
-def dynamic_sampling(
-    draw: Callable[[int], Batch], group_size: int, wanted: int, max_gen_batches: int
-) -> tuple[list[Batch], list[torch.Tensor]]:
-    """DAPO's dynamic sampling with verl's semantics (``algorithm.filter_groups``,
-    ``max_num_gen_batches``): draw batches (``draw(b)`` for b = 0, 1, ...; each has ``scores``
-    (n,) in consecutive groups of ``group_size``) and keep their non-collapsed groups, until
-    ``wanted`` groups are kept or ``max_gen_batches`` batches were drawn.
-
-    Returns every batch drawn and, per batch, the indices (k_b,) of the groups to train on: the
-    first ``wanted`` non-collapsed groups in generation order (verl's ``batch[:traj_bsz]``; the rest
-    of the last batch is generated and discarded). At the cap, fewer than ``wanted`` (verl's DAPO
-    trainer raises there; the sandbox trains on what it has).
-    """
-    if wanted < 1 or max_gen_batches < 1:
-        raise ValueError(
-            f"dynamic_sampling: wanted={wanted}, max_gen_batches={max_gen_batches}: both must be at least 1"
-        )
-    batches, picks, kept = [], [], 0
-    while kept < wanted and len(batches) < max_gen_batches:
-        batch = draw(len(batches))
-        informative = (~collapsed_groups(batch.scores, group_size)).nonzero().squeeze(1)
-        picks.append(informative[: wanted - kept])
-        batches.append(batch)
-        kept += picks[-1].numel()
-    return batches, picks
-
-
-@dataclass(frozen=True)
-class SampledGroups:
-    """Groups of answers, rows grouped by prompt: ``prompts`` (P,) one per group; ``rollout``,
-    ``scores`` (P*G,) exact-match rewards, ``uids`` (P*G,) and ``logits`` (P*G, R, V), the sampling
-    policy's temperature-scaled logits, without gradients."""
-
-    prompts: list[str]
-    rollout: Rollout
-    scores: torch.Tensor
-    uids: np.ndarray
-    logits: torch.Tensor
-
-    def select_groups(self, groups: torch.Tensor) -> SampledGroups:
-        size = len(self.scores) // len(self.prompts)
-        rows = (groups.unsqueeze(1) * size + torch.arange(size)).reshape(-1)
-        prompts = [self.prompts[g] for g in groups.tolist()]
-        return SampledGroups(
-            prompts, self.rollout.select(rows), self.scores[rows], self.uids[rows.numpy()], self.logits[rows]
-        )
-
-    @staticmethod
-    def concat(parts: list[SampledGroups], pad_id: int) -> SampledGroups:
-        return SampledGroups(
-            [prompt for part in parts for prompt in part.prompts],
-            Rollout.concat([part.rollout for part in parts], pad_id),
-            torch.cat([part.scores for part in parts]),
-            np.concatenate([part.uids for part in parts]),
-            pad_cat([part.logits for part in parts], 0.0),
-        )
-
-
-def draw_kept(draw: Callable[[], Problems], keep: Callable[[list[str], int], np.ndarray], wanted: int, max_draws: int):
-    """The pre-rollout skip rule's prompts: draw candidate batches (``draw()``) and keep those
-    ``keep(prompts, at_least)`` selects, until ``wanted`` are kept; the last of ``max_draws`` draws
-    keeps at least what is still missing, so a step always rolls out ``wanted`` prompts (when each draw
-    has that many). Returns the kept problems, the first ``wanted`` in draw order."""
-    kept, count = [], 0
-    for number in range(1, max_draws + 1):
-        candidates = draw()
-        chosen = candidates.select(
-            torch.from_numpy(keep(candidates.prompts, wanted - count if number == max_draws else 0))
-        )
-        kept.append(chosen.select(torch.arange(min(len(chosen.prompts), wanted - count))))
-        count += len(kept[-1].prompts)
-        if count >= wanted:
-            break
-    return Problems.concat(kept)
-
-
-def _sample_groups(
-    model,
-    tokenizer: CharTokenizer,
-    task: ArithmeticTask,
-    config: SandboxConfig,
-    prompt_rng: torch.Generator,
-    tag: str,
-    keep: Callable[[list[str], int], np.ndarray] | None = None,
-) -> SampledGroups:
-    """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
-    one prompt share the uid ``<tag>-<prompt index>``. With ``keep`` (the skip rule), the prompts are
-    the candidates it keeps (:func:`draw_kept`)."""
-    if keep is None:
-        problems = task.sample(config.prompts_per_step, prompt_rng)
-    else:
-        problems = draw_kept(
-            lambda: task.sample(config.prompts_per_step, prompt_rng),
-            keep,
-            config.prompts_per_step,
-            config.max_gen_batches,
-        )
-    prompts = [p for p in problems.prompts for _ in range(config.group_size)]
-    answers = [a for a in problems.answers for _ in range(config.group_size)]
-    uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
-    model.eval()
-    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, temperature=config.temperature)
-    scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
-    with torch.no_grad():
-        logits = response_logits(model, rollout, config.temperature)
-    return SampledGroups(problems.prompts, rollout, scores, uids, logits)
 
 
 def _token_mean_entropy(parts: list[SampledGroups]) -> float:
@@ -288,7 +169,7 @@ def train(
             # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
             if estimator.resample:
                 drawn, picks = dynamic_sampling(
-                    lambda b, step=step: _sample_groups(
+                    lambda b, step=step: sample_groups(
                         model, tokenizer, task, config, prompt_rng, f"{step}-{b}", skip_rule
                     ),
                     config.group_size,
@@ -299,7 +180,7 @@ def train(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
             else:
-                drawn = [_sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}", skip_rule)]
+                drawn = [sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}", skip_rule)]
                 batch = drawn[0]
             rollout, scores, uids = batch.rollout, batch.scores, batch.uids
             num_groups = len(batch.prompts)
