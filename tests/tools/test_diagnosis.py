@@ -47,6 +47,11 @@ def test_an_openrlhf_log_gives_its_reward_and_runs_the_stall_rule(tmp_path, open
     # What to try, in OpenRLHF's flags (its policy_loss tells the log apart), not verl's keys.
     assert diagnosis.findings[0].endswith(f"Try to {HOST_ADVICE['openrlhf']}.")
     assert "actor_rollout_ref" not in " ".join(diagnosis.findings)
+    split = {step: {**row, "acr/all_correct": 0.1, "acr/all_wrong": 0.8} for step, row in rows.items()}
+    (frame,) = collect_runs([openrlhf_tensorboard(tmp_path / "tb3", "or", split)]).values()
+    findings = " ".join(diagnose("or", frame, AlertConfig(window=2)).findings)
+    assert "a larger --rollout.n_samples_per_prompt, or AVSPO with --avspo.apply_to all_wrong" in findings
+    assert "algorithm." not in findings and "actor_rollout_ref" not in findings
     rising = {step: {"reward": 0.1 * step, "acr/rate": 0.9} for step in range(1, 9)}
     (frame,) = collect_runs([openrlhf_tensorboard(tmp_path / "tb2", "or", rising)]).values()
     assert diagnose("or", frame, AlertConfig(window=2)).findings[0] == (

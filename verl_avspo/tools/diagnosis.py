@@ -78,6 +78,27 @@ _HOW = {
         "with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)."
     ),
 }
+# How each framework's user spells the settings the findings name ({} is the value).
+_SETTINGS = {
+    "verl": {
+        "group": "actor_rollout_ref.rollout.n",
+        "apply_to": "algorithm.avspo.apply_to={}",
+        "threshold_init": "algorithm.avspo.threshold_init",
+        "preset": "algorithm.avspo.preset={}",
+    },
+    "openrlhf": {
+        "group": "--rollout.n_samples_per_prompt",
+        "apply_to": "--avspo.apply_to {}",
+        "threshold_init": "--avspo.threshold_init",
+        "preset": "--avspo.preset {}",
+    },
+    "trl": {
+        "group": "GRPOConfig.num_generations",
+        "apply_to": "avspo={{'apply_to': '{}'}}",
+        "threshold_init": "avspo={'threshold_init': ...}",
+        "preset": "avspo={{'preset': '{}'}}",
+    },
+}
 _TRY_AVSPO = {
     "verl": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
     "openrlhf": "To try AVSPO on the same setup in OpenRLHF: --algo.advantage.estimator avspo.",
@@ -211,8 +232,9 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         f"configurations), would put it at {intercept + slope * first.mean:.1f}%. That fit is the paper's, for its "
         "models, data and settings; it is not a prediction for this run."
     )
+    spelled = _SETTINGS[_framework(frame)]
     if correct is not None and wrong is not None:
-        diagnosis.findings.append(_with(_dominance(name, correct, wrong), caveat))
+        diagnosis.findings.append(_with(_dominance(name, correct, wrong, spelled), caveat))
 
     if "avspo/triggered" in frame:
         triggered = window_mean(frame["avspo/triggered"]) or 0.0
@@ -221,8 +243,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         if triggered == 0.0:
             diagnosis.findings.append(
                 f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
-                f"(mean θ {_cell(threshold)}){caveat}. Lower algorithm.avspo.threshold_init, "
-                "or use preset=paper_code (threshold 0: every collapsed group, every step)."
+                f"(mean θ {_cell(threshold)}){caveat}. Lower {spelled['threshold_init']}, or use "
+                f"{spelled['preset'].format('paper_code')} (threshold 0: every collapsed group, every step)."
             )
         elif effective is not None:
             diagnosis.findings.append(
@@ -289,8 +311,9 @@ def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: d
     )
 
 
-def _dominance(name: str, correct: float, wrong: float) -> str:
-    """Which kind of collapsed group dominates, and what to try."""
+def _dominance(name: str, correct: float, wrong: float, spelled: dict[str, str]) -> str:
+    """Which kind of collapsed group dominates, and what to try (settings ``spelled`` as the log's
+    framework takes them, :data:`_SETTINGS`)."""
     collapsed = correct + wrong
     if collapsed < 0.05:
         return f"{name}: little collapse (mean {collapsed:.3f}); groups almost always disagree."
@@ -298,16 +321,17 @@ def _dominance(name: str, correct: float, wrong: float) -> str:
         return (
             f"{name}: all-wrong groups dominate collapse ({wrong:.3f} vs {correct:.3f} all-correct): the prompts are "
             "too hard for the policy. Try easier data (a pass-rate band around 30–50%), a larger "
-            "actor_rollout_ref.rollout.n, or AVSPO with algorithm.avspo.apply_to=all_wrong (a negative push that "
+            f"{spelled['group']}, or AVSPO with {spelled['apply_to'].format('all_wrong')} (a negative push that "
             "keeps diversity)."
         )
     if correct >= 2 * wrong:
         return (
             f"{name}: all-correct groups dominate collapse ({correct:.3f} vs {wrong:.3f} all-wrong): the prompts are "
             "too easy. Try harder data or drop prompts the policy already solves; AVSPO's push on all-correct groups "
-            "is positive and sharpens the policy (algorithm.avspo.apply_to=all_correct isolates it)."
+            f"is positive and sharpens the policy ({spelled['apply_to'].format('all_correct')} isolates it)."
         )
     return (
         f"{name}: all-correct ({correct:.3f}) and all-wrong ({wrong:.3f}) groups both matter: the data mixes prompts "
-        "far too easy and far too hard. Try a narrower pass-rate band, or AVSPO with apply_to=both."
+        "far too easy and far too hard. Try a narrower pass-rate band, or AVSPO with "
+        f"{spelled['apply_to'].format('both')}."
     )
