@@ -5,6 +5,7 @@ with ``__new__`` and given only what those methods read (no Ray, no workers); th
 skip in real runs (tests/e2e/test_verl_cpu_e2e.py)."""
 
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -111,3 +112,15 @@ def test_a_whole_epoch_rejected_fills_the_batch_without_the_rule(caplog):
     assert "a whole epoch of prompts was skipped" in caplog.text
     # The epoch's two chunks skipped (8 prompts), then the next chunk kept whatever the rule says.
     assert indices(batch) == [0, 1, 2, 3] and made.tracker._prompts.skipped == 8
+
+
+def test_a_replay_buffer_of_the_users_own_is_left_unwrapped(caplog):
+    """The groups verl's replay buffer drops reach the history through its _clear_groups
+    (tests/verl_plugin/test_sampler_hook.py); a custom sampler that is not verl's is left alone."""
+    made = trainer()
+    made.replay_buffer = SimpleNamespace(sample=lambda **kwargs: None)
+    with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.prompt_hooks"):
+        made._record_dropped_groups()
+        made._record_dropped_groups()  # once per buffer
+    assert not hasattr(made.replay_buffer, "_clear_groups")
+    assert caplog.text.count("not recorded in the per-prompt history") == 1

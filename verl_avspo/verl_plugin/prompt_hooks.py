@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, prompt_key, prompt_keys
@@ -79,6 +80,14 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         buffer = getattr(self.replay_buffer, "buffer", self.replay_buffer)  # the stock hook wraps verl's buffer
         if self.prompt_identity is None or getattr(buffer, "_verl_avspo_records_dropped", False):
             return
+        buffer._verl_avspo_records_dropped = True
+        if not isinstance(buffer, ReplayBuffer):  # a user's own sampler: its dropped groups are its business
+            logger.info(
+                "verl-avspo: the replay buffer is a %s, not verl's: groups it drops before the advantage stage are "
+                "not recorded in the per-prompt history",
+                type(buffer).__name__,
+            )
+            return
         clear_groups = buffer._clear_groups
 
         def record_then_clear(partition_id: str, uids: set[str]) -> None:
@@ -87,7 +96,6 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
             clear_groups(partition_id, uids)
 
         buffer._clear_groups = record_then_clear
-        buffer._verl_avspo_records_dropped = True
 
     def _record_cleared(self, buffer, partition_id: str, uids: set[str]) -> None:
         """Record in the prompt history the finished groups among ``uids`` that have all their
