@@ -5,10 +5,11 @@ adopts the same trainer).
   TransferQueue with its score (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
   ``raw_prompt``) and hands ``uid -> key`` to the run tracker (``RunTracker.set_prompt_keys``), which
   records the per-prompt history (``prompts/*``) and DCPO's reward statistics.
-- Groups verl's replay buffer drops before the advantage stage (DAPO's ``filter_groups``, its surplus,
-  stale and failed groups: ``ReplayBuffer._clear_groups``) reach the history too: the buffer's
-  ``_clear_groups`` first hands every finished, complete group among them to ``RunTracker.record_groups``
-  (one TransferQueue read per eviction), so a prompt DAPO filters on every visit is still seen collapsed.
+- Groups verl's replay buffer drops before the advantage stage (DAPO's ``filter_groups`` evictions and
+  surplus, stale groups: ``ReplayBuffer._clear_groups``) reach the history too: the buffer's
+  ``_clear_groups`` first hands every finished group among them that has all its responses (not a
+  failed one) to ``RunTracker.record_groups`` (one TransferQueue read per eviction), so a prompt DAPO
+  filters on every visit is still seen collapsed.
 - With ``algorithm.prompts.skip.enable=True``, :meth:`PromptHooksV1._next_train_batch` (where every V1
   mode takes its prompts from the dataloader, ``trainer_base.py`` ``_next_train_batch``) drops the
   prompts the tracker's skip rule rejects before they are sent to rollout, and refills the batch from
