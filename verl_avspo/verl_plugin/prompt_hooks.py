@@ -35,7 +35,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, prompt_key, prompt_keys
-from verl_avspo.verl_plugin.v1_batch import real_rows
+from verl_avspo.verl_plugin.v1_batch import read_scores, real_rows
 
 __all__ = ["PromptHooksV1"]
 
@@ -110,18 +110,15 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         if not response_keys:
             return
         source = self.prompt_identity.source
-        fields = ["uid", "rm_scores", source]
-        data = tq.kv_batch_get(keys=response_keys, partition_id=partition_id, select_fields=fields)
-        if source not in data.keys():
+        scores, uids, prompts = read_scores(response_keys, partition_id, source)
+        if prompts is None:
             return  # no prompt field in TransferQueue: _pass_prompt_keys warns about it once
         rows_of: dict[str, list[int]] = {}
-        for row, uid in enumerate(data["uid"]):
+        for row, uid in enumerate(uids):
             rows_of.setdefault(str(uid), []).append(row)
         groups = [rows for rows in rows_of.values() if len(rows) == self.config.actor_rollout_ref.rollout.n]
         if groups:
-            scores = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
-            values = list(data[source])
-            keys = [prompt_key(values[rows[0]], source) for rows in groups]
+            keys = [prompt_key(prompts[rows[0]], source) for rows in groups]
             self.tracker.record_groups(keys, scores[torch.tensor(groups)])
 
     @staticmethod
