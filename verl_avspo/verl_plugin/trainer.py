@@ -40,20 +40,9 @@ from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
 
-__all__ = ["STATE_FILE", "AVSPOTrainerMixin", "save_run_state", "load_run_state"]
+__all__ = ["STATE_FILE", "AVSPOTrainerMixin"]
 
 logger = logging.getLogger(__name__)
-
-
-def save_run_state(tracker, folder: str) -> None:
-    """Write ``tracker``'s state into the checkpoint folder ``folder``."""
-    local_mkdir_safe(folder)
-    tracker.save(folder)
-
-
-def load_run_state(tracker, folder: str) -> bool:
-    """Restore ``tracker`` from the checkpoint folder ``folder``; False (with a warning) if it holds none."""
-    return tracker.load(folder)
 
 
 class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
@@ -89,11 +78,13 @@ class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstrac
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _save_checkpoint(self):
-        save_run_state(self.tracker, self._checkpoint_folder())
+        folder = self._checkpoint_folder()
+        local_mkdir_safe(folder)  # ours is written first, before verl makes the folder
+        self.tracker.save(folder)
         return super()._save_checkpoint()
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
         if self.global_steps:  # verl resumed (it parsed global_steps from the folder's name)
-            load_run_state(self.tracker, resume_folder(self.config.trainer))
+            self.tracker.load(resume_folder(self.config.trainer))
         return result
