@@ -166,8 +166,7 @@ class ACRMixin:
             if training:
                 report: dict[str, float] = {}
                 self.tracker.observe_step(self.state.global_step + 1, report)
-                for key, value in report.items():
-                    self._metrics[mode][key].append(value)
+                self._add_metrics(mode, report)
             return output
         index = (np.arange(num_rows) // group_size)[scorable.cpu().numpy()]
         self.tracker.measure(scores[scorable], index)
@@ -186,9 +185,13 @@ class ACRMixin:
                 self._stop_after_stall.requested = True
         else:  # an evaluation is no training step: no stall rule
             report = self.tracker.batch_metrics(advantages[scorable])
+        self._add_metrics(mode, report)
+        return output
+
+    def _add_metrics(self, mode: str, report: dict[str, float]) -> None:
+        """The tracker's metrics into TRL's own (``mode``: train or eval), which it logs and averages."""
         for key, value in report.items():
             self._metrics[mode][key].append(value)
-        return output
 
     def _gathered_prompt_keys(self, inputs) -> list:
         """The prompt key of every row of the generation batch, in TRL's order (every process's rows,
