@@ -63,46 +63,43 @@ class RunDiagnosis:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-# How to get our metrics, and AVSPO, in each framework whose logs are told apart here (verl's is the default).
-_HOW = {
-    "verl": (
-        "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
-        "trainer logs acr/* for any group estimator) or apply patches/03-acr-metrics.patch to verl."
-    ),
-    "openrlhf": (
-        "To log it in OpenRLHF, train with `python -m verl_avspo.openrlhf` in place of "
-        "`python -m openrlhf.cli.train_ppo_ray` (docs/integration.md section 7)."
-    ),
-    "trl": (
-        "To log acr/* (with the all-correct/all-wrong split, the effective rate and the stall alert) in TRL, train "
-        "with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)."
-    ),
-}
-# How each framework's user spells the settings the findings name ({} is the value).
-_SETTINGS = {
+# Each framework whose logs are told apart here (verl's is the default), as its user reads the findings:
+# how to get our metrics ("how") and AVSPO ("try_avspo") there, and how the settings the findings name are
+# spelled ({} is the value).
+_HOSTS = {
     "verl": {
+        "how": (
+            "To log it, train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...` (the plugin's "
+            "trainer logs acr/* for any group estimator) or apply patches/03-acr-metrics.patch to verl."
+        ),
+        "try_avspo": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
         "group": "actor_rollout_ref.rollout.n",
         "apply_to": "algorithm.avspo.apply_to={}",
         "threshold_init": "algorithm.avspo.threshold_init",
         "preset": "algorithm.avspo.preset={}",
     },
     "openrlhf": {
+        "how": (
+            "To log it in OpenRLHF, train with `python -m verl_avspo.openrlhf` in place of "
+            "`python -m openrlhf.cli.train_ppo_ray` (docs/integration.md section 7)."
+        ),
+        "try_avspo": "To try AVSPO on the same setup in OpenRLHF: --algo.advantage.estimator avspo.",
         "group": "--rollout.n_samples_per_prompt",
         "apply_to": "--avspo.apply_to {}",
         "threshold_init": "--avspo.threshold_init",
         "preset": "--avspo.preset {}",
     },
     "trl": {
+        "how": (
+            "To log acr/* (with the all-correct/all-wrong split, the effective rate and the stall alert) in TRL, "
+            "train with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)."
+        ),
+        "try_avspo": "To try AVSPO on the same setup in TRL: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').",
         "group": "GRPOConfig.num_generations",
         "apply_to": "avspo={{'apply_to': '{}'}}",
         "threshold_init": "avspo={'threshold_init': ...}",
         "preset": "avspo={{'preset': '{}'}}",
     },
-}
-_TRY_AVSPO = {
-    "verl": "To try AVSPO on the same setup: algorithm.adv_estimator=avspo.",
-    "openrlhf": "To try AVSPO on the same setup in OpenRLHF: --algo.advantage.estimator avspo.",
-    "trl": "To try AVSPO on the same setup in TRL: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').",
 }
 
 
@@ -121,15 +118,15 @@ def _framework(frame: pd.DataFrame) -> str:
     return "verl"
 
 
-def _missing_acr(name: str, frame: pd.DataFrame) -> str:
-    how = _HOW[_framework(frame)]
+def _missing_acr(name: str, frame: pd.DataFrame, framework: str) -> str:
+    how = _HOSTS[framework]["how"]
     if any(column.startswith("critic/score/") for column in frame):
         return (
             f"{name}: no acr/* metrics. ACR cannot be recovered from critic/score/*: those are batch mean/max/min "
             "over responses, and the same mean arises with or without collapsed groups; ACR needs each group's "
             f"scores. {how}"
         )
-    if _framework(frame) == "trl":
+    if framework == "trl":
         return f"{name}: neither acr/* nor TRL's {TRL_ZERO_STD} metrics; no collapse rate can be read. {how}"
     return f"{name}: neither acr/* nor critic/score/* metrics; is this a verl training log? {how}"
 
@@ -174,18 +171,20 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     values["unusable_columns"] = problems
     diagnosis.findings += [f"{name}: {problem}." for problem in problems.values()]
     frame = frame.drop(columns=list(problems))
+    framework = _framework(frame)
+    host = _HOSTS[framework]
     collapse = collapse_column(frame)
     values["acr_source"] = collapse
     if collapse is None:
         if "acr/rate" not in problems:
-            diagnosis.findings.append(_missing_acr(name, frame))
+            diagnosis.findings.append(_missing_acr(name, frame, framework))
         return diagnosis
     # TRL's rate stands in for ACR: every figure and finding of it says so.
     source, marker = "", ""
     if collapse == TRL_ZERO_STD:
         diagnosis.findings.append(
             f"{name}: no acr/* metrics; the collapse rate below is TRL's {TRL_ZERO_STD}, read as ACR. "
-            f"{TRL_RATE_CAVEAT}. {_HOW['trl']}"
+            f"{TRL_RATE_CAVEAT}. {_HOSTS['trl']['how']}"
         )
         frame = frame.assign(**{"acr/rate": frame[TRL_ZERO_STD]})
         source, marker = f" (read from TRL's {TRL_ZERO_STD})", " (TRL)"
@@ -215,7 +214,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         }
     )
 
-    stall = _stall_finding(name, frame.loc[acr.index], alert, values)
+    stall = _stall_finding(name, frame.loc[acr.index], alert, values, HOST_ADVICE[framework])
     diagnosis.findings.append(_with(stall, (caveat if values["stalled"] is False else "") + source))
 
     intercept, slope = PAPER_FIT
@@ -232,9 +231,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         f"configurations), would put it at {intercept + slope * first.mean:.1f}%. That fit is the paper's, for its "
         "models, data and settings; it is not a prediction for this run."
     )
-    spelled = _SETTINGS[_framework(frame)]
     if correct is not None and wrong is not None:
-        diagnosis.findings.append(_with(_dominance(name, correct, wrong, spelled), caveat))
+        diagnosis.findings.append(_with(_dominance(name, correct, wrong, host), caveat))
 
     if "avspo/triggered" in frame:
         triggered = window_mean(frame["avspo/triggered"]) or 0.0
@@ -243,8 +241,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         if triggered == 0.0:
             diagnosis.findings.append(
                 f"{name}: AVSPO never augmented a group: its signal never exceeded the threshold "
-                f"(mean θ {_cell(threshold)}){caveat}. Lower {spelled['threshold_init']}, or use "
-                f"{spelled['preset'].format('paper_code')} (threshold 0: every collapsed group, every step)."
+                f"(mean θ {_cell(threshold)}){caveat}. Lower {host['threshold_init']}, or use "
+                f"{host['preset'].format('paper_code')} (threshold 0: every collapsed group, every step)."
             )
         elif effective is not None:
             diagnosis.findings.append(
@@ -253,8 +251,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
             )
     elif "avspo/triggered" not in problems:
         diagnosis.findings.append(
-            f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). "
-            + _TRY_AVSPO[_framework(frame)]
+            f"{name}: no avspo/* metrics, so this is not an AVSPO run (grpo or another estimator). " + host["try_avspo"]
         )
     return diagnosis
 
@@ -275,7 +272,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: dict[str, Any]) -> str:
+def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: dict[str, Any], advice: str) -> str:
     """Where the run stalled under ``alert``'s rule, each stall shown from the start of its streak
     of high values (stalls within one streak, or touching, as one), or the longest such streak if
     it never stalled. Records ``stalled`` (None: not checked), ``stalls`` and ``longest_streak``."""
@@ -307,13 +304,13 @@ def _stall_finding(name: str, frame: pd.DataFrame, alert: AlertConfig, values: d
     shown = ", ".join(f"steps {s['first_step']}–{s['last_step']} ({s['steps']} steps)" for s in values["stalls"])
     return (
         f"{name}: STALLED (alert rule `{alert.rule}`: {rule}, over logged steps) at {shown}; most "
-        f"groups gave no gradient there. Try to {HOST_ADVICE[_framework(frame)]}."
+        f"groups gave no gradient there. Try to {advice}."
     )
 
 
 def _dominance(name: str, correct: float, wrong: float, spelled: dict[str, str]) -> str:
     """Which kind of collapsed group dominates, and what to try (settings ``spelled`` as the log's
-    framework takes them, :data:`_SETTINGS`)."""
+    framework takes them: its entry of :data:`_HOSTS`)."""
     collapsed = correct + wrong
     if collapsed < 0.05:
         return f"{name}: little collapse (mean {collapsed:.3f}); groups almost always disagree."
