@@ -20,6 +20,7 @@ candidate prompts to roll out.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
@@ -45,11 +46,12 @@ from verl_avspo.core.collapse import (
 from verl_avspo.core.config import AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory
+from verl_avspo.core.files import atomic_write
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 from verl_avspo.core.prompt_step import StepPrompts, group_keys
 
-__all__ = ["STATE_VERSION", "STATE_FILE", "StepReport", "RunTracker"]
+__all__ = ["STATE_VERSION", "STATE_FILE", "RunStateError", "read_state", "StepReport", "RunTracker"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,43 @@ STATE_VERSION = 3
 # OpenRLHF keeps it in DeepSpeed's client states instead). The name predates all but AVSPO's controller;
 # kept so that earlier checkpoints resume.
 STATE_FILE = "avspo_state.pt"
+
+
+class RunStateError(ValueError):
+    """A run state file that cannot be read: the message names the file and what to do."""
+
+
+def read_state(path: str | os.PathLike) -> dict[str, Any]:
+    """The run state saved at ``path`` (tensors and plain Python only: ``weights_only`` loading).
+
+    Raises:
+        RunStateError: ``path`` is a folder, unreadable, empty, torn (a save killed or out of space, in a
+            release that wrote in place) or not a run state; the message says to resume from the previous
+            checkpoint. Never advises ``weights_only=False``: the file is not trusted code.
+    """
+    path = Path(path)
+    resume = (
+        "resume from the previous checkpoint (its folder holds an intact state), or move this file away to "
+        "resume with the AVSPO threshold, the stall streak and the prompt history started afresh"
+    )
+    if path.is_dir():
+        raise RunStateError(f"{path} is a folder, not a run state file: {resume}")
+    try:
+        size = path.stat().st_size
+        state = torch.load(path, map_location="cpu", weights_only=True) if size else None
+    except OSError as err:
+        raise RunStateError(f"cannot read the run state {path}: {err.strerror or err}") from err
+    except Exception as err:  # torch's unpickler raises many types for a torn or foreign file
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunStateError(
+            f"{path} is not a readable run state (torn by a killed or failed save, or another file: {first[:200]}): "
+            f"{resume}"
+        ) from None
+    if size == 0:
+        raise RunStateError(f"{path} is empty (a save that was killed or ran out of space): {resume}")
+    if not isinstance(state, dict):
+        raise RunStateError(f"{path} holds a {type(state).__name__}, not a run state: {resume}")
+    return state
 
 
 class StepReport(dict):
@@ -291,7 +330,12 @@ class RunTracker:
     def save(self, folder: str | os.PathLike) -> Path:
         """Write :meth:`state_dict` to ``folder``/:data:`STATE_FILE` (the folder must exist); returns the path."""
         path = Path(folder) / STATE_FILE
-        torch.save(self.state_dict(), path)
+        # Serialised in memory first: torch's writer reports a full disk as an opaque RuntimeError, a plain
+        # write as ENOSPC naming the file. Written beside it and renamed, so a killed save tears nothing.
+        buffer = io.BytesIO()
+        torch.save(self.state_dict(), buffer)
+        with atomic_write(path) as temporary:
+            temporary.write_bytes(buffer.getvalue())
         return path
 
     def load(self, folder: str | os.PathLike) -> bool:
@@ -305,7 +349,7 @@ class RunTracker:
                 STATE_FILE,
             )
             return False
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        self.load_state_dict(read_state(path))
         logger.info("restored the run tracker's state from %s", path)
         return True
 
