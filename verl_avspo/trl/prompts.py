@@ -3,6 +3,9 @@
 The trainer's ``prompts=`` argument: ``key``, the dataset column that identifies a prompt across
 steps (TRL's ``prompt`` by default, hashed with the core's ``prompt_key``; an integer column such as
 ``index`` is used as it is), and ``skip``, the core's skip rule (``core.prompt_skip``, off by default).
+A key that does not identify prompts (a boolean, a missing value, one value shared by two prompts)
+would merge their histories, so it is refused: at ``__init__`` for a map-style training dataset (every
+row read), else at the step whose generation batch shows it.
 
 TRL draws a generation batch as whole groups: its ``RepeatSampler`` repeats each prompt
 ``num_generations`` times in a row and every process takes a contiguous slice of the same index
@@ -33,6 +36,8 @@ __all__ = [
     "TRLPrompts",
     "resolve_trl_prompts",
     "row_key",
+    "prompt_identity",
+    "check_keys_identify_prompts",
     "group_keys",
     "select_groups",
 ]
@@ -65,6 +70,81 @@ def _indexable(dataset: Any) -> bool:
     return callable(getattr(dataset, "__getitem__", None)) and callable(getattr(dataset, "__len__", None))
 
 
+def _shown(value: Any, width: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# How to key prompts when a column does not identify them.
+KEY_FIX = (
+    f"Name a column with one value per prompt in {PROMPTS_SECTION}.key (a row index: "
+    "dataset.map(lambda row, i: {'index': i}, with_indices=True)), or leave the key out for the hash of "
+    f"'{DEFAULT_KEY}'."
+)
+
+
+def _value_problem(column: str, value: Any, where: str) -> str | None:
+    """Why ``value`` of the key column cannot identify a prompt (None if it can)."""
+    if value is None:
+        return (
+            f"{PROMPTS_SECTION}.key={column!r} is invalid: {where} has no value in it (None), so its prompt has no "
+            f"identity. Fill the column for every row, or: {KEY_FIX}"
+        )
+    if isinstance(value, (bool, np.bool_)):
+        return (
+            f"{PROMPTS_SECTION}.key={column!r} is invalid: {where} holds the boolean {bool(value)}, and a boolean "
+            f"tells at most two prompts apart, so their histories would merge. {KEY_FIX}"
+        )
+    return None
+
+
+def prompt_identity(row: Mapping[str, Any]) -> str | None:
+    """The hash of a row's ``prompt`` (the default key), to compare with another column's key; None
+    without one."""
+    return prompt_key(row[DEFAULT_KEY]) if DEFAULT_KEY in row else None
+
+
+def check_keys_identify_prompts(
+    column: str, keys: Sequence[Any], prompts: Sequence[Any], where: str, shown: Sequence[Any] | None = None
+) -> None:
+    """Refuse a key (:func:`row_key`) that two different prompts share (``prompts``: the rows' prompts,
+    text or chat messages, or their hashes; None where unknown): the per-prompt history would merge
+    them, and skipping would act on the wrong one. ``shown``: the column's values as the message shows
+    them (default: the keys).
+
+    Raises:
+        ValueError: naming the column, the value, both rows and their prompts, and the fix.
+    """
+    first: dict[Any, tuple[int, Any, str]] = {}
+    for row, (key, prompt) in enumerate(zip(keys, prompts, strict=True)):
+        if prompt is None:
+            continue
+        identity = prompt if isinstance(prompt, str) else prompt_key(prompt)
+        seen_row, seen_prompt, seen_identity = first.setdefault(key, (row, prompt, identity))
+        if seen_identity != identity:
+            value = (keys if shown is None else shown)[row]
+            raise ValueError(
+                f"{PROMPTS_SECTION}.key={column!r} does not identify prompts: {where} rows {seen_row} and {row} "
+                f"have the same {column} {_shown(value)} but different prompts ({_shown(seen_prompt)} and "
+                f"{_shown(prompt)}), so their histories would merge and skipping would act on the wrong prompt. "
+                f"{KEY_FIX}"
+            )
+
+
+def _check_key_column(dataset: Any, column: str, problems: Problems) -> None:
+    """Every row of a map-style training dataset: the key column holds no None and no boolean, and no
+    value of it is shared by two different prompts (read once, at ``__init__``)."""
+    values = list(dataset[column])
+    for row, value in enumerate(values):
+        problem = _value_problem(column, value, f"training row {row}")
+        if problem:
+            problems.messages.append(problem)
+            return
+    if column != DEFAULT_KEY and DEFAULT_KEY in (_column_names(dataset) or ()):
+        keys = [_key(value, column) for value in values]
+        problems.check(check_keys_identify_prompts, column, keys, list(dataset[DEFAULT_KEY]), "training", values)
+
+
 def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problems) -> TRLPrompts | None:
     """Validate the trainer's ``prompts=`` against its ``GRPOConfig`` and training dataset; problems
     are added to ``problems`` (the trainer reports every bad setting at once)."""
@@ -87,6 +167,8 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
             f"{PROMPTS_SECTION}.key={key!r} is invalid: the training dataset has no such column (it has "
             f"{', '.join(columns)}). Name one of them, or leave the key out for the hash of '{DEFAULT_KEY}'."
         )
+    elif key is not None and columns is not None and _indexable(dataset):
+        _check_key_column(dataset, key, problems)
     if key is None:
         key = DEFAULT_KEY if columns is None or DEFAULT_KEY in columns else None
     remove_unused = bool(getattr(args, "remove_unused_columns", False))
@@ -113,7 +195,12 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
 
 def row_key(row: Mapping[str, Any], column: str) -> int | str:
     """A dataset row's prompt key: an integer column's value as it is, anything else (the prompt's text
-    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash."""
+    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash.
+
+    Raises:
+        KeyError: the row has no such column.
+        ValueError: its value is None or a boolean (no prompt identity), naming the column and the row.
+    """
     try:
         value = row[column]
     except KeyError:
@@ -121,6 +208,13 @@ def row_key(row: Mapping[str, Any], column: str) -> int | str:
             f"a training row has no column {column!r} ({PROMPTS_SECTION}.key): its columns are {sorted(row)}. "
             f"Name the column that identifies a prompt in {PROMPTS_SECTION}.key."
         ) from None
+    problem = _value_problem(column, value, f"the training row {_shown(dict(row), 200)}")
+    if problem:
+        raise ValueError(problem)
+    return _key(value, column)
+
+
+def _key(value: Any, column: str) -> int | str:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and column != DEFAULT_KEY:
         return int(value)
     return prompt_key(value)
