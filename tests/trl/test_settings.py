@@ -1,8 +1,11 @@
 """The TRL adapter's settings (``verl_avspo.trl.settings``) and what the trainer refuses at ``__init__``:
 every bad ``estimator`` / ``avspo`` / ``acr`` value and every ``GRPOConfig`` option AVSPO cannot stand
-in for, all in one message, before TRL loads the model; TRL's epsilon as AVSPO's default; the tested
-TRL range is the package's ``trl`` extra, and another TRL, or none, is told at import. No model is
-built here (the runs are tests/e2e/test_trl_cpu_e2e.py).
+in for, all in one message, before TRL loads the model; the ``GRPOConfig`` values TRL itself checks
+only at the first step; ``avspo``'s allowed keys without ACR's; the core's ``tau`` check in TRL's
+spelling; the warning for checkpoints inside a generation; a class with the mixin behind
+``GRPOTrainer``, refused when defined; TRL's epsilon as AVSPO's default; the tested TRL range is the
+package's ``trl`` extra, and another TRL, or none, is told at import. No model is built here (the
+runs are tests/trl/test_trainer.py and tests/e2e/test_trl_cpu_e2e.py).
 """
 
 import importlib

@@ -4,7 +4,8 @@ and the value; a key column of an iterable dataset (not read at ``__init__``) th
 batch share, or that is None, stops the step naming the column; on ``train(resume_from_checkpoint=...)``,
 an ``avspo_state.pt`` that is torn, empty, text or a folder is refused with the core's ``RunStateError``
 (the file and the fix), and a checkpoint saved with another ``acr.tau`` or another ``prompts.key`` is
-refused before the first step, in the trainer's arguments.
+refused before the first step, in the trainer's arguments; the core's warnings (scores outside the reward
+range) name the trainer's arguments, not verl's keys.
 
 Each test builds the harness's tiny random Qwen2 (``tests/e2e/trl_cpu``); a step costs about a second.
 The runs that check what the adapter computes are tests/e2e/test_trl_cpu_e2e.py.
@@ -139,3 +140,15 @@ def test_resuming_with_other_settings_is_refused_before_the_first_step(tiny, che
     assert message.startswith(f"the checkpoint's {STATE_FILE} was saved with other settings: {expected}")
     assert message.endswith("or start a fresh run (train() without resume_from_checkpoint).")
     assert trainer.state.global_step == 1
+
+
+def test_the_cores_warnings_name_the_trainers_arguments(tiny, tmp_path):
+    def out_of_range(completions, **kwargs):
+        return [2.0, 0.0] * (len(completions) // 2)
+
+    trainer = make_trainer(tiny, tmp_path, reward_funcs=out_of_range, config=ONE_STEP)
+    with pytest.warns(UserWarning) as warned:
+        trainer.train()
+    messages = [str(warning.message) for warning in warned]
+    assert any(message.startswith("response scores fall outside acr.reward_range=[0.0, 1.0]") for message in messages)
+    assert not [message for message in messages if "algorithm.acr" in message or "algorithm.avspo" in message]

@@ -104,6 +104,14 @@ def prompt_identity(row: Mapping[str, Any]) -> str | None:
     return prompt_key(row[DEFAULT_KEY]) if DEFAULT_KEY in row else None
 
 
+def _same_prompt(first: Any, second: Any) -> bool:
+    """Whether two prompts (texts, chat messages or hashes) are one: by value, as their hash sees them."""
+    try:
+        return bool(first == second)
+    except (TypeError, ValueError):  # arrays: compared as the hash sees them
+        return prompt_key(first) == prompt_key(second)
+
+
 def check_keys_identify_prompts(
     column: str, keys: Sequence[Any], prompts: Sequence[Any], where: str, shown: Sequence[Any] | None = None
 ) -> None:
@@ -115,13 +123,15 @@ def check_keys_identify_prompts(
     Raises:
         ValueError: naming the column, the value, both rows and their prompts, and the fix.
     """
-    first: dict[Any, tuple[int, Any, str]] = {}
+    if len(set(keys)) == len(keys):  # no key repeats (a row index): nothing to compare
+        return
+    first: dict[Any, int] = {}
     for row, (key, prompt) in enumerate(zip(keys, prompts, strict=True)):
         if prompt is None:
             continue
-        identity = prompt if isinstance(prompt, str) else prompt_key(prompt)
-        seen_row, seen_prompt, seen_identity = first.setdefault(key, (row, prompt, identity))
-        if seen_identity != identity:
+        seen_row = first.setdefault(key, row)
+        seen_prompt = prompts[seen_row]
+        if seen_row != row and not _same_prompt(seen_prompt, prompt):
             value = (keys if shown is None else shown)[row]
             raise ValueError(
                 f"{PROMPTS_SECTION}.key={column!r} does not identify prompts: {where} rows {seen_row} and {row} "
@@ -131,18 +141,34 @@ def check_keys_identify_prompts(
             )
 
 
+def _read_column(dataset: Any, name: str) -> list:
+    """A whole column of a map-style dataset (a ``datasets.Dataset`` in one Arrow read: its column
+    object, read row by row, takes seconds per 100k rows)."""
+    if callable(getattr(dataset, "select_columns", None)):
+        return dataset.select_columns([name]).with_format(None)[:][name]
+    return [dataset[row][name] for row in range(len(dataset))]
+
+
 def _check_key_column(dataset: Any, column: str, problems: Problems) -> None:
     """Every row of a map-style training dataset: the key column holds no None and no boolean, and no
-    value of it is shared by two different prompts (read once, at ``__init__``)."""
-    values = list(dataset[column])
+    value of it is shared by two different prompts (read once, at ``__init__``; the prompts only when
+    some value repeats)."""
+    values = _read_column(dataset, column)
     for row, value in enumerate(values):
         problem = _value_problem(column, value, f"training row {row}")
         if problem:
             problems.messages.append(problem)
             return
-    if column != DEFAULT_KEY and DEFAULT_KEY in (_column_names(dataset) or ()):
+    if column == DEFAULT_KEY or DEFAULT_KEY not in (_column_names(dataset) or ()):
+        return
+    try:
+        repeats = len(set(values)) < len(values)
+    except TypeError:  # unhashable values (lists): compared by their keys
+        repeats = True
+    if repeats:
         keys = [_key(value, column) for value in values]
-        problems.check(check_keys_identify_prompts, column, keys, list(dataset[DEFAULT_KEY]), "training", values)
+        prompts = _read_column(dataset, DEFAULT_KEY)
+        problems.check(check_keys_identify_prompts, column, keys, prompts, "training", values)
 
 
 def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problems) -> TRLPrompts | None:
