@@ -145,8 +145,8 @@ def test_avspos_allowed_keys_are_only_those_it_takes_and_acrs_are_pointed_to_acr
 def test_the_cores_tau_check_names_trls_argument():
     with pytest.raises(SettingsError, match=r"^acr.tau=5.0 is invalid: a group's scores within reward_range"):
         resolve_trl_settings("grpo", acr={"tau": 5})
-    with pytest.warns(UserWarning, match=r"^acr.tau=0.1 is 10% of reward_range"):
-        resolve_trl_settings("grpo", acr={"tau": 0.1})
+    with pytest.warns(UserWarning, match=r"^acr.tau=0.2 is 20% of reward_range"):
+        resolve_trl_settings("grpo", acr={"tau": 0.2})
 
 
 @pytest.mark.parametrize(

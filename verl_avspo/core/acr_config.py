@@ -151,14 +151,15 @@ def resolve_acr(
     return ACRConfig(tau=tau, reward_range=reward_range, alert=alert)
 
 
-# A tau from this fraction of the reward range's width up counts groups with clearly different scores as collapsed.
-TAU_WARN_FRACTION = 0.01
+# A tau above this fraction of the reward range's width counts groups with clearly different scores as collapsed
+# (0/1 rewards: a group of 128 with one success has a population std of 0.088).
+TAU_WARN_FRACTION = 0.1
 
 
 def _check_tau_scale(key: str, tau: float, reward_range: tuple[float, float]) -> None:
     """``tau`` against the reward range: refused from half its width up (no group of scores within the
     range has a population std above that, so every group would count as collapsed), with a warning
-    from :data:`TAU_WARN_FRACTION` of it (tau is a tolerance for equal scores, 1e-6 by default)."""
+    above :data:`TAU_WARN_FRACTION` of it (tau is a tolerance for equal scores, 1e-6 by default)."""
     low, high = reward_range
     width = high - low
     if tau >= width / 2:
@@ -169,7 +170,7 @@ def _check_tau_scale(key: str, tau: float, reward_range: tuple[float, float]) ->
             "so every group would count as collapsed; tau is the tolerance for equal scores (default 1e-6): set it "
             "far below the range's width, or set reward_range to your verifier's [low, high]",
         )
-    if tau >= TAU_WARN_FRACTION * width:
+    if tau > TAU_WARN_FRACTION * width:
         warnings.warn(
             f"{key}={tau} is {tau / width:.0%} of reward_range [{low}, {high}]: groups whose scores differ by up to "
             f"about {2 * tau:g} count as collapsed (no learning signal). tau is the tolerance for equal scores "
