@@ -1,14 +1,13 @@
-"""The TRL trainer (``verl_avspo.trl.trainer``) on what is known only once it trains: a reward function
-that returns something other than a number, or an infinite reward, stops the step naming the function
-and the value; a key column of an iterable dataset (not read at ``__init__``) that two prompts of a
-batch share, or that is None, stops the step naming the column; on ``train(resume_from_checkpoint=...)``,
-an ``avspo_state.pt`` that is torn, empty, text or a folder is refused with the core's ``RunStateError``
-(the file and the fix), and a checkpoint saved with another ``acr.tau`` or another ``prompts.key`` is
-refused before the first step, in the trainer's arguments; the core's warnings (scores outside the reward
-range) name the trainer's arguments, not verl's keys.
+"""The TRL trainer (``verl_avspo.trl.trainer``) on what is known only once it trains: a key column of
+an iterable dataset (not read at ``__init__``) that two prompts of a batch share, or that is None, stops
+the step naming the column; on ``train(resume_from_checkpoint=...)``, an ``avspo_state.pt`` that is
+torn, empty, text or a folder is refused with the core's ``RunStateError`` (the file and the fix), and a
+checkpoint saved with another ``acr.tau``, ``avspo.gap`` or ``prompts.key`` is refused before the first
+step, in the trainer's arguments; the core's warnings (scores outside the reward range) name the
+trainer's arguments, not verl's keys.
 
-Each test builds the harness's tiny random Qwen2 (``tests/e2e/trl_cpu``); a step costs about a second.
-The runs that check what the adapter computes are tests/e2e/test_trl_cpu_e2e.py.
+Each test trains the harness's tiny random Qwen2 (``tests/e2e/trl_cpu``, built once: conftest.py); a
+step costs about a second. The rewards' checks are tests/trl/test_rewards.py.
 """
 
 from __future__ import annotations
@@ -27,11 +26,6 @@ from verl_avspo.core.run_tracker import RunStateError  # noqa: E402
 from verl_avspo.trl import STATE_FILE, AVSPOGRPOTrainer  # noqa: E402
 
 ONE_STEP = {"max_steps": 1}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return TinyAssets.build(tmp_path_factory.mktemp("trl_tiny"), prompts=4)
 
 
 @pytest.fixture(scope="module")
@@ -60,29 +54,6 @@ def trainer_on(tiny: TinyAssets, output_dir: Path, dataset, config: dict, **sett
 
 def with_column(tiny: TinyAssets, **columns) -> Dataset:
     return Dataset.from_dict({**tiny.dataset().to_dict(), **columns})
-
-
-def test_a_reward_function_that_returns_strings_stops_the_step_naming_it(tiny, tmp_path):
-    def as_text(completions, **kwargs):
-        return ["1.0"] * len(completions)
-
-    trainer = make_trainer(tiny, tmp_path, reward_funcs=as_text, config=ONE_STEP)
-    with pytest.raises(TypeError, match=r"^reward function 'as_text' returned a str for completion 0 \('1.0'\): TRL"):
-        trainer.train()
-
-
-@pytest.mark.parametrize("estimator", ["avspo", "grpo"])
-def test_an_infinite_reward_stops_the_step_naming_the_function_and_the_value(tiny, tmp_path, estimator):
-    def unbounded(completions, **kwargs):
-        return [0.0, -float("inf")] + [1.0] * (len(completions) - 2)
-
-    trainer = make_trainer(tiny, tmp_path, reward_funcs=unbounded, config=ONE_STEP, estimator=estimator)
-    with pytest.raises(ValueError) as refused:
-        trainer.train()
-    assert str(refused.value).startswith(
-        "reward function 'unbounded' returned -inf for completion 1 of the generation batch (1 infinite reward(s) in "
-        "all): a completion's score must be finite."
-    )
 
 
 def test_an_iterable_datasets_key_that_two_prompts_share_stops_the_step(tiny, tmp_path):

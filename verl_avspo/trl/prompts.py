@@ -36,6 +36,7 @@ __all__ = [
     "TRLPrompts",
     "resolve_trl_prompts",
     "row_key",
+    "short_repr",
     "prompt_identity",
     "check_keys_identify_prompts",
     "group_keys",
@@ -70,7 +71,8 @@ def _indexable(dataset: Any) -> bool:
     return callable(getattr(dataset, "__getitem__", None)) and callable(getattr(dataset, "__len__", None))
 
 
-def _shown(value: Any, width: int = 80) -> str:
+def short_repr(value: Any, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters for a message."""
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -135,8 +137,8 @@ def check_keys_identify_prompts(
             value = (keys if shown is None else shown)[row]
             raise ValueError(
                 f"{PROMPTS_SECTION}.key={column!r} does not identify prompts: {where} rows {seen_row} and {row} "
-                f"have the same {column} {_shown(value)} but different prompts ({_shown(seen_prompt)} and "
-                f"{_shown(prompt)}), so their histories would merge and skipping would act on the wrong prompt. "
+                f"have the same {column} {short_repr(value)} but different prompts ({short_repr(seen_prompt)} and "
+                f"{short_repr(prompt)}), so their histories would merge and skipping would act on the wrong prompt. "
                 f"{KEY_FIX}"
             )
 
@@ -234,7 +236,7 @@ def row_key(row: Mapping[str, Any], column: str) -> int | str:
             f"a training row has no column {column!r} ({PROMPTS_SECTION}.key): its columns are {sorted(row)}. "
             f"Name the column that identifies a prompt in {PROMPTS_SECTION}.key."
         ) from None
-    problem = _value_problem(column, value, f"the training row {_shown(dict(row), 200)}")
+    problem = _value_problem(column, value, f"the training row {short_repr(dict(row), 200)}")
     if problem:
         raise ValueError(problem)
     return _key(value, column)

@@ -25,7 +25,8 @@ generation batch, on every process, with the rewards TRL gathered from all of th
 
 Whatever TRL would only fail on later, or not at all, is refused where it shows: a class with the mixin
 behind ``GRPOTrainer`` (which would train plain GRPO) when it is defined; a reward function's value
-that is no number, or is infinite, at the step, naming the function; a checkpoint saved with other
+that is no number, or is infinite, at the step, naming the function (:mod:`verl_avspo.trl.rewards`); a
+checkpoint saved with other
 ``acr=`` / ``avspo=`` values or another ``prompts.key`` when ``train(resume_from_checkpoint=...)``
 reads it, before the first step (an unreadable ``avspo_state.pt`` is the core's ``RunStateError``,
 naming the file).
@@ -38,12 +39,10 @@ them is refused at the first step.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import numbers
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -58,7 +57,6 @@ except ImportError as error:
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl.trainer.utils import is_async_callable
 
 from verl_avspo.core.acr_config import ACR_KEYS
 from verl_avspo.core.run_tracker import STATE_FILE, RunTracker
@@ -72,6 +70,7 @@ from verl_avspo.trl.prompts import (
     row_key,
     select_groups,
 )
+from verl_avspo.trl.rewards import check_finite, checked_reward_funcs
 from verl_avspo.trl.settings import ACR_SECTION, AVSPO_SECTION, TRL_ADVICE, resolve_trl_settings, trl_spelling
 
 __all__ = ["TESTED_TRL", "STATE_FILE", "ACRMixin", "AVSPOGRPOTrainer"]
@@ -120,44 +119,6 @@ def _trl_spelled_warnings() -> Iterator[None]:
         yield
     for warning in caught:
         warnings.warn(trl_spelling(str(warning.message)), warning.category, stacklevel=3)
-
-
-def _check_rewards(name: str, rewards: Any) -> None:
-    """TRL turns a reward function's list into a float tensor: anything but a number or None fails
-    there as "too many dimensions 'str'", naming nothing."""
-    for row, reward in enumerate(rewards):
-        if (
-            reward is None
-            or isinstance(reward, numbers.Real)
-            or (isinstance(reward, torch.Tensor) and reward.numel() == 1)
-        ):
-            continue
-        shown = repr(reward) if len(repr(reward)) <= 80 else repr(reward)[:77] + "..."
-        raise TypeError(
-            f"reward function {name!r} returned a {type(reward).__name__} for completion {row} ({shown}): TRL needs "
-            "one number per completion (None for a completion the function cannot score). Return float(...) of it."
-        )
-
-
-def _checked_reward_func(func: Callable, name: str) -> Callable:
-    """``func`` (sync or async, as TRL tells them apart) with its rewards checked by :func:`_check_rewards`."""
-    if is_async_callable(func):
-
-        @functools.wraps(func)
-        async def checked_async(*args: Any, **kwargs: Any) -> Any:
-            rewards = await func(*args, **kwargs)
-            _check_rewards(name, rewards)
-            return rewards
-
-        return checked_async
-
-    @functools.wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        rewards = func(*args, **kwargs)
-        _check_rewards(name, rewards)
-        return rewards
-
-    return checked
 
 
 class _TRLRunTracker(RunTracker):
@@ -246,25 +207,14 @@ class ACRMixin:
             prompt_skip=settings.prompts.skip,
             prompts_key=settings.prompts.key,
         )
-        self.reward_funcs = [
-            func if isinstance(func, torch.nn.Module) else _checked_reward_func(func, name)
-            for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
-        ]
+        self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         self._gathered_rewards: torch.Tensor | None = None
         self._stop_after_stall = _StopAfterStall()
         self.add_callback(self._stop_after_stall)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        infinite = torch.isinf(rewards_per_func).nonzero()
-        if len(infinite):  # TRL would train on NaN advantages; every process has the same gathered rewards
-            row, func = infinite[0].tolist()
-            raise ValueError(
-                f"reward function {self.reward_func_names[func]!r} returned {rewards_per_func[row, func].item()} for "
-                f"completion {row} of the generation batch ({len(infinite)} infinite reward(s) in all): a completion's "
-                "score must be finite. Return a finite number (e.g. the low end of acr.reward_range for an answer "
-                "the function rejects), or None for a completion it cannot score."
-            )
+        check_finite(rewards_per_func, self.reward_func_names)  # TRL would train on NaN advantages
         self._gathered_rewards = rewards_per_func
         return rewards_per_func
 
