@@ -1,7 +1,8 @@
 """The TRL adapter's prompt settings and skipping (``verl_avspo.trl.prompts``): what the trainer refuses at
 ``__init__`` about ``prompts=`` (with the other settings, before TRL loads the model; a key column that
 does not identify prompts: a boolean, a None, a value two prompts share), a row's prompt key (refused
-when None or a boolean), the check of a batch's keys against its prompts,
+when None or a boolean), the check of a batch's keys against its prompts (a bad key travels with the
+gather, so that every process refuses the batch),
 the check that a generation batch holds whole groups, the seeded refill stream, and how skipped groups are
 replaced (in place, from further candidates, the batch's own prompts not offered again, filled after a
 whole pass), the same on two trackers in the same state, as two processes are. No model is built here
@@ -26,9 +27,11 @@ from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
 from verl_avspo.core.validation import SettingsError  # noqa: E402
 from verl_avspo.trl import AVSPOGRPOTrainer, resolve_trl_settings  # noqa: E402
 from verl_avspo.trl.prompts import (  # noqa: E402
+    batch_keys,
     check_keys_identify_prompts,
     group_keys,
     refill_candidates,
+    row_entry,
     row_key,
     select_groups,
 )
@@ -227,3 +230,18 @@ def test_two_processes_with_the_same_tracker_state_replace_the_same_groups():
     assert choices[0] == choices[1] and choices[0]  # something was skipped and replaced
     first, second = (tracker.skipper.state_dict() for tracker in trackers)
     assert torch.equal(first["generator"], second["generator"])
+
+
+def test_a_bad_key_travels_with_the_gather_so_that_every_process_refuses_the_batch():
+    """Two processes' rows, gathered in order: each process computes its entries, every process reads all."""
+    first = [row_entry({"prompt": "1+1=", "id": 5}, "id") for _ in range(2)]
+    second = [row_entry({"prompt": "2+1=", "id": None}, "id"), row_entry({"prompt": "2+1="}, "id")]
+    assert first[0] == (5, prompt_key("1+1="), None)
+    with pytest.raises(ValueError, match=r"^prompts.key='id' is invalid: the training row .* has no value in it"):
+        batch_keys(first + second, "id")  # the first problem, on every process alike
+    shared = [row_entry({"prompt": "2+1=", "id": 5}, "id") for _ in range(2)]
+    with pytest.raises(ValueError, match=r"generation batch rows 0 and 2 have the same id 5 but different prompts"):
+        batch_keys(first + shared, "id")
+    assert batch_keys(first + [row_entry({"prompt": "2+1=", "id": 6}, "id")] * 2, "id") == [5, 5, 6, 6]
+    # The default key is the prompt's own hash: nothing else travels.
+    assert row_entry({"prompt": "1+1="}, "prompt") == (prompt_key("1+1="), None, None)

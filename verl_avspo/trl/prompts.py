@@ -37,8 +37,9 @@ __all__ = [
     "resolve_trl_prompts",
     "row_key",
     "short_repr",
-    "prompt_identity",
     "check_keys_identify_prompts",
+    "row_entry",
+    "batch_keys",
     "group_keys",
     "select_groups",
 ]
@@ -98,12 +99,6 @@ def _value_problem(column: str, value: Any, where: str) -> str | None:
             f"tells at most two prompts apart, so their histories would merge. {KEY_FIX}"
         )
     return None
-
-
-def prompt_identity(row: Mapping[str, Any]) -> str | None:
-    """The hash of a row's ``prompt`` (the default key), to compare with another column's key; None
-    without one."""
-    return prompt_key(row[DEFAULT_KEY]) if DEFAULT_KEY in row else None
 
 
 def _same_prompt(first: Any, second: Any) -> bool:
@@ -246,6 +241,33 @@ def _key(value: Any, column: str) -> int | str:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and column != DEFAULT_KEY:
         return int(value)
     return prompt_key(value)
+
+
+def row_entry(row: Mapping[str, Any], column: str) -> tuple[Any, str | None, str | None]:
+    """What a process contributes of one row to the gathered generation batch: the row's key, the hash of
+    its ``prompt`` (with a key column other than ``prompt``: :func:`batch_keys` compares them), and the
+    problem with its key, if any. The problem travels with the gather, so that every process refuses the
+    batch alike, where one raising alone would leave the others waiting in the gather."""
+    try:
+        key = row_key(row, column)
+    except (KeyError, ValueError) as error:
+        return None, None, error.args[0]
+    identity = prompt_key(row[DEFAULT_KEY]) if column != DEFAULT_KEY and DEFAULT_KEY in row else None
+    return key, identity, None
+
+
+def batch_keys(entries: Sequence[tuple[Any, str | None, str | None]], column: str) -> list:
+    """The gathered :func:`row_entry` of every row: their keys.
+
+    Raises:
+        ValueError: a row's key problem (the first), or a key two prompts of the batch share.
+    """
+    problems = [problem for _, _, problem in entries if problem is not None]
+    if problems:
+        raise ValueError(problems[0])
+    keys = [key for key, _, _ in entries]
+    check_keys_identify_prompts(column, keys, [identity for _, identity, _ in entries], "generation batch")
+    return keys
 
 
 def group_keys(row_keys: Sequence[Any], group_size: int) -> list[Any]:

@@ -61,12 +61,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from verl_avspo.core.acr_config import ACR_KEYS
 from verl_avspo.core.run_tracker import STATE_FILE, RunTracker
 from verl_avspo.trl.prompts import (
-    DEFAULT_KEY,
     PROMPTS_SECTION,
-    check_keys_identify_prompts,
+    batch_keys,
     group_keys,
-    prompt_identity,
     refill_candidates,
+    row_entry,
     row_key,
     select_groups,
 )
@@ -280,14 +279,10 @@ class ACRMixin:
         own gathered prompts (``_logs["prompt"]``) are no dataset identity (an environment appends its
         observation, a multimodal prompt holds its images), and the rows do not carry their index.
         A key column other than ``prompt`` travels with the hash of each row's prompt, so that a key
-        two prompts share is refused (an iterable dataset, which ``__init__`` could not read)."""
+        two prompts share is refused (an iterable dataset, which ``__init__`` could not read), and a
+        row's bad key with the gather, so that every process refuses it (:func:`~verl_avspo.trl.prompts.row_entry`)."""
         column = self.avspo_settings.prompts.key
-        if column == DEFAULT_KEY:
-            return gather_object([row_key(row, column) for row in inputs])
-        pairs = gather_object([(row_key(row, column), prompt_identity(row)) for row in inputs])
-        keys = [key for key, _ in pairs]
-        check_keys_identify_prompts(column, keys, [prompt for _, prompt in pairs], "generation batch")
-        return keys
+        return batch_keys(gather_object([row_entry(row, column) for row in inputs]), column)
 
     def _skip_prompts(self, inputs, keys: list) -> tuple[list, list]:
         """Before TRL generates: the skip rule's verdict on the batch's groups (the same on every
