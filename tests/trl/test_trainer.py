@@ -90,7 +90,7 @@ def test_an_unreadable_state_file_on_resume_names_the_file_and_the_fix(tiny, che
     trainer = make_trainer(tiny, tmp_path / "out", config={"max_steps": 2})
     with pytest.raises(RunStateError) as refused:
         trainer.train(resume_from_checkpoint=str(copy))
-    assert str(state) in str(refused.value)
+    assert str(state) in str(refused.value) and "resume from the previous checkpoint" in str(refused.value)
     assert trainer.state.global_step == 1  # refused before any step of the resumed run
 
 
