@@ -1,9 +1,12 @@
-"""The TRL adapter's settings (docs/trl.md): the estimator, AVSPO's and ACR's settings, and the
-``GRPOConfig`` options they cannot be combined with, all checked at once before TRL loads a model.
+"""The TRL adapter's settings (docs/trl.md): the estimator, AVSPO's and ACR's settings, the
+``GRPOConfig`` options they cannot be combined with and the ``GRPOConfig`` values TRL itself checks
+only at its first step, all checked at once before TRL loads a model; a warning for checkpoints that
+would fall inside a generation.
 
 Imports neither TRL nor transformers: ``GRPOConfig`` is read by attribute. AVSPO's and ACR's keys are
 validated by the core (``core.config``, ``core.acr_config``); a TRL user passes them as the trainer's
-``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY``.
+``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY``
+(:func:`trl_spelling` for the core's messages that name verl's sections).
 """
 
 from __future__ import annotations
