@@ -1,7 +1,8 @@
 """ACR's own settings (core.acr_config, algorithm.acr) and how verl's config.algorithm is read
 (core.config.resolve_run_settings): the old algorithm.avspo spellings warn with the new key, a
-conflict between both places is an error, AVSPO keys with another estimator are refused, and the
-seed is bounded as torch takes it."""
+conflict between both places is an error, AVSPO keys with another estimator are refused, a tau that
+is not small beside the reward range is refused (every group collapsed) or warned of, and the seed is
+bounded as torch takes it."""
 
 import warnings
 
@@ -51,6 +52,29 @@ def test_bad_acr_values_name_the_new_keys_all_at_once():
     assert len(error.value.problems) == 3
     assert all(p.startswith(("algorithm.acr.tau", "algorithm.acr.reward_range", "algorithm.acr.alert.window"))
                for p in error.value.problems)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tau", "reward_range", "limit"),
+    [(5.0, [0, 1], 0.5), (0.5, [0, 1], 0.5), (1.0, [-1, 1], 1.0), (20.0, [0, 10], 5.0)],
+)
+def test_a_tau_that_makes_every_group_collapsed_is_refused(tau, reward_range, limit):
+    with pytest.raises(SettingsError) as error:
+        resolve_acr({"tau": tau, "reward_range": reward_range})
+    (message,) = error.value.problems
+    assert message.startswith(f"algorithm.acr.tau={tau} is invalid: a group's scores within reward_range")
+    assert f"have a population std of at most {limit}, so every group would count as collapsed" in message
+
+
+def test_a_tau_not_small_beside_the_reward_range_is_warned_of_and_a_small_one_is_not():
+    with pytest.warns(UserWarning, match=r"^algorithm\.acr\.tau=0\.2 is 20% of reward_range \[0\.0, 1\.0\]: groups"):
+        assert resolve_acr({"tau": 0.2}).tau == 0.2
+    with pytest.warns(UserWarning, match=r"^algorithm\.acr\.tau=1\.5 is 15% of reward_range \[0\.0, 10\.0\]"):
+        resolve_acr({"tau": 1.5, "reward_range": [0, 10]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_acr({"tau": 0.1})  # a tenth of the range: still below the std of a 0/1 group of 64 with one success
+        resolve_acr({"tau": 1e-3, "reward_range": [0, 10]})
 
 
 def test_the_seed_is_bounded_as_torch_takes_it():

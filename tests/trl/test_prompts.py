@@ -1,5 +1,8 @@
 """The TRL adapter's prompt settings and skipping (``verl_avspo.trl.prompts``): what the trainer refuses at
-``__init__`` about ``prompts=`` (with the other settings, before TRL loads the model), a row's prompt key,
+``__init__`` about ``prompts=`` (with the other settings, before TRL loads the model; a key column that
+does not identify prompts: a boolean, a None, a value two prompts share), a row's prompt key (refused
+when None or a boolean), the check of a batch's keys against its prompts (a bad key travels with the
+gather, so that every process refuses the batch),
 the check that a generation batch holds whole groups, the seeded refill stream, and how skipped groups are
 replaced (in place, from further candidates, the batch's own prompts not offered again, filled after a
 whole pass), the same on two trackers in the same state, as two processes are. No model is built here
@@ -23,7 +26,15 @@ from verl_avspo.core.prompt_skip import PromptSkipConfig  # noqa: E402
 from verl_avspo.core.run_tracker import RunTracker  # noqa: E402
 from verl_avspo.core.validation import SettingsError  # noqa: E402
 from verl_avspo.trl import AVSPOGRPOTrainer, resolve_trl_settings  # noqa: E402
-from verl_avspo.trl.prompts import group_keys, refill_candidates, row_key, select_groups  # noqa: E402
+from verl_avspo.trl.prompts import (  # noqa: E402
+    batch_keys,
+    check_keys_identify_prompts,
+    group_keys,
+    refill_candidates,
+    row_entry,
+    row_key,
+    select_groups,
+)
 
 
 def config(tmp_path, **options):
@@ -92,9 +103,53 @@ def test_a_rows_key_is_an_integer_column_as_it_is_else_the_cores_hash():
     assert row_key({"prompt": "1+1="}, "prompt") == prompt_key("1+1=")
     assert row_key({"prompt": messages}, "prompt") == prompt_key(messages)
     assert row_key({"id": "gsm8k-12"}, "id") == prompt_key("gsm8k-12")
-    assert row_key({"flag": True}, "flag") == prompt_key(True)
     with pytest.raises(KeyError, match=r"a training row has no column 'index' \(prompts.key\)"):
         row_key({"prompt": "1+1="}, "index")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(None, "has no value in it (None)"), (True, "holds the boolean True"), (np.bool_(False), "the boolean False")],
+)
+def test_a_row_whose_key_is_none_or_a_boolean_is_refused_naming_the_column_and_the_row(value, problem):
+    with pytest.raises(ValueError) as refused:
+        row_key({"prompt": "1+1=", "id": value}, "id")
+    message = str(refused.value)
+    assert message.startswith(f"prompts.key='id' is invalid: the training row {{'prompt': '1+1=', 'id': {value!r}}}")
+    assert problem in message and "leave the key out for the hash of 'prompt'" in message
+
+
+@pytest.mark.parametrize(
+    ("columns", "key", "expected"),
+    [
+        # the issue's case: prompts sharing an answer
+        (
+            {"answer": ["2", "3", "2", "4"]},
+            "answer",
+            "training rows 0 and 2 have the same answer '2' but different prompts ('0+1=' and '2+1=')",
+        ),
+        ({"constant": [7, 7, 7, 7]}, "constant", "training rows 0 and 1 have the same constant 7"),
+        ({"flag": [True, False, True, False]}, "flag", "training row 0 holds the boolean True"),
+        ({"id": [0, 1, None, 3]}, "id", "training row 2 has no value in it (None)"),
+    ],
+)
+def test_a_key_column_that_does_not_identify_prompts_is_refused_at_init(columns, key, expected):
+    dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(4)], **columns})
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings("grpo", prompts={"key": key}, train_dataset=dataset)
+    (message,) = refused.value.problems
+    assert message.startswith(f"prompts.key={key!r}") and expected in message, message
+    assert "Name a column with one value per prompt in prompts.key" in message
+
+
+def test_a_key_shared_by_rows_of_one_prompt_is_fine_and_only_prompts_that_differ_are_refused():
+    dataset = Dataset.from_dict({"prompt": ["1+1=", "1+1=", "2+1="], "id": ["a", "a", "b"]})
+    assert resolve_trl_settings("grpo", prompts={"key": "id"}, train_dataset=dataset).prompts.key == "id"
+    messages = [[{"role": "user", "content": "1+1="}], [{"role": "user", "content": "2+1="}]]
+    check_keys_identify_prompts("id", [5, 6, 5], [*messages, messages[0]], "generation batch")  # chat prompts
+    check_keys_identify_prompts("id", [5, 5], [prompt_key("1+1="), None], "generation batch")  # None: unknown
+    with pytest.raises(ValueError, match=r"generation batch rows 0 and 2 have the same id 5 but different prompts"):
+        check_keys_identify_prompts("id", [5, 6, 5], [prompt_key("1+1="), "x", prompt_key("2+1=")], "generation batch")
 
 
 def test_a_batch_of_whole_groups_gives_one_key_per_group_and_a_mixed_group_is_refused():
@@ -175,3 +230,18 @@ def test_two_processes_with_the_same_tracker_state_replace_the_same_groups():
     assert choices[0] == choices[1] and choices[0]  # something was skipped and replaced
     first, second = (tracker.skipper.state_dict() for tracker in trackers)
     assert torch.equal(first["generator"], second["generator"])
+
+
+def test_a_bad_key_travels_with_the_gather_so_that_every_process_refuses_the_batch():
+    """Two processes' rows, gathered in order: each process computes its entries, every process reads all."""
+    first = [row_entry({"prompt": "1+1=", "id": 5}, "id") for _ in range(2)]
+    second = [row_entry({"prompt": "2+1=", "id": None}, "id"), row_entry({"prompt": "2+1="}, "id")]
+    assert first[0] == (5, prompt_key("1+1="), None)
+    with pytest.raises(ValueError, match=r"^prompts.key='id' is invalid: the training row .* has no value in it"):
+        batch_keys(first + second, "id")  # the first problem, on every process alike
+    shared = [row_entry({"prompt": "2+1=", "id": 5}, "id") for _ in range(2)]
+    with pytest.raises(ValueError, match=r"generation batch rows 0 and 2 have the same id 5 but different prompts"):
+        batch_keys(first + shared, "id")
+    assert batch_keys(first + [row_entry({"prompt": "2+1=", "id": 6}, "id")] * 2, "id") == [5, 5, 6, 6]
+    # The default key is the prompt's own hash: nothing else travels.
+    assert row_entry({"prompt": "1+1="}, "prompt") == (prompt_key("1+1="), None, None)

@@ -1,8 +1,11 @@
 """The TRL adapter's settings (``verl_avspo.trl.settings``) and what the trainer refuses at ``__init__``:
 every bad ``estimator`` / ``avspo`` / ``acr`` value and every ``GRPOConfig`` option AVSPO cannot stand
-in for, all in one message, before TRL loads the model; TRL's epsilon as AVSPO's default; the tested
-TRL range is the package's ``trl`` extra, and another TRL, or none, is told at import. No model is
-built here (the runs are tests/e2e/test_trl_cpu_e2e.py).
+in for, all in one message, before TRL loads the model; the ``GRPOConfig`` values TRL itself checks
+only at the first step; ``avspo``'s allowed keys without ACR's; the core's ``tau`` check in TRL's
+spelling; the warning for checkpoints inside a generation; a class with the mixin behind
+``GRPOTrainer``, refused when defined; TRL's epsilon as AVSPO's default; the tested TRL range is the
+package's ``trl`` extra, and another TRL, or none, is told at import. No model is built here (the
+runs are tests/trl/test_trainer.py and tests/e2e/test_trl_cpu_e2e.py).
 """
 
 import importlib
@@ -103,3 +106,81 @@ def test_without_trl_the_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
     with pytest.raises(ImportError, match=r"verl_avspo.trl needs TRL .*pip install 'verl-avspo\[trl\]'"):
         reimport_adapter(monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("scale_rewards", "grop", "allowed values are group, batch, none (did you mean 'group'?)"),
+        (
+            "loss_type",
+            "dapoo",
+            "allowed values are grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo (did you mean 'dapo'?)",
+        ),
+        ("multi_objective_aggregation", "sum_then_norm", "(did you mean 'sum_then_normalize'?)"),
+    ],
+)
+@pytest.mark.parametrize("estimator", ["avspo", "grpo"])
+def test_grpoconfig_values_trl_checks_only_at_the_first_step_are_refused_at_init(
+    tmp_path, estimator, option, value, expected
+):
+    args = config(tmp_path, **{option: value})  # GRPOConfig takes them
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings(estimator, args=args)
+    (message,) = refused.value.problems
+    assert message.startswith(f"GRPOConfig.{option}={value!r} is invalid: allowed values are ") and expected in message
+
+
+def test_avspos_allowed_keys_are_only_those_it_takes_and_acrs_are_pointed_to_acr():
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings("avspo", {"gapp": 0.2, "alert": {"window": 3}})
+    misplaced, unknown = sorted(refused.value.problems)
+    assert misplaced.startswith("avspo.alert={'window': 3} is ACR's setting, not AVSPO's: pass it as acr=")
+    assert unknown.startswith("avspo.gapp is not a setting. Did you mean avspo.gap? Allowed keys of avspo: preset, ")
+    allowed = unknown.split("Allowed keys of avspo: ")[1].split(". (")[0].split(", ")
+    assert "gap" in allowed and not {"tau", "reward_range", "alert"} & set(allowed)
+    assert unknown.endswith("(ACR's tau, reward_range and alert are acr=.)")
+
+
+def test_the_cores_tau_check_names_trls_argument():
+    with pytest.raises(SettingsError, match=r"^acr.tau=5.0 is invalid: a group's scores within reward_range"):
+        resolve_trl_settings("grpo", acr={"tau": 5})
+    with pytest.warns(UserWarning, match=r"^acr.tau=0.2 is 20% of reward_range"):
+        resolve_trl_settings("grpo", acr={"tau": 0.2})
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({"save_steps": 3, "steps_per_generation": 2}, "Set save_steps to a multiple of 2"),
+        ({"save_steps": 2, "steps_per_generation": 2, "num_iterations": 2}, "Set save_steps to a multiple of 4"),
+        ({"save_steps": 1, "gradient_accumulation_steps": 2, "steps_per_generation": 4}, "a multiple of 2"),
+        ({"save_steps": 4, "steps_per_generation": 2}, None),
+        ({"save_steps": 3, "steps_per_generation": 2, "save_strategy": "no"}, None),
+        ({"save_steps": 0.5, "steps_per_generation": 2}, None),  # a fraction of max_steps: not known yet
+    ],
+)
+def test_checkpoints_inside_a_generation_are_warned_of_at_init(tmp_path, options, warned, recwarn):
+    resolve_trl_settings("grpo", args=config(tmp_path, per_device_train_batch_size=8, **options))
+    messages = [str(warning.message) for warning in recwarn if "GRPOConfig.save_steps" in str(warning.message)]
+    if warned is None:
+        assert messages == []
+    else:
+        (message,) = messages
+        assert message.startswith(f"GRPOConfig.save_steps={options['save_steps']} (x gradient_accumulation_steps=")
+        assert "does not resume exactly" in message and warned in message
+
+
+def test_a_class_with_the_mixin_behind_grpotrainer_is_refused_when_defined():
+    from trl import GRPOTrainer
+
+    from verl_avspo.trl import ACRMixin
+
+    with pytest.raises(TypeError, match=r"class Wrong puts ACRMixin behind GRPOTrainer .* class Wrong\(ACRMixin, "):
+        type("Wrong", (GRPOTrainer, ACRMixin), {})
+    subclass = type("MyGRPOTrainer", (GRPOTrainer,), {})
+    with pytest.raises(TypeError, match=r"Put ACRMixin before GRPOTrainer"):
+        type("AlsoWrong", (subclass, ACRMixin), {})
+    # In front, with classes before it or between it and GRPOTrainer (the e2e harness's recorders): accepted.
+    before, between = type("Before", (), {}), type("Between", (), {})
+    type("Right", (before, ACRMixin, between, subclass), {})

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from verl_avspo.core.validation import Problems, choice, given_settings, integer, number, pair
+from verl_avspo.core.validation import Problems, choice, fail, given_settings, integer, number, pair
 
 __all__ = [
     "AlertConfig",
@@ -142,8 +142,39 @@ def resolve_acr(
     values = {**asdict(ACRConfig()), **given}
     tau = problems.check(number, f"{where.get('tau', section)}.tau", values["tau"], 0.0, math.inf, low_open=True)
     reward_range = problems.check(pair, f"{where.get('reward_range', section)}.reward_range", values["reward_range"])
+    if tau is not None and reward_range is not None:
+        problems.check(_check_tau_scale, f"{where.get('tau', section)}.tau", tau, reward_range)
     alert = values["alert"]
     if not isinstance(alert, AlertConfig):
         alert = problems.check(resolve_alert, alert, f"{where.get('alert', section)}.alert")
     problems.raise_any()
     return ACRConfig(tau=tau, reward_range=reward_range, alert=alert)
+
+
+# A tau above this fraction of the reward range's width counts groups with clearly different scores as collapsed
+# (0/1 rewards: a group of 128 with one success has a population std of 0.088).
+TAU_WARN_FRACTION = 0.1
+
+
+def _check_tau_scale(key: str, tau: float, reward_range: tuple[float, float]) -> None:
+    """``tau`` against the reward range: refused from half its width up (no group of scores within the
+    range has a population std above that, so every group would count as collapsed), with a warning
+    above :data:`TAU_WARN_FRACTION` of it (tau is a tolerance for equal scores, 1e-6 by default)."""
+    low, high = reward_range
+    width = high - low
+    if tau >= width / 2:
+        fail(
+            key,
+            tau,
+            f"a group's scores within reward_range [{low}, {high}] have a population std of at most {width / 2}, "
+            "so every group would count as collapsed; tau is the tolerance for equal scores (default 1e-6): set it "
+            "far below the range's width, or set reward_range to your verifier's [low, high]",
+        )
+    if tau > TAU_WARN_FRACTION * width:
+        warnings.warn(
+            f"{key}={tau} is {tau / width:.0%} of reward_range [{low}, {high}]: groups whose scores differ by up to "
+            f"about {2 * tau:g} count as collapsed (no learning signal). tau is the tolerance for equal scores "
+            "(default 1e-6); keep it far below the smallest reward difference your verifier gives.",
+            UserWarning,
+            stacklevel=4,  # resolve_acr's caller
+        )

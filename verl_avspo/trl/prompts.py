@@ -3,6 +3,9 @@
 The trainer's ``prompts=`` argument: ``key``, the dataset column that identifies a prompt across
 steps (TRL's ``prompt`` by default, hashed with the core's ``prompt_key``; an integer column such as
 ``index`` is used as it is), and ``skip``, the core's skip rule (``core.prompt_skip``, off by default).
+A key that does not identify prompts (a boolean, a missing value, one value shared by two prompts)
+would merge their histories, so it is refused: at ``__init__`` for a map-style training dataset (every
+row read), else at the step whose generation batch shows it.
 
 TRL draws a generation batch as whole groups: its ``RepeatSampler`` repeats each prompt
 ``num_generations`` times in a row and every process takes a contiguous slice of the same index
@@ -33,6 +36,10 @@ __all__ = [
     "TRLPrompts",
     "resolve_trl_prompts",
     "row_key",
+    "short_repr",
+    "check_keys_identify_prompts",
+    "row_entry",
+    "batch_keys",
     "group_keys",
     "select_groups",
 ]
@@ -65,6 +72,102 @@ def _indexable(dataset: Any) -> bool:
     return callable(getattr(dataset, "__getitem__", None)) and callable(getattr(dataset, "__len__", None))
 
 
+def short_repr(value: Any, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters for a message."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# How to key prompts when a column does not identify them.
+KEY_FIX = (
+    f"Name a column with one value per prompt in {PROMPTS_SECTION}.key (a row index: "
+    "dataset.map(lambda row, i: {'index': i}, with_indices=True)), or leave the key out for the hash of "
+    f"'{DEFAULT_KEY}'."
+)
+
+
+def _value_problem(column: str, value: Any, where: str) -> str | None:
+    """Why ``value`` of the key column cannot identify a prompt (None if it can)."""
+    if value is None:
+        return (
+            f"{PROMPTS_SECTION}.key={column!r} is invalid: {where} has no value in it (None), so its prompt has no "
+            f"identity. Fill the column for every row, or: {KEY_FIX}"
+        )
+    if isinstance(value, (bool, np.bool_)):
+        return (
+            f"{PROMPTS_SECTION}.key={column!r} is invalid: {where} holds the boolean {bool(value)}, and a boolean "
+            f"tells at most two prompts apart, so their histories would merge. {KEY_FIX}"
+        )
+    return None
+
+
+def _same_prompt(first: Any, second: Any) -> bool:
+    """Whether two prompts (texts, chat messages or hashes) are one: by value, as their hash sees them."""
+    try:
+        return bool(first == second)
+    except (TypeError, ValueError):  # arrays: compared as the hash sees them
+        return prompt_key(first) == prompt_key(second)
+
+
+def check_keys_identify_prompts(
+    column: str, keys: Sequence[Any], prompts: Sequence[Any], where: str, shown: Sequence[Any] | None = None
+) -> None:
+    """Refuse a key (:func:`row_key`) that two different prompts share (``prompts``: the rows' prompts,
+    text or chat messages, or their hashes; None where unknown): the per-prompt history would merge
+    them, and skipping would act on the wrong one. ``shown``: the column's values as the message shows
+    them (default: the keys).
+
+    Raises:
+        ValueError: naming the column, the value, both rows and their prompts, and the fix.
+    """
+    if len(set(keys)) == len(keys):  # no key repeats (a row index): nothing to compare
+        return
+    first: dict[Any, int] = {}
+    for row, (key, prompt) in enumerate(zip(keys, prompts, strict=True)):
+        if prompt is None:
+            continue
+        seen_row = first.setdefault(key, row)
+        seen_prompt = prompts[seen_row]
+        if seen_row != row and not _same_prompt(seen_prompt, prompt):
+            value = (keys if shown is None else shown)[row]
+            raise ValueError(
+                f"{PROMPTS_SECTION}.key={column!r} does not identify prompts: {where} rows {seen_row} and {row} "
+                f"have the same {column} {short_repr(value)} but different prompts ({short_repr(seen_prompt)} and "
+                f"{short_repr(prompt)}), so their histories would merge and skipping would act on the wrong prompt. "
+                f"{KEY_FIX}"
+            )
+
+
+def _read_column(dataset: Any, name: str) -> list:
+    """A whole column of a map-style dataset (a ``datasets.Dataset`` in one Arrow read: its column
+    object, read row by row, takes seconds per 100k rows)."""
+    if callable(getattr(dataset, "select_columns", None)):
+        return dataset.select_columns([name]).with_format(None)[:][name]
+    return [dataset[row][name] for row in range(len(dataset))]
+
+
+def _check_key_column(dataset: Any, column: str, problems: Problems) -> None:
+    """Every row of a map-style training dataset: the key column holds no None and no boolean, and no
+    value of it is shared by two different prompts (read once, at ``__init__``; the prompts only when
+    some value repeats)."""
+    values = _read_column(dataset, column)
+    for row, value in enumerate(values):
+        problem = _value_problem(column, value, f"training row {row}")
+        if problem:
+            problems.messages.append(problem)
+            return
+    if column == DEFAULT_KEY or DEFAULT_KEY not in (_column_names(dataset) or ()):
+        return
+    try:
+        repeats = len(set(values)) < len(values)
+    except TypeError:  # unhashable values (lists): compared by their keys
+        repeats = True
+    if repeats:
+        keys = [_key(value, column) for value in values]
+        prompts = _read_column(dataset, DEFAULT_KEY)
+        problems.check(check_keys_identify_prompts, column, keys, prompts, "training", values)
+
+
 def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problems) -> TRLPrompts | None:
     """Validate the trainer's ``prompts=`` against its ``GRPOConfig`` and training dataset; problems
     are added to ``problems`` (the trainer reports every bad setting at once)."""
@@ -87,6 +190,8 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
             f"{PROMPTS_SECTION}.key={key!r} is invalid: the training dataset has no such column (it has "
             f"{', '.join(columns)}). Name one of them, or leave the key out for the hash of '{DEFAULT_KEY}'."
         )
+    elif key is not None and columns is not None and _indexable(dataset):
+        _check_key_column(dataset, key, problems)
     if key is None:
         key = DEFAULT_KEY if columns is None or DEFAULT_KEY in columns else None
     remove_unused = bool(getattr(args, "remove_unused_columns", False))
@@ -113,7 +218,12 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
 
 def row_key(row: Mapping[str, Any], column: str) -> int | str:
     """A dataset row's prompt key: an integer column's value as it is, anything else (the prompt's text
-    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash."""
+    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash.
+
+    Raises:
+        KeyError: the row has no such column.
+        ValueError: its value is None or a boolean (no prompt identity), naming the column and the row.
+    """
     try:
         value = row[column]
     except KeyError:
@@ -121,9 +231,43 @@ def row_key(row: Mapping[str, Any], column: str) -> int | str:
             f"a training row has no column {column!r} ({PROMPTS_SECTION}.key): its columns are {sorted(row)}. "
             f"Name the column that identifies a prompt in {PROMPTS_SECTION}.key."
         ) from None
+    problem = _value_problem(column, value, f"the training row {short_repr(dict(row), 200)}")
+    if problem:
+        raise ValueError(problem)
+    return _key(value, column)
+
+
+def _key(value: Any, column: str) -> int | str:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and column != DEFAULT_KEY:
         return int(value)
     return prompt_key(value)
+
+
+def row_entry(row: Mapping[str, Any], column: str) -> tuple[Any, str | None, str | None]:
+    """What a process contributes of one row to the gathered generation batch: the row's key, the hash of
+    its ``prompt`` (with a key column other than ``prompt``: :func:`batch_keys` compares them), and the
+    problem with its key, if any. The problem travels with the gather, so that every process refuses the
+    batch alike, where one raising alone would leave the others waiting in the gather."""
+    try:
+        key = row_key(row, column)
+    except (KeyError, ValueError) as error:
+        return None, None, error.args[0]
+    identity = prompt_key(row[DEFAULT_KEY]) if column != DEFAULT_KEY and DEFAULT_KEY in row else None
+    return key, identity, None
+
+
+def batch_keys(entries: Sequence[tuple[Any, str | None, str | None]], column: str) -> list:
+    """The gathered :func:`row_entry` of every row: their keys.
+
+    Raises:
+        ValueError: a row's key problem (the first), or a key two prompts of the batch share.
+    """
+    problems = [problem for _, _, problem in entries if problem is not None]
+    if problems:
+        raise ValueError(problems[0])
+    keys = [key for key, _, _ in entries]
+    check_keys_identify_prompts(column, keys, [identity for _, identity, _ in entries], "generation batch")
+    return keys
 
 
 def group_keys(row_keys: Sequence[Any], group_size: int) -> list[Any]:

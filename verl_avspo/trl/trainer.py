@@ -23,6 +23,14 @@ generation batch, on every process, with the rewards TRL gathered from all of th
 - ``acr.alert.action='stop'``: the stalled step is checkpointed and training ends through TRL's
   ``TrainerControl``.
 
+Whatever TRL would only fail on later, or not at all, is refused where it shows: a class with the mixin
+behind ``GRPOTrainer`` (which would train plain GRPO) when it is defined; a reward function's value
+that is no number, or is infinite, at the step, naming the function (:mod:`verl_avspo.trl.rewards`); a
+checkpoint saved with other
+``acr=`` / ``avspo=`` values or another ``prompts.key`` when ``train(resume_from_checkpoint=...)``
+reads it, before the first step (an unreadable ``avspo_state.pt`` is the core's ``RunStateError``,
+naming the file).
+
 The hooks are TRL's private methods (TRL has no advantage hook: huggingface/trl#4525); a TRL outside
 :data:`TESTED_TRL` gets a warning, and one that no longer gathers the rewards where this adapter reads
 them is refused at the first step.
@@ -30,9 +38,11 @@ them is refused at the first step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,9 +58,19 @@ from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from verl_avspo.core.acr_config import ACR_KEYS
 from verl_avspo.core.run_tracker import STATE_FILE, RunTracker
-from verl_avspo.trl.prompts import group_keys, refill_candidates, row_key, select_groups
-from verl_avspo.trl.settings import ACR_SECTION, TRL_ADVICE, resolve_trl_settings
+from verl_avspo.trl.prompts import (
+    PROMPTS_SECTION,
+    batch_keys,
+    group_keys,
+    refill_candidates,
+    row_entry,
+    row_key,
+    select_groups,
+)
+from verl_avspo.trl.rewards import check_finite, checked_reward_funcs
+from verl_avspo.trl.settings import ACR_SECTION, AVSPO_SECTION, TRL_ADVICE, resolve_trl_settings, trl_spelling
 
 __all__ = ["TESTED_TRL", "STATE_FILE", "ACRMixin", "AVSPOGRPOTrainer"]
 
@@ -89,6 +109,52 @@ class _StopAfterStall(TrainerCallback):
         return control
 
 
+@contextlib.contextmanager
+def _trl_spelled_warnings() -> Iterator[None]:
+    """The core's warnings, re-issued with the trainer's spelling of the settings (``acr.reward_range``,
+    not verl's ``algorithm.acr.reward_range``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        warnings.warn(trl_spelling(str(warning.message)), warning.category, stacklevel=3)
+
+
+class _TRLRunTracker(RunTracker):
+    """The run tracker, whose saved state also names the dataset column its per-prompt history is keyed by,
+    and whose resume refuses, in the trainer's arguments, a checkpoint saved with other settings."""
+
+    def __init__(self, *args: Any, prompts_key: str | None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.prompts_key = prompts_key
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "trl_prompts_key": self.prompts_key}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        problems = []
+        saved_controller = state.get("controller") or {}
+        if self.controller is not None and saved_controller.get("config") is not None:
+            saved, current = saved_controller["config"], self.controller.state_dict()["config"]
+            for key in sorted(k for k in current if saved.get(k) != current[k]):
+                section = ACR_SECTION if key in ACR_KEYS else AVSPO_SECTION
+                problems.append(f"{section}.{key}={saved.get(key)!r} in the checkpoint, {current[key]!r} here")
+        history = state.get("prompt_history") or {}
+        saved_key = state.get("trl_prompts_key", self.prompts_key)
+        if history.get("key_kind") is not None and saved_key != self.prompts_key:
+            problems.append(
+                f"{PROMPTS_SECTION}.key={saved_key!r} keyed the checkpoint's per-prompt history, "
+                f"{self.prompts_key!r} here (no prompt would match)"
+            )
+        if problems:
+            raise ValueError(
+                f"the checkpoint's {STATE_FILE} was saved with other settings: {'; '.join(problems)}. Resume with "
+                f"the checkpoint's values (the trainer's {ACR_SECTION}=, {AVSPO_SECTION}= and {PROMPTS_SECTION}= "
+                "arguments), or start a fresh run (train() without resume_from_checkpoint)."
+            )
+        super().load_state_dict(state)
+
+
 class ACRMixin:
     """ACR metrics, the stall alert and (``estimator='avspo'``) AVSPO's advantages for a ``GRPOTrainer``.
 
@@ -105,7 +171,18 @@ class ACRMixin:
     Raises:
         SettingsError: at ``__init__``, before TRL loads the model, every bad setting and every
             ``GRPOConfig`` option the estimator does not support, each with its fix.
+        TypeError: when a class puts the mixin behind ``GRPOTrainer`` (its methods would never run).
     """
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        order = cls.__mro__
+        if GRPOTrainer in order and order.index(GRPOTrainer) < order.index(ACRMixin):
+            raise TypeError(
+                f"class {cls.__name__} puts ACRMixin behind GRPOTrainer in its bases, so GRPOTrainer's methods run "
+                "instead of the mixin's (plain GRPO: no acr/* metrics, no AVSPO, no avspo= argument). Put ACRMixin "
+                f"before GRPOTrainer: class {cls.__name__}(ACRMixin, GRPOTrainer), or (ACRMixin, MyGRPOTrainer)."
+            )
 
     def __init__(
         self,
@@ -121,19 +198,22 @@ class ACRMixin:
         self.avspo_settings = resolve_trl_settings(estimator, avspo, acr, grpo_config, prompts, train_dataset)
         super().__init__(*args, **kwargs)
         settings = self.avspo_settings
-        self.tracker = RunTracker(
+        self.tracker = _TRLRunTracker(
             settings.acr,
             settings.avspo,
             rule_setting=f"{ACR_SECTION}.alert.rule",
             advice=TRL_ADVICE,
             prompt_skip=settings.prompts.skip,
+            prompts_key=settings.prompts.key,
         )
+        self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         self._gathered_rewards: torch.Tensor | None = None
         self._stop_after_stall = _StopAfterStall()
         self.add_callback(self._stop_after_stall)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        check_finite(rewards_per_func, self.reward_func_names)  # TRL would train on NaN advantages
         self._gathered_rewards = rewards_per_func
         return rewards_per_func
 
@@ -197,9 +277,12 @@ class ACRMixin:
         """The prompt key of every row of the generation batch, in TRL's order (every process's rows,
         process by process, as TRL gathers the rewards). One ``gather_object`` of the small keys: TRL's
         own gathered prompts (``_logs["prompt"]``) are no dataset identity (an environment appends its
-        observation, a multimodal prompt holds its images), and the rows do not carry their index."""
+        observation, a multimodal prompt holds its images), and the rows do not carry their index.
+        A key column other than ``prompt`` travels with the hash of each row's prompt, so that a key
+        two prompts share is refused (an iterable dataset, which ``__init__`` could not read), and a
+        row's bad key with the gather, so that every process refuses it (:func:`~verl_avspo.trl.prompts.row_entry`)."""
         column = self.avspo_settings.prompts.key
-        return gather_object([row_key(row, column) for row in inputs])
+        return batch_keys(gather_object([row_entry(row, column) for row in inputs]), column)
 
     def _skip_prompts(self, inputs, keys: list) -> tuple[list, list]:
         """Before TRL generates: the skip rule's verdict on the batch's groups (the same on every
@@ -231,9 +314,10 @@ class ACRMixin:
         """(num_rows,) AVSPO advantages of the gathered batch: 0 for unscorable rows and for groups left
         with one scorable row (no baseline: TRL's NaN std gives them 0 too)."""
         kept = scores[scorable].unsqueeze(1)
-        output = self.tracker.avspo_advantages(
-            kept, torch.ones_like(kept), index, norm_adv_by_std=self.avspo_settings.norm_adv_by_std
-        )
+        with _trl_spelled_warnings():  # scores outside acr.reward_range
+            output = self.tracker.avspo_advantages(
+                kept, torch.ones_like(kept), index, norm_adv_by_std=self.avspo_settings.norm_adv_by_std
+            )
         alone = output.stats.count[output.stats.ids] < 2
         advantages = torch.zeros_like(scores)
         advantages[scorable] = output.scalar_advantages.masked_fill(alone, 0.0).to(scores.dtype)
