@@ -2,7 +2,7 @@
 without the classes named or with the history's columns, matched by the key the run used
 (``extra_info.index``, or the hash of the prompt messages). What it refuses, each with the fix: a bad
 state file (torn, empty, text, a folder, a newer release, an OpenRLHF checkpoint without our state), a
-parquet whose index repeats or a JSON file, and an ``--out`` it cannot or must not write (checked
+parquet whose index is shared by different prompts or a JSON file, and an ``--out`` it cannot or must not write (checked
 before the listing; an existing file is replaced only with ``--force``, and a failed write leaves it
 whole). Its run on a real run's checkpoint is in tests/e2e/test_verl_cpu_e2e.py."""
 
@@ -191,7 +191,11 @@ def test_an_openrlhf_checkpoint_is_read_from_its_client_states(tmp_path, capsys)
     """OpenRLHF keeps the state among DeepSpeed's client states (pickled objects of its own beside it)."""
     folder = tmp_path / "_actor" / "global_step4"
     folder.mkdir(parents=True)
-    states = {"module": None, "args": argparse.Namespace(lr=1e-6), STATE_KEY: {"version": 3, "prompt_history": history().state_dict()}}
+    states = {
+        "module": None,
+        "args": argparse.Namespace(lr=1e-6),
+        STATE_KEY: {"version": 3, "prompt_history": history().state_dict()},
+    }
     torch.save(states, folder / CLIENT_STATES_FILE)
     assert main(["prompts", str(tmp_path)]) == 0
     assert f"global_step4/{CLIENT_STATES_FILE} (step 4, 4 prompts seen" in capsys.readouterr().out
@@ -202,18 +206,22 @@ def test_an_openrlhf_checkpoint_is_read_from_its_client_states(tmp_path, capsys)
     )
 
 
-def test_a_parquet_whose_index_repeats_is_refused_naming_the_values_and_the_fix(tmp_path, capsys):
+def test_an_index_shared_by_different_prompts_is_refused_naming_the_values_and_the_fix(tmp_path, capsys):
     """Every row used to be matched to one prompt's history ("8 rows matched a visited prompt")."""
     run = save_run(tmp_path / "ckpt", history())
-    data = tmp_path / "train.parquet"
-    pq.write_table(
-        pa.table({"prompt": [messages(i) for i in range(8)], "extra_info": [{"index": 1}] * 7 + [{"index": 0}]}), data
-    )
-    out = tmp_path / "kept.parquet"
-    assert main(["prompts", str(run), "--data", str(data), "--drop", "never_solved", "--out", str(out)]) == 1
+    data, out = tmp_path / "train.parquet", tmp_path / "kept.parquet"
+    rows = {"prompt": [messages(i) for i in range(8)], "extra_info": [{"index": 1}] * 7 + [{"index": 0}]}
+    pq.write_table(pa.table(rows), data)
+    args = ["prompts", str(run), "--data", str(data), "--drop", "never_solved", "--out", str(out)]
+    assert main(args) == 1
     err = capsys.readouterr().err
-    assert "extra_info.index of" in err and "repeats (1)" in err
+    assert f"extra_info.index of {data} gives one value to different prompts (1)" in err
     assert "give the parquet the run trained on, or --index-column" in err and not out.exists()
+    # One prompt listed twice under its own index is one prompt: both rows take its history.
+    rows = {"prompt": [messages(1), messages(0), messages(1)], "extra_info": [{"index": 1}, {"index": 0}, {"index": 1}]}
+    pq.write_table(pa.table(rows), data)
+    assert main([*args[:-4], "--annotate", "--out", str(out)]) == 0
+    assert pq.read_table(out).column("prompt_class").to_pylist() == ["never_solved", "always_solved", "never_solved"]
 
 
 def test_a_json_file_is_refused_with_how_to_convert_it(tmp_path, capsys):

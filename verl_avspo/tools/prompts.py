@@ -179,11 +179,14 @@ def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str, inde
                 "matched to the run's history: give the parquet the run trained on"
             )
         keys = [int(value) for value in values]
-        repeated = [key for key, count in Counter(keys).items() if count > 1]
-        if repeated:
-            shown = ", ".join(map(str, repeated[:5])) + (f" and {len(repeated) - 5} more" if len(repeated) > 5 else "")
+        shared = _shared_keys(table, keys, prompt_column)
+        if shared:
+            shown = ", ".join(map(str, shared[:5])) + (f" and {len(shared) - 5} more" if len(shared) > 5 else "")
+            which = (
+                "different prompts" if prompt_column in table.column_names else f"rows (no {prompt_column!r} column)"
+            )
             raise PromptsError(
-                f"{index_column} of {name} repeats ({shown}), so rows of different prompts would take one prompt's "
+                f"{index_column} of {name} gives one value to {which} ({shown}), so they would take one prompt's "
                 "history. The run keyed each prompt by its own index (verl refuses algorithm.prompts.key=index on "
                 "train files whose extra_info.index repeats, and key=auto keys such files by raw_prompt): give the "
                 "parquet the run trained on, or --index-column the column the run was keyed by"
@@ -196,6 +199,23 @@ def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str, inde
             f"{', '.join(table.column_names)}"
         )
     return [prompt_key(value) for value in table.column(prompt_column).to_pylist()]
+
+
+def _shared_keys(table: pa.Table, keys: list[int], prompt_column: str) -> list[int]:
+    """The keys that rows of different prompts share (a prompt listed twice under its one key is fine);
+    without ``prompt_column``, every repeated key."""
+    repeated = {key for key, count in Counter(keys).items() if count > 1}
+    if not repeated or prompt_column not in table.column_names:
+        return sorted(repeated)
+    rows = [row for row, key in enumerate(keys) if key in repeated]
+    prompts = table.column(prompt_column).take(pa.array(rows)).to_pylist()
+    first: dict[int, str] = {}
+    shared = set()
+    for row, prompt in zip(rows, prompts, strict=True):
+        key, hashed = keys[row], prompt_key(prompt)
+        if first.setdefault(key, hashed) != hashed:
+            shared.add(key)
+    return sorted(shared)
 
 
 def select_rows(saved: SavedHistory, table: pa.Table, keys: list) -> pd.DataFrame:
