@@ -3,7 +3,8 @@
 ``RayPPOTrainer.__init__`` needs a tokenizer, datasets and GPU worker classes, so the trainer is
 created with ``__new__`` and given only what the tested methods read; the FSDP actor worker group
 (GPU) is a recorder (``helpers.RecordingWorkerGroup``). The batch goes through verl's real
-``compute_advantage``. A state save that fails (a full disk) names the file, the key and the fix.
+``compute_advantage``. A state save that fails (a full disk) names the file, the key and the fix, and so does a resume
+from a torn state.
 """
 
 import errno
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from verl_avspo.core.files import FileWriteError
+from verl_avspo.core.run_tracker import RunStateError
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
@@ -128,3 +130,12 @@ def test_a_full_disk_in_the_state_save_names_the_file_and_the_fix_and_tears_noth
     assert caught.value.errno == errno.ENOSPC
     assert list((tmp_path / "global_step_1").iterdir()) == []  # no torn state
     assert trainer.actor_rollout_wg.saved == [] and not (tmp_path / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_a_torn_state_from_an_earlier_release_stops_the_resume_naming_the_file_and_the_fix(tmp_path):
+    (tmp_path / "global_step_2").mkdir()
+    (tmp_path / "global_step_2" / STATE_FILE).write_bytes(b"")  # what a full disk left in place
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    trainer = legacy_trainer(f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto")
+    with pytest.raises(RunStateError, match=r"global_step_2/avspo_state.pt is empty .* resume from the previous"):
+        trainer._load_checkpoint()
