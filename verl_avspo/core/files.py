@@ -5,7 +5,8 @@ A file is written to a temporary name beside its target and renamed into place o
 (``os.replace`` is atomic on one file system), so a write that fails or is killed leaves the old file,
 or nothing, never a torn one. A target that exists and is not a regular file (a folder, ``/dev/full``)
 is refused rather than renamed over, and an existing file is replaced only when the caller says so.
-Every failure names the path, what the system said and what to do.
+``check_target`` (a file) and ``check_folder`` (a folder made on first use) refuse, before any work,
+what cannot be written. Every failure names the path, what the system said and what to do.
 """
 
 from __future__ import annotations

@@ -111,8 +111,9 @@ DRY_RUN_LIMITS = (
 
 
 def _checked(config: DictConfig, *, connect: bool) -> tuple[CheckedConfig, list[str]]:
-    """The preflight checks and the resource checks, with every problem of both in one error, and
-    each of their warnings logged once. Returns the checked settings and what could not be checked."""
+    """The preflight checks, the resource checks and the checkpoint folder's, with every problem of all
+    in one error, and each of their warnings logged once. Returns the checked settings and what could
+    not be checked."""
     problems, not_checked = resource_problems(config, connect=connect)
     folder_problems, folder_warnings = checkpoint_folder_problems(config)
     problems += folder_problems
