@@ -1,7 +1,9 @@
 """Writing files without loss or tearing (core.files): the target replaced only once the write is whole,
 the old file kept on failure, folders and devices never renamed over, an existing file replaced only when
-asked, failures naming the path; and the run state written that way and read with a message naming the
-file and the fix when it is torn, empty, a folder or not a state (core.run_tracker.read_state)."""
+asked, failures naming the path; a target or a folder checked before any work (a probe file made and
+removed, so a read-only mount or /proc is told even to root); and the run state written that way and
+read with a message naming the file and the fix when it is torn, empty, a folder, not a state or of a
+newer release (core.run_tracker.read_state)."""
 
 import errno
 import os
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from verl_avspo.core.acr_config import ACRConfig
-from verl_avspo.core.files import FileWriteError, atomic_write, check_target, write_text
+from verl_avspo.core.files import FileWriteError, atomic_write, check_folder, check_target, write_text
 from verl_avspo.core.run_tracker import STATE_FILE, RunStateError, RunTracker, read_state
 
 
@@ -88,3 +90,30 @@ def test_the_run_state_round_trips_and_a_bad_one_is_named_with_the_fix(tmp_path)
     torch.save([1, 2], tmp_path / "list.pt")
     with pytest.raises(RunStateError, match="holds a list"):
         read_state(tmp_path / "list.pt")
+    torch.save({"version": 99}, tmp_path / "newer.pt")
+    with pytest.raises(RunStateError, match=r"newer.pt: the run state has version 99, .* upgrade verl-avspo"):
+        read_state(tmp_path / "newer.pt")
+
+
+def test_check_folder_takes_a_folder_to_be_made_and_refuses_one_under_a_file_or_unwritable(tmp_path, monkeypatch):
+    assert check_folder(tmp_path / "runs" / "a") == tmp_path  # made on first use: its nearest existing ancestor
+    assert check_folder(tmp_path) == tmp_path
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(FileWriteError, match=rf"cannot write {tmp_path}/a_file/ckpt: a part of the path is a file"):
+        check_folder(tmp_path / "a_file" / "ckpt")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("verl_avspo.core.files.tempfile.mkstemp", read_only)
+    with pytest.raises(FileWriteError, match="the file system is read-only: write elsewhere"):
+        check_folder(tmp_path / "runs")
+    with pytest.raises(FileWriteError, match="the file system is read-only"):
+        check_target(tmp_path / "out.parquet")
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"]  # the probes left nothing
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_a_folder_that_takes_no_new_file_is_named(tmp_path):
+    with pytest.raises(FileWriteError, match="cannot write /proc/out.parquet: /proc takes no new files"):
+        check_target("/proc/out.parquet")

@@ -102,8 +102,14 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--seeds", "0"])
     with pytest.raises(SystemExit, match=r"--seed-start=-1 is invalid"):
         main(["sandbox", "--seed-start", "-1"])
-    with pytest.raises(SystemExit, match=r"max_gen_batches=0 is invalid: dapo_resample needs a cap .* use 10"):
+    with pytest.raises(SystemExit, match=r"max-gen-batches=0 is invalid: dapo_resample draws batches .* use 10"):
         main(["sandbox", "--estimators", "dapo_resample", "--max-gen-batches", "0"])
+    # The estimator the user gave is named, not dapo_resample.
+    with pytest.raises(SystemExit, match=r"--max-gen-batches=0 is invalid: grpo\+skip draws batches of") as refused:
+        main(["sandbox", "--estimators", "grpo,grpo+skip", "--max-gen-batches", "0"])
+    assert "dapo_resample" not in str(refused.value)
+    with pytest.raises(SystemExit, match=r"--max-gen-batches=-1 is invalid: it caps .* \(none given here\); leave it"):
+        main(["sandbox", "--estimators", "grpo", "--max-gen-batches", "-1"])
     with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
         main(["sandbox", "--temperature", "0"])
 
@@ -114,13 +120,17 @@ def test_cli_refuses_unwritable_folders_before_creating_any(tmp_path, monkeypatc
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("the warm-up must not start"))
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    with pytest.raises(SystemExit, match=r"--out .*a_file/sandbox cannot be written .*for example --out runs/sandbox"):
+    with pytest.raises(
+        SystemExit, match=r"--out: cannot write .*a_file/sandbox: a part of the path is a file.*--out runs/sandbox"
+    ):
         main(["sandbox", "--out", str(blocker / "sandbox"), "--cache-dir", str(tmp_path / "cache")])
     # A bad --cache-dir is refused before --out is created, and both bad folders are named at once.
-    with pytest.raises(SystemExit, match=r"--cache-dir .*a_file/cache cannot be written"):
+    with pytest.raises(SystemExit, match=r"--cache-dir: cannot write .*a_file/cache: "):
         main(["sandbox", "--out", str(tmp_path / "new" / "out"), "--cache-dir", str(blocker / "cache")])
     assert not (tmp_path / "new").exists()
-    with pytest.raises(SystemExit, match=r"(?s)--out .*a_file/out cannot be written.*\n.*--cache-dir .*a_file/cache"):
+    with pytest.raises(
+        SystemExit, match=r"(?s)--out: cannot write .*a_file/out: .*\n.*--cache-dir: cannot write .*a_file/cache"
+    ):
         main(["sandbox", "--out", str(blocker / "out"), "--cache-dir", str(blocker / "cache")])
 
 

@@ -1,7 +1,14 @@
 """``verl-avspo prompts``: a run state's per-prompt history by class, and a verl parquet written
 without the classes named or with the history's columns, matched by the key the run used
-(``extra_info.index``, or the hash of the prompt messages). Its run on a real run's checkpoint is in
-tests/e2e/test_verl_cpu_e2e.py."""
+(``extra_info.index``, or the hash of the prompt messages). What it refuses, each with the fix: a bad
+state file (torn, empty, text, a folder, a newer release, an OpenRLHF checkpoint without our state), a
+parquet whose index is shared by different prompts or a JSON file, and an ``--out`` it cannot or must not write (checked
+before the listing; an existing file is replaced only with ``--force``, and a failed write leaves it
+whole). Its run on a real run's checkpoint is in tests/e2e/test_verl_cpu_e2e.py."""
+
+import argparse
+import errno
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,6 +17,8 @@ import torch
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory, prompt_key
+from verl_avspo.core.run_tracker import STATE_VERSION
+from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
 from verl_avspo.tools.prompts import load_history
 
 # Prompt 0 always solved, 1 never solved, 2 mixed, 3 collapsed once each way (mixed); 4 never visited.
@@ -149,3 +158,150 @@ def test_drop_needs_data_and_out(tmp_path, capsys):
     assert "need --data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["prompts", str(run), "--drop", "solved"])
+
+
+def state_file(run, step=2):
+    return run / f"global_step_{step}" / "avspo_state.pt"
+
+
+@pytest.mark.parametrize(
+    ("spoil", "says"),
+    [
+        (lambda path: path.write_bytes(path.read_bytes()[:100]), "is not a readable run state (torn"),
+        (lambda path: path.write_bytes(b""), "is empty (a save that was killed or ran out of space)"),
+        (lambda path: path.write_text("not a state\n"), "is not a readable run state"),
+        (lambda path: path.unlink() or path.mkdir(), "is a folder, not a run state file"),
+        (lambda path: torch.save({"version": STATE_VERSION + 1}, path), "newer than this verl-avspo reads"),
+    ],
+)
+def test_a_bad_state_file_is_named_with_the_fix(tmp_path, capsys, spoil, says):
+    run = save_run(tmp_path / "ckpt", history())
+    spoil(state_file(run))
+    assert main(["prompts", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert says in err and str(state_file(run)) in err
+    assert "Traceback" not in err and "weights_only" not in err
+    if "newer" in says:
+        assert "upgrade verl-avspo" in err
+    else:
+        assert "previous checkpoint" in err and "--step reads another checkpoint (1 here)" in err
+
+
+def test_an_openrlhf_checkpoint_is_read_from_its_client_states(tmp_path, capsys):
+    """OpenRLHF keeps the state among DeepSpeed's client states (pickled objects of its own beside it)."""
+    folder = tmp_path / "_actor" / "global_step4"
+    folder.mkdir(parents=True)
+    states = {
+        "module": None,
+        "args": argparse.Namespace(lr=1e-6),
+        STATE_KEY: {"version": 3, "prompt_history": history().state_dict()},
+    }
+    torch.save(states, folder / CLIENT_STATES_FILE)
+    assert main(["prompts", str(tmp_path)]) == 0
+    assert f"global_step4/{CLIENT_STATES_FILE} (step 4, 4 prompts seen" in capsys.readouterr().out
+    torch.save({"module": None}, folder / CLIENT_STATES_FILE)
+    assert main(["prompts", str(tmp_path)]) == 1
+    assert f"holds no run state (no {STATE_KEY!r} entry): its run was trained without verl-avspo" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_index_shared_by_different_prompts_is_refused_naming_the_values_and_the_fix(tmp_path, capsys):
+    """Every row used to be matched to one prompt's history ("8 rows matched a visited prompt")."""
+    run = save_run(tmp_path / "ckpt", history())
+    data, out = tmp_path / "train.parquet", tmp_path / "kept.parquet"
+    rows = {"prompt": [messages(i) for i in range(8)], "extra_info": [{"index": 1}] * 7 + [{"index": 0}]}
+    pq.write_table(pa.table(rows), data)
+    args = ["prompts", str(run), "--data", str(data), "--drop", "never_solved", "--out", str(out)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"extra_info.index of {data} gives one value to different prompts (1)" in err
+    assert "give the parquet the run trained on, or --index-column" in err and not out.exists()
+    # One prompt listed twice under its own index is one prompt: both rows take its history.
+    rows = {"prompt": [messages(1), messages(0), messages(1)], "extra_info": [{"index": 1}, {"index": 0}, {"index": 1}]}
+    pq.write_table(pa.table(rows), data)
+    assert main([*args[:-4], "--annotate", "--out", str(out)]) == 0
+    assert pq.read_table(out).column("prompt_class").to_pylist() == ["never_solved", "always_solved", "never_solved"]
+
+
+def test_a_json_file_is_refused_with_how_to_convert_it(tmp_path, capsys):
+    run = save_run(tmp_path / "ckpt", history(keyed_by_hash=True))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"input": "1+1=", "label": "2"}\n')
+    assert main(["prompts", str(run), "--data", str(data), "--annotate", "--out", str(tmp_path / "o.parquet")]) == 1
+    err = capsys.readouterr().err
+    assert "is JSON, not parquet" in err and "pd.read_json" in err and "--data.input_key" in err
+
+
+def test_show_takes_a_count_of_zero_or_more(tmp_path, capsys):
+    run = save_run(tmp_path / "ckpt", history())
+    with pytest.raises(SystemExit):
+        main(["prompts", str(run), "--show", "-5"])
+    assert "'-5': give a count of 0 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [
+        (lambda tmp: tmp / "train.parquet" / "kept.parquet", "a part of the path is a file, not a folder"),
+        (lambda tmp: tmp, "it is a folder; name a file to write instead"),
+        (lambda tmp: tmp / "missing" / "kept.parquet", "its folder does not exist"),
+        (lambda tmp: "/proc/kept.parquet", "/proc takes no new files"),
+        (lambda tmp: "/dev/full", "it is not a regular file"),
+    ],
+)
+def test_an_unwritable_out_is_refused_before_the_listing(tmp_path, capsys, out, says):
+    run = save_run(tmp_path / "ckpt", history())
+    data = write_parquet(tmp_path / "train.parquet")
+    target = str(out(tmp_path))
+    assert main(["prompts", str(run), "--data", str(data), "--annotate", "--out", target]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before the state was read and listed
+    assert f"--out: cannot write {target}: {says}" in captured.err
+    if target == "/dev/full":
+        assert os.path.exists(target)  # the device node is left alone (the parquet writer removed it)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a read-only folder")
+def test_a_read_only_out_folder_is_refused_before_the_listing(tmp_path, capsys):
+    run = save_run(tmp_path / "ckpt", history())
+    data = write_parquet(tmp_path / "train.parquet")
+    (tmp_path / "locked").mkdir(mode=0o555)
+    assert (
+        main(["prompts", str(run), "--data", str(data), "--annotate", "--out", str(tmp_path / "locked" / "o.parquet")])
+        == 1
+    )
+    captured = capsys.readouterr()
+    assert captured.out == "" and "permission denied" in captured.err
+
+
+def test_an_existing_out_is_replaced_only_with_force(tmp_path, capsys):
+    run = save_run(tmp_path / "ckpt", history())
+    data, out = write_parquet(tmp_path / "train.parquet"), tmp_path / "kept.parquet"
+    out.write_text("the user's file")
+    args = ["prompts", str(run), "--data", str(data), "--drop", "never_solved", "--out", str(out)]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert (
+        captured.out == "" and f"{out} exists and would be overwritten: name another file (pass --force" in captured.err
+    )
+    assert out.read_text() == "the user's file"
+    assert main([*args, "--force"]) == 0
+    assert pq.read_table(out).num_rows == 4
+
+
+def test_a_failed_write_leaves_the_existing_out_whole_and_names_it(tmp_path, capsys, monkeypatch):
+    """A full disk while the parquet is written: the parquet writer used to remove its target."""
+    run = save_run(tmp_path / "ckpt", history())
+    data, out = write_parquet(tmp_path / "train.parquet"), tmp_path / "kept.parquet"
+    out.write_text("the user's file")
+
+    def full_disk(table, where, **kwargs):
+        open(where, "wb").write(b"PAR1 half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    assert main(["prompts", str(run), "--data", str(data), "--annotate", "--out", str(out), "--force"]) == 1
+    assert f"cannot write {out}: no space left on the device" in capsys.readouterr().err
+    assert out.read_text() == "the user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "kept.parquet", "train.parquet"]

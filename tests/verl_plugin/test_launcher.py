@@ -1,12 +1,15 @@
-"""``python -m verl_avspo.main_ppo``: config composition, fail-fast checks, ``--dry-run``, ``--cfg job``."""
+"""``python -m verl_avspo.main_ppo``: config composition, fail-fast checks (the checkpoint folder among them),
+``--dry-run``, ``--cfg job``."""
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -884,3 +887,69 @@ def test_json_lines_data_and_an_empty_file_list_are_checked_too(tmp_path, capsys
     assert "data.train_files=[] names no file, and verl builds its training dataset from it" in err
     assert "data.val_files=None names no file, and verl builds its validation dataset from it" in err
     assert "(written by recipes/data/prepare_eval.py)" in err
+
+
+def test_a_checkpoint_folder_that_cannot_take_checkpoints_fails_the_dry_run_and_the_launch(
+    tmp_path, capsys, monkeypatch, on_this_machine
+):
+    """The dry run said OK for a trainer.default_local_dir under a file, read-only or on a full disk, and
+    the real run failed at its first save, after about 70 s."""
+    (tmp_path / "a_file").write_text("")
+    under_a_file = [
+        *RUNNABLE,
+        *on_this_machine,
+        "trainer.save_freq=5",
+        f"trainer.default_local_dir={tmp_path}/a_file/ckpt",
+    ]
+    assert dry_run(under_a_file) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"trainer.default_local_dir={tmp_path}/a_file/ckpt: verl's trainer saves each checkpoint there "
+        f"(trainer.save_freq=5), but cannot write {tmp_path}/a_file/ckpt: a part of the path is a file" in err
+    )
+    assert "Set trainer.default_local_dir to a folder you can write to." in err
+    monkeypatch.setattr("verl.trainer.main_ppo.run_ppo", lambda *a, **k: pytest.fail("run_ppo must not start"))
+    with pytest.raises(SystemExit):
+        launcher.train(compose_config(under_a_file))
+    assert "a part of the path is a file" in capsys.readouterr().err
+    # A run that saves no checkpoint is not refused for it, and the dry run does not claim to have checked it.
+    assert dry_run([*under_a_file, "trainer.save_freq=-1"]) == 0, capsys.readouterr().err
+    assert "trainer.default_local_dir can take checkpoints" not in capsys.readouterr().out
+    assert (
+        dry_run([*RUNNABLE, *on_this_machine, "trainer.save_freq=5", f"trainer.default_local_dir={tmp_path}/new"]) == 0
+    )
+    assert "trainer mode is registered, trainer.default_local_dir can take checkpoints and" in capsys.readouterr().out
+
+
+def test_the_checkpoint_folder_check_names_a_read_only_or_full_disk_and_warns_when_low(tmp_path, monkeypatch):
+    from verl_avspo.core import files
+    from verl_avspo.verl_plugin.checks import checkpoint_folder
+
+    def config(*overrides):
+        return compose_config([*RUNNABLE, f"trainer.default_local_dir={tmp_path}/run", *overrides], import_verl=False)
+
+    assert checkpoint_folder.checkpoint_folder_problems(config()) == ([], [])  # trainer.save_freq=-1: nothing saved
+    stopping = config("algorithm.acr.alert.action=stop")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files.tempfile, "mkstemp", read_only)
+        (problem,), _ = checkpoint_folder.checkpoint_folder_problems(stopping)
+    assert (
+        f"trainer.default_local_dir={tmp_path}/run: verl's trainer saves each checkpoint there (algorithm.acr"
+        in problem
+    )
+    assert f"cannot write {tmp_path}/run: the file system is read-only" in problem
+
+    def disk_with(free):
+        return lambda path: SimpleNamespace(total=10 * 2**30, used=10 * 2**30 - free, free=free)
+
+    monkeypatch.setattr(checkpoint_folder.shutil, "disk_usage", disk_with(2**20))
+    (problem,), warnings = checkpoint_folder.checkpoint_folder_problems(config("trainer.save_freq=10"))
+    assert f"its disk ({tmp_path}) has 1 MiB free, too little for one checkpoint (trainer.save_freq=10)" in problem
+    assert "set trainer.default_local_dir to a folder on another disk" in problem and warnings == []
+    monkeypatch.setattr(checkpoint_folder.shutil, "disk_usage", disk_with(2 * 2**30))
+    problems, (warning,) = checkpoint_folder.checkpoint_folder_problems(config("trainer.save_freq=10"))
+    assert problems == [] and "has only 2.00 GiB free" in warning and "trainer.max_actor_ckpt_to_keep" in warning

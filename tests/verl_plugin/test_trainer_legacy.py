@@ -3,10 +3,13 @@
 ``RayPPOTrainer.__init__`` needs a tokenizer, datasets and GPU worker classes, so the trainer is
 created with ``__new__`` and given only what the tested methods read; the FSDP actor worker group
 (GPU) is a recorder (``helpers.RecordingWorkerGroup``). The batch goes through verl's real
-``compute_advantage``.
+``compute_advantage``. A state save that fails (a full disk) names the file, the key and the fix, and so does a resume
+from a torn state.
 """
 
+import errno
 import logging
+import pathlib
 
 import numpy as np
 import pytest
@@ -15,6 +18,8 @@ from helpers import grouped_batch, outcome_data, with_checkpoint_parts
 from omegaconf import OmegaConf
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
+from verl_avspo.core.files import FileWriteError
+from verl_avspo.core.run_tracker import RunStateError
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.trainer import STATE_FILE
@@ -102,3 +107,35 @@ def test_legacy_checkpoint_round_trip_restores_the_controller(tmp_path):
     assert controller.step == 2 and controller.threshold == pytest.approx(0.8)
     # Restored, θ_3 = 0.8 > ACR_3 and nothing is augmented; a fresh controller (θ = 0.5) would augment.
     assert torch.equal(legacy_batch(steps[2], resumed).batch["advantages"], expected[2])
+
+
+def test_a_full_disk_in_the_state_save_names_the_file_and_the_fix_and_tears_nothing(tmp_path, monkeypatch):
+    """A full disk used to end the run in torch's writer ("unexpected pos 64 vs 0") with a 0-byte
+    avspo_state.pt left behind. Now the save stops before verl's own files, naming the file, the
+    key and the fix, and leaves no file of the step."""
+    trainer = legacy_trainer(f"trainer.default_local_dir={tmp_path}")
+    trainer.global_steps = 1
+
+    def full_disk(path, data):
+        with open(path, "wb") as stream:
+            stream.write(data[:64])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full_disk)
+    with pytest.raises(FileWriteError) as caught:
+        trainer._save_checkpoint()
+    message = str(caught.value)
+    assert f"cannot write {tmp_path / 'global_step_1' / STATE_FILE}: no space left on the device" in message
+    assert f"Free space in trainer.default_local_dir={tmp_path}" in message and "trainer.resume_mode=auto" in message
+    assert caught.value.errno == errno.ENOSPC
+    assert list((tmp_path / "global_step_1").iterdir()) == []  # no torn state
+    assert trainer.actor_rollout_wg.saved == [] and not (tmp_path / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_a_torn_state_from_an_earlier_release_stops_the_resume_naming_the_file_and_the_fix(tmp_path):
+    (tmp_path / "global_step_2").mkdir()
+    (tmp_path / "global_step_2" / STATE_FILE).write_bytes(b"")  # what a full disk left in place
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    trainer = legacy_trainer(f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto")
+    with pytest.raises(RunStateError, match=r"global_step_2/avspo_state.pt is empty .* resume from the previous"):
+        trainer._load_checkpoint()

@@ -5,7 +5,8 @@ A file is written to a temporary name beside its target and renamed into place o
 (``os.replace`` is atomic on one file system), so a write that fails or is killed leaves the old file,
 or nothing, never a torn one. A target that exists and is not a regular file (a folder, ``/dev/full``)
 is refused rather than renamed over, and an existing file is replaced only when the caller says so.
-Every failure names the path, what the system said and what to do.
+``check_target`` (a file) and ``check_folder`` (a folder made on first use) refuse, before any work,
+what cannot be written. Every failure names the path, what the system said and what to do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["FileWriteError", "check_target", "atomic_write", "write_text"]
+__all__ = ["FileWriteError", "check_target", "check_folder", "atomic_write", "write_text"]
 
 # What to do about each way a write fails; the rest get the system's own words.
 _FIXES = {
@@ -33,6 +34,9 @@ _FIXES = {
 
 class FileWriteError(OSError):
     """A file could not be written. The message names the path, the cause and the fix."""
+
+    def __str__(self) -> str:  # the message alone: OSError's "[Errno 28] ...: 'path'" repeats the path
+        return self.strerror or super().__str__()
 
 
 def _explain(path: Path, err: OSError) -> FileWriteError:
@@ -56,7 +60,8 @@ def check_target(path: str | os.PathLike, *, overwrite: bool = False, how_to_ove
 
     Raises:
         FileWriteError: the target is a folder or another non-regular file, an existing file without
-            ``overwrite``, or its folder is missing, not a folder or not writable.
+            ``overwrite``, or its folder is missing, not a folder or not writable (a file is made and
+            removed there to tell).
     """
     path = Path(path)
     if path.exists() or path.is_symlink():
@@ -66,22 +71,45 @@ def check_target(path: str | os.PathLike, *, overwrite: bool = False, how_to_ove
         if not overwrite:
             fix = f" (pass {how_to_overwrite} to replace it)" if how_to_overwrite else ""
             raise FileWriteError(errno.EEXIST, f"{path} exists and would be overwritten: name another file{fix}")
-    folder = path.parent
-    if not folder.exists():
+    if _writable_ancestor(path.parent, path) != path.parent.absolute():
         raise _explain(path, OSError(errno.ENOENT, "no such folder"))
-    if not folder.is_dir():
-        raise _explain(path, OSError(errno.ENOTDIR, "not a folder"))
-    if not os.access(folder, os.W_OK | os.X_OK):
-        probe = OSError(errno.EROFS if _read_only(folder) else errno.EACCES, "not writable")
-        raise _explain(path, probe)
     return path
 
 
-def _read_only(folder: Path) -> bool:
+def check_folder(folder: str | os.PathLike) -> Path:
+    """Refuse, before any work, a folder that cannot be made and written in (one that does not exist yet
+    is made on first use, as ``os.makedirs`` would): its nearest existing ancestor must be a folder that
+    takes new files.
+
+    Returns:
+        That ancestor, absolute (``folder`` itself when it exists).
+
+    Raises:
+        FileWriteError: ``folder`` or one above it is a file, or the ancestor is not writable.
+    """
+    folder = Path(folder)
+    return _writable_ancestor(folder, folder)
+
+
+def _writable_ancestor(folder: Path, target: Path) -> Path:
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _explain(target, OSError(errno.ENOTDIR, "not a folder"))
+    # A file made and removed there, rather than os.access: root passes os.access on a read-only mount,
+    # and /proc or a FUSE folder may refuse what the mode bits allow.
     try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
+        handle, probe = tempfile.mkstemp(prefix=".avspo-probe.", dir=existing)
+    except OSError as err:
+        if err.errno == errno.ENOENT:  # the folder is there but makes no file: /proc
+            raise FileWriteError(
+                err.errno, f"cannot write {target}: {existing} takes no new files; write elsewhere"
+            ) from err
+        raise _explain(target, err) from err
+    os.close(handle)
+    os.unlink(probe)
+    return existing
 
 
 @contextmanager

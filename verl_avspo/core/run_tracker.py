@@ -51,7 +51,15 @@ from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 from verl_avspo.core.prompt_step import StepPrompts, group_keys
 
-__all__ = ["STATE_VERSION", "STATE_FILE", "RunStateError", "read_state", "StepReport", "RunTracker"]
+__all__ = [
+    "STATE_VERSION",
+    "STATE_FILE",
+    "RunStateError",
+    "read_state",
+    "check_state_version",
+    "StepReport",
+    "RunTracker",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +77,20 @@ class RunStateError(ValueError):
     """A run state file that cannot be read: the message names the file and what to do."""
 
 
-def read_state(path: str | os.PathLike) -> dict[str, Any]:
+def read_state(path: str | os.PathLike, *, within: str | None = None) -> dict[str, Any]:
     """The run state saved at ``path`` (tensors and plain Python only: ``weights_only`` loading).
+
+    Args:
+        within: the key the state is kept under in a file of other things: OpenRLHF keeps it among
+            DeepSpeed's client states, which pickle DeepSpeed's own objects, so such a file is read with
+            ``weights_only=False`` (only ever a checkpoint the user's own run wrote, as OpenRLHF reads it
+            on resume).
 
     Raises:
         RunStateError: ``path`` is a folder, unreadable, empty, torn (a save killed or out of space, in a
-            release that wrote in place) or not a run state; the message says to resume from the previous
-            checkpoint. Never advises ``weights_only=False``: the file is not trusted code.
+            release that wrote in place), not a run state, or a state of a newer release; the message says
+            what to do (resume from the previous checkpoint). Never advises ``weights_only=False``: the
+            file is not trusted code.
     """
     path = Path(path)
     resume = (
@@ -86,20 +101,47 @@ def read_state(path: str | os.PathLike) -> dict[str, Any]:
         raise RunStateError(f"{path} is a folder, not a run state file: {resume}")
     try:
         size = path.stat().st_size
-        state = torch.load(path, map_location="cpu", weights_only=True) if size else None
+        state = torch.load(path, map_location="cpu", weights_only=within is None) if size else None
     except OSError as err:
         raise RunStateError(f"cannot read the run state {path}: {err.strerror or err}") from err
     except Exception as err:  # torch's unpickler raises many types for a torn or foreign file
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "weights_only" in first:  # torch's advice to load it as trusted code: never for this file
+            first = "it holds more than tensors and plain Python"
         raise RunStateError(
             f"{path} is not a readable run state (torn by a killed or failed save, or another file: {first[:200]}): "
             f"{resume}"
         ) from None
     if size == 0:
         raise RunStateError(f"{path} is empty (a save that was killed or ran out of space): {resume}")
+    if within is not None and isinstance(state, dict):
+        if within not in state:
+            raise RunStateError(
+                f"{path} holds no run state (no {within!r} entry): its run was trained without verl-avspo"
+            )
+        state = state[within]
     if not isinstance(state, dict):
         raise RunStateError(f"{path} holds a {type(state).__name__}, not a run state: {resume}")
+    try:
+        check_state_version(state)
+    except ValueError as err:
+        raise RunStateError(f"{path}: {err}") from None
     return state
+
+
+def check_state_version(state: dict[str, Any]) -> int:
+    """The version of a saved run state (see :data:`STATE_VERSION`).
+
+    Raises:
+        ValueError: a state of a newer release, which this one would misread.
+    """
+    version = int(state.get("version", 1))
+    if version > STATE_VERSION:
+        raise ValueError(
+            f"the run state has version {version}, newer than this verl-avspo reads ({STATE_VERSION}): "
+            "upgrade verl-avspo to read it"
+        )
+    return version
 
 
 class StepReport(dict):
@@ -359,12 +401,7 @@ class RunTracker:
         Raises:
             ValueError: a state of a newer version, or AVSPO state saved with other settings.
         """
-        version = int(state.get("version", 1))
-        if version > STATE_VERSION:
-            raise ValueError(
-                f"the run state has version {version}, newer than this verl-avspo reads ({STATE_VERSION}): "
-                "upgrade verl-avspo to resume it"
-            )
+        check_state_version(state)
         if self.controller is not None and state.get("controller") is not None:
             self.controller.load_state_dict(state["controller"])
         elif self.controller is not None:

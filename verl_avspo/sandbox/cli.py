@@ -8,13 +8,12 @@ writes ``summary.md`` and PNG curves of ACR and accuracy. See ``verl_avspo.sandb
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
-import os
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from verl_avspo.core.files import FileWriteError, check_folder, write_text
 
 __all__ = ["configure", "run"]
 
@@ -190,22 +189,30 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
 
 
 def _write_problem(folder: Path, flag: str, example: str) -> str | None:
-    """Why ``folder`` cannot be written (None if it can), found by writing a temporary file into its
-    nearest existing ancestor: nothing is created, so a refusal leaves no empty folder behind."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    """Why ``folder`` cannot be written (None if it can), found without creating it
+    (``core.files.check_folder``), so a refusal leaves no empty folder behind."""
     try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-        with tempfile.NamedTemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        return (
-            f"{flag} {folder} cannot be written ({err.strerror or err}); give a folder you can write to, for example "
-            f"{flag} {example}"
-        )
+        check_folder(folder)
+    except FileWriteError as err:
+        return f"{flag}: {err} (for example {flag} {example})"
     return None
+
+
+def _check_max_gen_batches(max_gen_batches: int, estimators) -> None:
+    """Refuse a cap below 1, naming the estimators given that draw more than one batch a step."""
+    if max_gen_batches >= 1:
+        return
+    drawing = [spec.label for spec in estimators if spec.resample or spec.skip]
+    who = (
+        f"{', '.join(drawing)} {'draws' if len(drawing) == 1 else 'draw'} batches of --prompts-per-step prompts "
+        "until the step has its prompts, and needs a cap of at least 1 batch"
+        if drawing
+        else "it caps the draws of dapo_resample and <estimator>+skip (none given here); leave it out"
+    )
+    raise ValueError(
+        f"--max-gen-batches={max_gen_batches} is invalid: {who} (verl reads 0 as no limit, which loops forever once "
+        "the policy solves every prompt; its DAPO recipes use 10)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -222,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"verl-avspo sandbox: --threads={args.threads} is invalid: expected at least 1")
     try:
         estimators = parse_estimators(args.estimators)
+        _check_max_gen_batches(args.max_gen_batches, estimators)
         defaults = SandboxConfig()
         config = SandboxConfig(
             levels=args.levels,
@@ -300,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     setup = f"{_setup_text(config, estimators, seeds, first_steps)}\n{kernels.describe()}"
     intrinsic = [spec.label for spec in estimators if spec.intrinsic]
     summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic)
-    (args.out / "summary.md").write_text(summary)
+    write_text(args.out / "summary.md", summary)
     print(summary)
     print(
         f"Wrote {args.out / 'summary.md'}, {', '.join(str(p) for p in plots)} and the metrics JSONL under "

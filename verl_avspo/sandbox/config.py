@@ -81,9 +81,9 @@ class SandboxConfig:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
         if self.max_gen_batches < 1:
             raise ValueError(
-                f"max_gen_batches={self.max_gen_batches} is invalid: dapo_resample needs a cap of at least 1 batch "
-                "(verl reads 0 as no limit, which loops forever once the policy solves every prompt); verl's DAPO "
-                "recipes use 10"
+                f"max_gen_batches={self.max_gen_batches} is invalid: dapo_resample and <estimator>+skip need a cap "
+                "of at least 1 batch (verl reads 0 as no limit, which loops forever once the policy solves every "
+                "prompt); verl's DAPO recipes use 10"
             )
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(

@@ -161,6 +161,9 @@ def train(
     rollouts_cumulative = 0
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # A stream, not core.files.atomic_write: the log is appended step by step so that a run stopped
+    # midway keeps (and `verl-avspo report` reads) the steps it trained; a torn last line is skipped
+    # with a warning by tools.logs, as in verl's own logs.
     with log_path.open("w") as log:
         model.eval()
         write_record(log, 0, {**evaluate(model, tokenizer, task, config.pass_k, seed), "train/rollouts_cumulative": 0})

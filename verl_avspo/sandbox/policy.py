@@ -20,6 +20,7 @@ import transformers
 from tqdm.auto import tqdm
 from verl.utils.torch_functional import logprobs_from_logits, masked_mean
 
+from verl_avspo.core.files import write_text
 from verl_avspo.sandbox import task as task_module
 from verl_avspo.sandbox.config import PolicyConfig
 from verl_avspo.sandbox.task import ArithmeticTask
@@ -246,7 +247,7 @@ def warm_policy(
         staging = path.with_name(f"{path.name}.tmp{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         model.save_pretrained(staging)
-        (staging / "sandbox_settings.json").write_text(json.dumps(asdict(config), indent=2))
+        write_text(staging / "sandbox_settings.json", json.dumps(asdict(config), indent=2))
         try:
             staging.rename(path)  # atomic: a reader never sees a half-written cache
         except OSError:  # a concurrent run cached the same settings first; its model is identical

@@ -20,7 +20,12 @@ else the hash of the row's prompt messages (``raw_prompt``: the ``--prompt-colum
 ``data.prompt_key``). ``--drop`` writes the rows of the other classes and the rows the run never
 visited; ``--annotate`` adds ``prompt_visits``, ``prompt_all_correct``, ``prompt_all_wrong``,
 ``prompt_last_pass_rate`` and ``prompt_class`` (``unseen`` for unvisited rows). The output is the
-input's table with rows removed or columns added, so verl reads it as it read the input.
+input's table with rows removed or columns added, so verl reads it as it read the input. ``--out`` is
+checked before the state is read (an existing file is replaced only with ``--force``) and written
+through ``core.files.atomic_write``, so a failed write leaves what was there.
+
+The state is read with ``core.run_tracker.read_state``, as a resume reads it: a torn, empty or foreign
+file, or one of a newer release, is named with what to do.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +41,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
+from verl_avspo.core.files import FileWriteError, atomic_write, check_target
 from verl_avspo.core.prompt_history import PROMPT_CLASSES, PromptHistory, prompt_key
-from verl_avspo.core.run_tracker import STATE_FILE
+from verl_avspo.core.run_tracker import STATE_FILE, RunStateError, read_state
 from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
 
 __all__ = ["PromptsError", "SavedHistory", "load_history", "row_keys", "select_rows", "configure", "run"]
@@ -84,19 +90,18 @@ def _state_files(folder: Path) -> list[Path]:
     )
 
 
-def _run_state(path: Path) -> dict[str, Any]:
-    """The run tracker's state in a verl state file or a DeepSpeed client-states file."""
-    if path.name == CLIENT_STATES_FILE:
-        # DeepSpeed pickles its own objects (the engine's arguments) beside the client states; this is a
-        # checkpoint the user's run wrote, read as OpenRLHF reads it on resume.
-        states = torch.load(path, map_location="cpu", weights_only=False)
-        if not isinstance(states, dict) or STATE_KEY not in states:
-            raise PromptsError(
-                f"{path} holds no verl-avspo state (no {STATE_KEY!r} client state): the run was not trained with "
-                "`python -m verl_avspo.openrlhf`"
-            )
-        return states[STATE_KEY]
-    return torch.load(path, map_location="cpu", weights_only=True)
+def _run_state(path: Path, steps: list[int]) -> dict[str, Any]:
+    """The run tracker's state in a verl state file or a DeepSpeed client-states file (``steps``: the
+    other steps of its folder, for the message of one that cannot be read)."""
+    # DeepSpeed pickles its own objects (the engine's arguments) beside the client states: read as
+    # OpenRLHF reads them on resume (read_state's ``within``).
+    within = STATE_KEY if path.name == CLIENT_STATES_FILE else None
+    try:
+        return read_state(path, within=within)
+    except RunStateError as err:
+        others = [step for step in steps if step != _step_of(path)]
+        earlier = f"; --step reads another checkpoint ({', '.join(map(str, others))} here)" if others else ""
+        raise PromptsError(f"{err}{earlier}") from None
 
 
 def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
@@ -109,16 +114,19 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
     path = Path(run).expanduser()
     if not path.exists():
         raise PromptsError(f"{path} does not exist: give a run's checkpoint folder or its state file ({_WHERE})")
+    steps: list[int] = []
     if path.is_dir():
-        files = _state_files(path) or [p for p in (path / STATE_FILE, path / CLIENT_STATES_FILE) if p.is_file()]
+        found = _state_files(path)
+        steps = sorted({_step_of(p) for p in found})
+        files = found or [p for p in (path / STATE_FILE, path / CLIENT_STATES_FILE) if p.exists()]
         if step is not None:
             files = [p for p in files if _step_of(p) == step]
         if not files:
             which = f"of step {step} " if step is not None else ""
             raise PromptsError(f"no run state {which}under {path}: {_WHERE}. Point at a folder holding one.")
         path = files[-1]
-    state = _run_state(path)
-    saved = state.get("prompt_history") if isinstance(state, dict) else None
+    state = _run_state(path, steps)
+    saved = state.get("prompt_history")
     history = PromptHistory()
     if saved is not None:
         history.load_state_dict(saved)
@@ -170,7 +178,20 @@ def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str, inde
                 f"row {missing[0]} of {name} (and {len(missing) - 1} more) has no {index_column}, so it cannot be "
                 "matched to the run's history: give the parquet the run trained on"
             )
-        return [int(value) for value in values]
+        keys = [int(value) for value in values]
+        shared = _shared_keys(table, keys, prompt_column)
+        if shared:
+            shown = ", ".join(map(str, shared[:5])) + (f" and {len(shared) - 5} more" if len(shared) > 5 else "")
+            which = (
+                "different prompts" if prompt_column in table.column_names else f"rows (no {prompt_column!r} column)"
+            )
+            raise PromptsError(
+                f"{index_column} of {name} gives one value to {which} ({shown}), so they would take one prompt's "
+                "history. The run keyed each prompt by its own index (verl refuses algorithm.prompts.key=index on "
+                "train files whose extra_info.index repeats, and key=auto keys such files by raw_prompt): give the "
+                "parquet the run trained on, or --index-column the column the run was keyed by"
+            )
+        return keys
     if prompt_column not in table.column_names:
         raise PromptsError(
             f"the run keyed prompts by a hash of their messages, but {name} has no {prompt_column!r} column: set "
@@ -178,6 +199,23 @@ def row_keys(table: pa.Table, key_kind: str, prompt_column: str, name: str, inde
             f"{', '.join(table.column_names)}"
         )
     return [prompt_key(value) for value in table.column(prompt_column).to_pylist()]
+
+
+def _shared_keys(table: pa.Table, keys: list[int], prompt_column: str) -> list[int]:
+    """The keys that rows of different prompts share (a prompt listed twice under its one key is fine);
+    without ``prompt_column``, every repeated key."""
+    repeated = {key for key, count in Counter(keys).items() if count > 1}
+    if not repeated or prompt_column not in table.column_names:
+        return sorted(repeated)
+    rows = [row for row, key in enumerate(keys) if key in repeated]
+    prompts = table.column(prompt_column).take(pa.array(rows)).to_pylist()
+    first: dict[int, str] = {}
+    shared = set()
+    for row, prompt in zip(rows, prompts, strict=True):
+        key, hashed = keys[row], prompt_key(prompt)
+        if first.setdefault(key, hashed) != hashed:
+            shared.add(key)
+    return sorted(shared)
 
 
 def select_rows(saved: SavedHistory, table: pa.Table, keys: list) -> pd.DataFrame:
@@ -221,12 +259,23 @@ def _classes(text: str) -> list[str]:
     return names
 
 
+def _count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count of 0 or more (0: counts only)")
+    return count
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="a checkpoint folder (or a folder of them), or a run state file")
     parser.add_argument("--step", type=int, help="the checkpoint step to read (default: the latest)")
-    parser.add_argument("--show", type=int, default=10, help="prompts listed per class (default 10; 0: counts only)")
+    parser.add_argument("--show", type=_count, default=10, help="prompts listed per class (default 10; 0: counts only)")
     parser.add_argument("--data", help="the training parquet (verl format) to write a new one from")
-    parser.add_argument("--out", help="where to write the new parquet (needs --data)")
+    parser.add_argument("--out", help="where to write the new parquet (needs --data; an existing file needs --force)")
+    parser.add_argument("--force", action="store_true", help="replace the --out file if it exists")
     parser.add_argument(
         "--drop", type=_classes, default=[], help=f"classes whose rows to leave out: {', '.join(PROMPT_CLASSES)}"
     )
@@ -243,16 +292,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _write(args: argparse.Namespace, saved: SavedHistory) -> str:
+def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """--data and --out, checked before the run state is read: the input is a file, and the output can
+    be written without replacing what the user did not ask to replace."""
     data, out = Path(args.data).expanduser(), Path(args.out).expanduser()
     if not data.is_file():
         raise PromptsError(f"--data {data} is not a file: give the training parquet")
-    if out.resolve() == data.resolve():
+    if out.exists() and out.resolve() == data.resolve():
         raise PromptsError(f"--out {out} is the input file: write the new parquet elsewhere")
     try:
-        table = pq.read_table(data)
+        check_target(out, overwrite=args.force, how_to_overwrite="--force")
+    except FileWriteError as err:
+        raise PromptsError(f"--out: {err}") from None
+    return data, out
+
+
+def _read_table(data: Path) -> pa.Table:
+    try:
+        return pq.read_table(data)
     except pa.ArrowException as err:
+        with data.open("rb") as head:
+            first = head.read(4096).lstrip()[:1]
+        if first in (b"{", b"["):  # OpenRLHF's prompt data (--data.prompt_data) is JSON lines
+            raise PromptsError(
+                f"--data {data} is JSON, not parquet (OpenRLHF's prompt data?): this command reads and writes "
+                f"verl's parquet. Convert it (pd.read_json('{data}', lines=True).to_parquet('train.parquet'), with "
+                "pandas) and give --prompt-column the column of the prompt text (OpenRLHF's --data.input_key); "
+                "pd.read_parquet(out).to_json(path, orient='records', lines=True) converts the result back. OpenRLHF "
+                "keys a prompt by the hash of the text it generated from (after --data.input_template or "
+                "--data.apply_chat_template), so only rows whose column holds that text match"
+            ) from None
         raise PromptsError(f"--data {data} cannot be read as parquet ({err})") from None
+
+
+def _write(args: argparse.Namespace, saved: SavedHistory, data: Path, out: Path) -> str:
+    table = _read_table(data)
     keys = row_keys(table, saved.history.key_kind, args.prompt_column, str(data), args.index_column)
     rows = select_rows(saved, table, keys)
     matched = int((rows["class"] != UNSEEN).sum())
@@ -270,8 +344,8 @@ def _write(args: argparse.Namespace, saved: SavedHistory) -> str:
             table = table.append_column(f"prompt_{name}", pa.array(column, from_pandas=True))
     keep = ~rows["class"].isin(args.drop).to_numpy()
     table = table.filter(pa.array(keep))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out)
+    with atomic_write(out) as temporary:
+        pq.write_table(table, temporary)
     dropped = f", {int((~keep).sum())} dropped ({', '.join(args.drop)})" if args.drop else ""
     return (
         f"wrote {out}: {table.num_rows} of {len(keys)} rows{dropped}; {matched} rows matched a visited prompt, "
@@ -287,11 +361,12 @@ def run(args: argparse.Namespace) -> int:
         print("verl-avspo prompts: --data needs --drop CLASSES or --annotate (what to write)", file=sys.stderr)
         return 2
     try:
+        paths = _paths(args) if args.data else None
         saved = load_history(args.run, args.step)
         print(_summary(saved, args.show))
-        if args.data:
-            print("\n" + _write(args, saved))
-    except PromptsError as err:
+        if paths is not None:
+            print("\n" + _write(args, saved, *paths))
+    except (PromptsError, FileWriteError) as err:
         print(f"verl-avspo prompts: {err}", file=sys.stderr)
         return 1
     return 0

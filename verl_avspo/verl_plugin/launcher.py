@@ -31,8 +31,10 @@ from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     CheckedConfig,
     ConfigCheckError,
+    checkpoint_folder_problems,
     preflight,
     resource_problems,
+    saves_checkpoints,
     settings_problems,
     verl_package_dir,
 )
@@ -109,15 +111,18 @@ DRY_RUN_LIMITS = (
 
 
 def _checked(config: DictConfig, *, connect: bool) -> tuple[CheckedConfig, list[str]]:
-    """The preflight checks and the resource checks, with every problem of both in one error, and
-    each of their warnings logged once. Returns the checked settings and what could not be checked."""
+    """The preflight checks, the resource checks and the checkpoint folder's, with every problem of all
+    in one error, and each of their warnings logged once. Returns the checked settings and what could
+    not be checked."""
     problems, not_checked = resource_problems(config, connect=connect)
+    folder_problems, folder_warnings = checkpoint_folder_problems(config)
+    problems += folder_problems
     try:
         checked = preflight(config)
     except ConfigCheckError as err:
-        _warn(err.warnings)
+        _warn(err.warnings + folder_warnings)
         raise ConfigCheckError(err.problems + problems) from None
-    _warn(checked.warnings)
+    _warn(checked.warnings + folder_warnings)
     if problems:
         raise ConfigCheckError(problems)
     return checked, not_checked
@@ -205,10 +210,11 @@ def dry_run(overrides: Sequence[str]) -> int:
         print(f"verl-avspo: {err}", file=sys.stderr)
         return 1
     print(_describe(config, checked))
+    saved = ", trainer.default_local_dir can take checkpoints" if saves_checkpoints(config) else ""
     print(
         "OK: the config composes and passes verl-avspo's and verl's checks; the local data files exist with verl's "
         "columns and data sources the reward scores, the model path exists, what the config names imports, the "
-        "trainer mode is registered and the GPUs asked for are there (dry run: nothing was started)"
+        f"trainer mode is registered{saved} and the GPUs asked for are there (dry run: nothing was started)"
     )
     print(DRY_RUN_LIMITS + "".join(f"\nNot checked: {item}." for item in not_checked))
     return 0

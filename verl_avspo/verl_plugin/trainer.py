@@ -20,7 +20,9 @@ Checkpoints: ``_save_checkpoint`` / ``_load_checkpoint`` are overridden rather t
 ``trainer.checkpoint_callback_class``, because the callback has no load event and fires after
 ``latest_checkpointed_iteration.txt`` is written. The tracker's state is written to
 ``global_step_N/avspo_state.pt`` *before* verl's own save, so the tracker file only ever points at a
-folder that already holds it, and it is restored right after verl resolves the resume folder.
+folder that already holds it, and it is restored right after verl resolves the resume folder. The
+state is written beside its target and renamed into place (``RunTracker.save``), so a full disk
+leaves no torn file; the error names the file, ``trainer.default_local_dir`` and the fix.
 The file stays local: ``trainer.default_hdfs_dir`` receives verl's actor files only.
 """
 
@@ -34,6 +36,7 @@ from typing import Any
 from verl.utils.fs import local_mkdir_safe
 
 from verl_avspo.core.baseline_settings import intrinsic_settings
+from verl_avspo.core.files import FileWriteError
 from verl_avspo.core.run_tracker import STATE_FILE
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.estimators import is_group_estimator
@@ -79,8 +82,18 @@ class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstrac
 
     def _save_checkpoint(self):
         folder = self._checkpoint_folder()
-        local_mkdir_safe(folder)  # ours is written first, before verl makes the folder
-        self.tracker.save(folder)
+        try:
+            local_mkdir_safe(folder)  # ours is written first, before verl makes the folder
+            self.tracker.save(folder)
+        except OSError as err:  # a full disk, a read-only or vanished folder: said with the key and the path
+            where = self.config.trainer.default_local_dir
+            raise FileWriteError(
+                err.errno or 0,
+                f"step {self.global_steps}'s checkpoint was not saved ({err}): verl's own files were not written, and "
+                "the checkpoints before it are intact (latest_checkpointed_iteration.txt names the last). Free space "
+                f"in trainer.default_local_dir={where} (or make it writable) and resume from its latest checkpoint "
+                "with trainer.resume_mode=auto",
+            ) from err
         return super()._save_checkpoint()
 
     def _load_checkpoint(self):

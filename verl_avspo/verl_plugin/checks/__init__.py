@@ -17,6 +17,8 @@ once. They come in two stages:
 data files with their columns and data sources (:mod:`.data`), a local model path or a hub id that
 can load (:mod:`.hub`), the classes and functions the config names (:mod:`.extern`), and whether
 the Ray cluster can supply the GPUs the config asks for; it also says what it could not check.
+:func:`checkpoint_folder_problems` (:mod:`.checkpoint_folder`) checks that ``trainer.default_local_dir``
+can take the run's checkpoints (writable, not under a file, its disk not full).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AVSPOConfig
+from verl_avspo.verl_plugin.checks.checkpoint_folder import checkpoint_folder_problems, saves_checkpoints
 from verl_avspo.verl_plugin.checks.hub import hub_offline
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.resources import (
@@ -70,6 +73,8 @@ __all__ = [
     "verl_has_self_certainty",
     "cluster_gpus",
     "resource_problems",
+    "checkpoint_folder_problems",
+    "saves_checkpoints",
     "preflight",
 ]
 
