@@ -23,17 +23,11 @@ from verl_avspo.core.prompt_skip import PromptSkipConfig
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.hook_overrides import LEGACY_HOOK_PROBLEM, SAMPLER_NAME, SAMPLER_PATH
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
 
-__all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]
+__all__ = ["SettingsCheck", "hook_problems", "settings_problems"]
 
-# The ACR hook for stock verl (verl_avspo.verl_plugin.sampler) and what a user adds to a stock command line.
-SAMPLER_PATH = "pkg://verl_avspo.verl_plugin.sampler"
-SAMPLER_NAME = "ACRSampler"
-HOOK_OVERRIDES = (
-    f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
-    f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
-)
 
 
 def _filters_groups(algorithm: DictConfig) -> bool:
@@ -146,14 +140,7 @@ def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
 
 def hook_problems(config: Any) -> list[str]:
     """Why the hook cannot measure ACR under ``config`` (verl's whole config); empty if it can."""
-    problems = []
-    if not config.trainer.use_v1:
-        problems.append(
-            "trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and trainer.use_v1=False runs "
-            "the legacy trainer, which has none. Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`, "
-            "which logs ACR with the legacy trainer too."
-        )
-    return problems
+    return [] if config.trainer.use_v1 else [LEGACY_HOOK_PROBLEM]
 
 
 def _uses_hook(config: DictConfig) -> bool:
