@@ -14,7 +14,13 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.config import AVSPO_KEYS, AlertConfig
 from verl_avspo.verl_plugin import checks, launcher
-from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, ConfigCheckError, check_config, is_group_estimator
+from verl_avspo.verl_plugin.checks import (
+    HOOK_OVERRIDES,
+    ConfigCheckError,
+    check_config,
+    is_group_estimator,
+    settings_problems,
+)
 from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 
 pytestmark = pytest.mark.verl
@@ -423,6 +429,14 @@ def test_prompt_settings_are_checked_before_ray_with_the_fix(tmp_path):
     )
     with pytest.raises(ConfigCheckError, match=r"with algorithm.adv_estimator=gae: the skip rule predicts"):
         check_config(compose_config([*RUNNABLE, skip, "algorithm.adv_estimator=gae", "critic.enable=True"]))
+    # One response per prompt never collapses: refused in the first stage, before verl's registries.
+    single = settings_problems(compose_config([*RUNNABLE, skip, "actor_rollout_ref.rollout.n=1"])).problems
+    assert single == [
+        "algorithm.prompts.skip.enable=True with actor_rollout_ref.rollout.n=1: the skip rule predicts a prompt's "
+        "collapse from its earlier groups, and a group of one response has no spread to lose, so no prompt would "
+        "ever be skipped. Set actor_rollout_ref.rollout.n=8 (the paper's group size) or more, or set "
+        "algorithm.prompts.skip.enable=False."
+    ]
     with pytest.raises(ConfigCheckError, match=r"algorithm.prompts.key='index' and algorithm.dcpo.prompt_key='raw_p"):
         check_config(compose_config([*RUNNABLE, "algorithm.prompts.key=index", "algorithm.dcpo.prompt_key=raw_prompt"]))
     # Every V1 mode skips (in _next_train_batch, where each takes its prompts).

@@ -30,7 +30,14 @@ from verl_avspo.core import validation
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.validation import Problems, given_settings
 
-__all__ = ["PromptSkipConfig", "PromptSkipper", "resolve_prompt_skip", "prompt_skip_settings"]
+__all__ = [
+    "PromptSkipConfig",
+    "PromptSkipper",
+    "SkipSpelling",
+    "resolve_prompt_skip",
+    "prompt_skip_settings",
+    "skip_problems",
+]
 
 # The two kinds of a collapsed visit, in the order of PromptSkipper.explore.
 KINDS = ("all_correct", "all_wrong")
@@ -107,6 +114,52 @@ def _explore_bounds(key: str, value: Any) -> tuple[float, float]:
             key, list(value), "expected [low, high] with 0 < low <= high <= 1 (low > 0 keeps every prompt explored)"
         )
     return low, high
+
+
+@dataclass(frozen=True)
+class SkipSpelling:
+    """How a host's user spells the settings :func:`skip_problems` names (verl's ``key=value``, OpenRLHF's
+    ``--flag value``)."""
+
+    skip: str
+    """The skip settings' group: ``algorithm.prompts.skip``, ``--prompts.skip``."""
+    estimator: str
+    """The advantage estimator's key: ``algorithm.adv_estimator``, ``--algo.advantage.estimator``."""
+    group_size: str
+    """The responses sampled per prompt: ``actor_rollout_ref.rollout.n``, ``--rollout.n_samples_per_prompt``."""
+    group_estimators: str
+    """The host's estimators that compare a prompt's responses, for the fix: ``grpo, avspo, rloo, ...``."""
+    assign: str = "="
+    """Between a key and its value: ``=``, or a space for command-line flags."""
+    true: str = "True"
+    false: str = "False"
+
+    def setting(self, key: str, value: Any) -> str:
+        return f"{key}{self.assign}{value}"
+
+
+def skip_problems(spelling: SkipSpelling, estimator: str, compares_groups: bool, group_size: Any) -> list[str]:
+    """Why the skip rule could never act in a run (empty when it can), each naming the setting, its value
+    and the fix in the host's ``spelling``. The rule predicts a prompt's collapse from its earlier groups,
+    so it needs an ``estimator`` that ``compares_groups`` (a prompt's responses against each other; without
+    it no history is kept) and a ``group_size`` of at least 2 (a single response has no spread to lose,
+    so no visit ever collapses)."""
+    enabled = spelling.setting(f"{spelling.skip}.enable", spelling.true)
+    disable = spelling.setting(f"{spelling.skip}.enable", spelling.false)
+    if not compares_groups:
+        return [
+            f"{enabled} with {spelling.setting(spelling.estimator, estimator)}: the skip rule predicts a prompt's "
+            f"collapse from its earlier groups, and {estimator} compares no groups of responses, so no history is "
+            f"kept. Use a group estimator ({spelling.group_estimators}) or set {disable}."
+        ]
+    if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 2:
+        return [
+            f"{enabled} with {spelling.setting(spelling.group_size, group_size)}: the skip rule predicts a prompt's "
+            "collapse from its earlier groups, and a group of one response has no spread to lose, so no prompt "
+            f"would ever be skipped. Set {spelling.setting(spelling.group_size, 8)} (the paper's group size) or "
+            f"more, or set {disable}."
+        ]
+    return []
 
 
 def prompt_skip_settings() -> dict[str, Any]:

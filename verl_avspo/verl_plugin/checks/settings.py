@@ -19,7 +19,7 @@ import verl_avspo.verl_plugin.checks.resources as resources
 import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
-from verl_avspo.core.prompt_skip import PromptSkipConfig
+from verl_avspo.core.prompt_skip import PromptSkipConfig, SkipSpelling, skip_problems
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
@@ -27,7 +27,6 @@ from verl_avspo.verl_plugin.hook_overrides import LEGACY_HOOK_PROBLEM, SAMPLER_N
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
 
 __all__ = ["SettingsCheck", "hook_problems", "settings_problems"]
-
 
 
 def _filters_groups(algorithm: DictConfig) -> bool:
@@ -249,6 +248,14 @@ def _baseline_problems(
         )
 
 
+_SKIP_SPELLING = SkipSpelling(
+    skip=SKIP_SECTION,
+    estimator="algorithm.adv_estimator",
+    group_size="actor_rollout_ref.rollout.n",
+    group_estimators="grpo, avspo, rloo, ...",
+)
+
+
 def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list[str]) -> Iterator[str]:
     """Prompt skipping needs a trainer that reads the prompts before rollout and a prompt history to
     decide from; an ``index`` key needs train rows with distinct ``extra_info.index`` (DCPO's own check,
@@ -261,12 +268,9 @@ def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list
             "one monolithic fit loop, with no step between the dataloader and the rollout to act on. Set "
             f"trainer.use_v1=True (the V1 trainer, any mode) or {SKIP_SECTION}.enable=False."
         )
-    if skipping and not is_group_estimator(estimator):
-        yield (
-            f"{enabled} with algorithm.adv_estimator={estimator}: the skip rule predicts a prompt's collapse from "
-            f"its earlier groups, and {estimator} compares no groups of responses, so no history is kept. Use a "
-            f"group estimator (grpo, avspo, rloo, ...) or set {SKIP_SECTION}.enable=False."
-        )
+    if skipping:
+        compares_groups = is_group_estimator(estimator)
+        yield from skip_problems(_SKIP_SPELLING, estimator, compares_groups, config.actor_rollout_ref.rollout.n)
     if prompts.key != "index" or estimator == "dcpo":
         return
     if OmegaConf.select(config, "data.custom_cls.path", default=None):
