@@ -108,6 +108,32 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
     assert "+" not in err.replace("+00", "")  # no advice to append a key with +
 
 
+def test_a_misspelt_prompts_or_acr_key_gets_a_did_you_mean(capsys):
+    """Every section our config declares: algorithm.prompts and its skip group, algorithm.acr and its alert."""
+    with pytest.raises(ConfigCompositionException, match="algorithm.prompts.skip.enabel"):
+        compose_config(["algorithm.prompts.skip.enabel=True"])  # the control: Hydra's own answer
+    overrides = [
+        "algorithm.prompts.skip.enabel=True",
+        "algorithm.prompts.skp.enable=True",
+        "algorithm.prompts.kee=index",
+        "algorithm.acr.taus=0.1",
+        "algorithm.acr.alert.windw=3",
+    ]
+    assert dry_run([*RUNNABLE, *overrides]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl-avspo: 5 problems in the config:"), err
+    for wrong, meant in (
+        ("algorithm.prompts.skip.enabel", "algorithm.prompts.skip.enable"),
+        ("algorithm.prompts.skp", "algorithm.prompts.skip"),
+        ("algorithm.prompts.kee", "algorithm.prompts.key"),
+        ("algorithm.acr.taus", "algorithm.acr.tau"),
+        ("algorithm.acr.alert.windw", "algorithm.acr.alert.window"),
+    ):
+        assert f"{wrong} is not a setting. Did you mean {meant}?" in err
+    assert "Allowed keys of algorithm.prompts.skip: enable, explore, adaptive," in err
+    assert "+" not in err.replace("+00", "")
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
