@@ -170,8 +170,9 @@ def prompt_skip_settings() -> dict[str, Any]:
 class PromptSkipper:
     """GRESO's pre-rollout skip decision (see the module docstring) with its own seeded generator.
 
-    ``explore`` holds p for (all_correct, all_wrong); ``rollouts_skipped`` counts the rollouts of the
-    prompts skipped since the start of the run.
+    ``explore`` holds p for (all_correct, all_wrong); since the start of the run, ``rollouts_skipped``
+    counts the rollouts skipping saved (skipped prompts whose place stayed empty) and ``reselected`` the
+    skipped prompts the host replaced by another draw (``core.prompt_step.StepPrompts``).
     """
 
     def __init__(self, config: PromptSkipConfig):
@@ -179,6 +180,7 @@ class PromptSkipper:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.explore = np.full(2, config.explore, dtype=np.float64)
         self.rollouts_skipped = 0
+        self.reselected = 0
 
     def keep_probability(self, keys: Any, history: PromptHistory) -> np.ndarray:
         """(n,) float64: p(kind of the latest visit) ** (collapse streak), 1 for streak 0."""
@@ -209,9 +211,11 @@ class PromptSkipper:
             "generator": self.generator.get_state(),
             "explore": torch.from_numpy(self.explore.copy()),
             "rollouts_skipped": self.rollouts_skipped,
+            "reselected": self.reselected,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
         self.explore = state["explore"].numpy().astype(np.float64).copy()
         self.rollouts_skipped = int(state["rollouts_skipped"])
+        self.reselected = int(state.get("reselected", 0))  # a state saved before re-selections were counted
