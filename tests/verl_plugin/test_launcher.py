@@ -191,7 +191,7 @@ def test_the_acr_hook_takes_a_colocated_reward_model_and_refuses_the_legacy_trai
         "reward.reward_model.enable_resource_pool=False",
     ]
     check_config(compose_config(overrides))
-    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which has none"):
+    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which builds none"):
         check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
     check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine
 

@@ -83,7 +83,8 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
                                    the stalled step and ends the run (synchronous trainer only)
   --prompts.skip.enable true, --prompts.skip.explore 0.5, ...
                                    skip prompts predicted to collapse before their rollout (GRESO's rule;
-                                   any algorithm.prompts.skip key; synchronous trainer only)
+                                   any algorithm.prompts.skip key; synchronous trainer, a group estimator
+                                   and --rollout.n_samples_per_prompt 2 or more only)
 OpenRLHF's own options follow."""
 
 
