@@ -56,6 +56,7 @@ def test_the_layers_are_folders():
     }
     assert not [p.name for p in PACKAGE.glob("*.py")] or {p.name for p in PACKAGE.glob("*.py")} == {
         "__init__.py",
+        "__main__.py",
         "cli.py",
         "main_ppo.py",
         "register.py",

@@ -7,7 +7,7 @@ One folder per layer (``docs/integration.md``, "Package layout"):
 - ``openrlhf/``: OpenRLHF's side;
 - ``sandbox/``: the CPU sandbox, a tiny policy trained with the core's estimators;
 - ``tools/``: report, table, plots and demo over logs;
-- ``cli.py``: the ``verl-avspo`` command.
+- ``cli.py``: the ``verl-avspo`` command (also ``python -m verl_avspo``).
 
 ``python -m verl_avspo.main_ppo`` and ``verl_avspo.register`` keep their names (short modules that
 lead to ``verl_plugin``). Importing this package does not import verl.

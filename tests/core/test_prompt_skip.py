@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from verl_avspo.core.prompt_history import PromptHistory
-from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper, resolve_prompt_skip
+from verl_avspo.core.prompt_skip import (
+    PromptSkipConfig,
+    PromptSkipper,
+    SkipSpelling,
+    resolve_prompt_skip,
+    skip_problems,
+)
 from verl_avspo.core.validation import SettingsError
 
 
@@ -82,3 +88,18 @@ def test_state_round_trip_continues_the_same_draws():
     keys = list(range(5)) * 20
     assert np.array_equal(restored.keep(keys, history), skipper.keep(keys, history))
     assert restored.explore.tolist() == skipper.explore.tolist() and restored.rollouts_skipped == 24
+
+
+def test_skipping_where_it_could_never_act_is_named_in_the_hosts_spelling():
+    """One rule for every host (verl's launcher, OpenRLHF's): groups compared by the estimator, of at least 2."""
+    flags = SkipSpelling("--prompts.skip", "--estimator", "--n", "grpo", assign=" ", true="true", false="false")
+    (no_groups,) = skip_problems(flags, "gae", False, 8)
+    assert no_groups.startswith("--prompts.skip.enable true with --estimator gae: the skip rule predicts")
+    assert no_groups.endswith("Use a group estimator (grpo) or set --prompts.skip.enable false.")
+    assert skip_problems(flags, "gae", False, 1) == [no_groups]  # the estimator first: any n is moot
+    (single,) = skip_problems(SkipSpelling("a.skip", "a.est", "r.n", "grpo"), "grpo", True, 1)
+    assert single.startswith("a.skip.enable=True with r.n=1: ") and single.endswith(
+        "Set r.n=8 (the paper's group size) or more, or set a.skip.enable=False."
+    )
+    assert skip_problems(flags, "grpo", True, 2) == []
+    assert skip_problems(flags, "grpo", True, "${oc.env:N}") == []  # not a number: the host's own checks say so

@@ -227,6 +227,68 @@ def test_skipping_counts_rollouts_and_a_resumed_run_skips_the_same():
     assert reports[-1]["prompts/explore_all_correct"] == pytest.approx(0.5 - 8 * 0.01)
 
 
+def test_skipped_prompts_a_host_replaces_are_reselections_not_savings():
+    """Every prompt collapses on every visit, and the host refills each batch to its size (as verl's V1
+    trainer, OpenRLHF's prompt draw, TRL's and the sandbox's do): the rule turns many candidates down, but
+    the step still rolls out its whole batch, so nothing is saved; each skipped candidate is a re-selection.
+    (Counting every skipped candidate's rollouts as saved once exceeded the rollouts generated.)"""
+    batch, group_size, steps = 4, 4, 12
+    tracker = prompt_tracker(enable=True, explore=0.05, adaptive=False, seed=3)
+    dataset = iter(range(10**6))
+    reports, generated = [], 0
+    for step in range(1, steps + 1):
+        chosen = []
+        for refill in range(100):  # the first draw, then refills; the 4th refill must fill what is missing
+            candidates = [next(dataset) % 6 for _ in range(batch)]
+            at_least = batch - len(chosen) if refill >= 4 else 0
+            keep = tracker.select_prompts(candidates, group_size, at_least=at_least)
+            chosen += [key for key, kept in zip(candidates, keep, strict=True) if kept][: batch - len(chosen)]
+            if len(chosen) == batch:
+                break
+        generated += batch * group_size
+        scores = torch.ones(batch * group_size)  # every group all correct
+        index = np.repeat(np.array([f"u{i}" for i in range(batch)], dtype=object), group_size)
+        tracker.measure(scores, index)
+        tracker.set_prompt_keys({f"u{i}": key for i, key in enumerate(chosen)})
+        reports.append(tracker.end_step(step))
+    skipped = sum(report["prompts/skipped"] for report in reports)
+    assert skipped * group_size > generated  # what the former count would have called saved
+    for report in reports:
+        assert report["prompts/rollouts_skipped"] == 0 and report["prompts/reselected"] == report["prompts/skipped"]
+    assert reports[-1]["prompts/rollouts_skipped_cumulative"] == 0
+    assert reports[-1]["prompts/reselected_cumulative"] == skipped == tracker.skipper.reselected
+    # A host that does not replace them (one draw a step): every skipped prompt's rollouts are saved, at most
+    # the batch's.
+    for step in range(steps + 1, steps + 4):
+        keep = tracker.select_prompts([next(dataset) % 6 for _ in range(batch)], group_size)
+        report: dict = {}
+        tracker.observe_step(step, report)
+        assert report["prompts/rollouts_skipped"] == group_size * int((~keep).sum()) <= batch * group_size
+        assert report["prompts/reselected"] == 0
+
+
+def test_only_the_places_a_host_leaves_empty_save_rollouts():
+    from verl_avspo.core.prompt_history import PromptHistory
+    from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
+    from verl_avspo.core.prompt_step import StepPrompts
+
+    skipper, draws = PromptSkipper(PromptSkipConfig(enable=True)), StepPrompts()
+    draws.count_selection(np.array([True, False, False, False]), 4)  # a batch: 3 places open
+    draws.count_selection(np.array([False, True, False]), 4)  # a refill fills one; its 2 skipped open none
+    metrics = draws.close(PromptHistory(), skipper, 1)  # the host stopped (its data ran out): 2 places empty
+    assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (5, 3, 8)
+    draws = StepPrompts()
+    draws.count_selection(np.array([False, False]), 4)
+    draws.count_selection(np.array([True, True, True]), 4)  # fills both (one kept beyond them, unused)
+    draws.count_selection(np.array([False, True]), 4)  # the next batch: one place open
+    metrics = draws.close(PromptHistory(), skipper, 2)
+    assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (3, 2, 4)
+    assert (metrics["prompts/reselected_cumulative"], metrics["prompts/rollouts_skipped_cumulative"]) == (5, 12)
+    restored = PromptSkipper(PromptSkipConfig(enable=True))
+    restored.load_state_dict(skipper.state_dict())
+    assert (restored.reselected, restored.rollouts_skipped) == (5, 12)
+
+
 def test_a_step_with_nothing_measured_moves_no_streak_and_logs_its_own_skips():
     from verl_avspo.core.prompt_skip import PromptSkipConfig
 

@@ -30,7 +30,7 @@ from trl_cpu.harness import TinyAssets, launch  # noqa: E402
 COLUMNS = ("acr/rate", "acr/all_wrong", "acr/effective", "frac_reward_zero_std", "avspo/threshold", "avspo/triggered")
 COLUMNS += ("reward", "loss")
 # Printed beside them with skipping on.
-SKIP_COLUMNS = ("prompts/never_solved", "prompts/skipped", "prompts/rollouts_skipped_cumulative")
+SKIP_COLUMNS = ("prompts/never_solved", "prompts/skipped", "prompts/reselected_cumulative")
 
 
 def key_values(pairs: list[str]) -> dict:

@@ -44,7 +44,8 @@ CHECKPOINTED = {"save_strategy": "steps", "save_steps": 2}
 # Skipping that acts on the first revisit: a prompt collapsed on its one visit is kept with probability 0.05.
 SKIP = {"skip": {"enable": True, "explore": 0.05, "adaptive": False}}
 PROMPT_METRICS = ("prompts/seen", "prompts/always_solved", "prompts/never_solved", "prompts/collapsed_before")
-SKIP_METRICS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
+SKIP_METRICS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
+                "prompts/rollouts_skipped_cumulative")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +147,15 @@ def test_avspo_run_logs_every_metric_on_every_step_beside_trls_own(avspo_run):
         assert set(ACR_KEYS + AVSPO_KEYS + PROMPT_METRICS + SKIP_METRICS) <= set(row), row
         # TRL's own collapse count is untouched and, with group scaling, the same rate (TRL's in float32).
         assert row["frac_reward_zero_std"] == pytest.approx(row["acr/rate"])
-        assert row["prompts/rollouts_skipped"] == GROUP_SIZE * row["prompts/skipped"]
+        # Every skipped group is replaced in place: a re-selection, no rollout saved.
+        assert row["prompts/reselected"] == row["prompts/skipped"] and row["prompts/rollouts_skipped"] == 0
     assert any(row["avspo/triggered"] > 0 for row in rows.values())  # AVSPO changed some advantages
     # Step 4 revisits the first epoch's prompts (6 prompts, 2 a step): collapsed ones were skipped, and
     # every generation still rolled out 2 whole groups.
     skipped = [rows[step]["prompts/skipped"] for step in (1, 2, 3, 4)]
     assert skipped[:3] == [0, 0, 0] and skipped[3] > 0
-    assert rows[4]["prompts/rollouts_skipped_cumulative"] == GROUP_SIZE * sum(skipped)
+    assert rows[4]["prompts/reselected_cumulative"] == sum(skipped)
+    assert rows[4]["prompts/rollouts_skipped_cumulative"] == 0
     assert rows[4]["prompts/seen"] == 6
     assert all(len(group_prompt_keys(record["prompts"])) == 2 for record in avspo_run.records)
 
@@ -277,8 +280,9 @@ def test_a_step_with_no_scorable_completion_logs_the_prompts_it_skipped(few, tmp
     rows = step_rows(trainer)
     assert "acr/rate" in rows[3] and "acr/rate" not in rows[4] and "acr/rate" not in rows[5]
     assert rows[4]["prompts/skipped"] > 0
-    skipped = [rows[step]["prompts/rollouts_skipped"] for step in range(1, 6)]
-    assert rows[5]["prompts/rollouts_skipped_cumulative"] == sum(skipped)
+    reselected = [rows[step]["prompts/reselected"] for step in range(1, 6)]
+    skipped = [rows[step]["prompts/skipped"] for step in range(1, 6)]
+    assert rows[5]["prompts/reselected_cumulative"] == sum(reselected) == sum(skipped)
 
 
 def scheduled_reward(completions: list[str], **kwargs) -> list[float]:

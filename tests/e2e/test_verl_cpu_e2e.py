@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
-from verl_cpu.launch import AVSPO_ENTRY, GROUP_SIZE, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
+from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory
@@ -65,7 +65,8 @@ AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_
 STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
                           "trainer.save_freq=1", *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 # The skip rule's metrics, on every step of a run that skips.
-SKIP_KEYS = ("prompts/skipped", "prompts/rollouts_skipped", "prompts/rollouts_skipped_cumulative")
+SKIP_KEYS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
+             "prompts/rollouts_skipped_cumulative")  # fmt: skip
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
@@ -251,7 +252,7 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     assert uninterrupted[3]["prompts/skipped"] > 0
     resumed_skip, straight_skip = (runs[name].state(3)["prompt_skip"] for name in ("resumed", "avspo"))
     assert torch.equal(resumed_skip["generator"], straight_skip["generator"])
-    assert resumed_skip["rollouts_skipped"] == straight_skip["rollouts_skipped"] > 0
+    assert resumed_skip["reselected"] == straight_skip["reselected"] > 0
 
 
 def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
@@ -293,12 +294,14 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
         ]
         assert not missing, f"step {record['step']} lacks {missing}"
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
-    # Each skipped prompt spares its group's rollouts, counted step by step and across the resume.
+    # Each skipped prompt's place is refilled: a re-selection, no rollout saved; counted step by step and
+    # across the resume.
     for run in (records, runs["colocate_resumed"].records()):
         skipped = [record["data"]["prompts/skipped"] for record in run]
-        assert [record["data"]["prompts/rollouts_skipped"] for record in run] == [GROUP_SIZE * k for k in skipped]
-    cumulative = [record["data"]["prompts/rollouts_skipped_cumulative"] for record in records]
-    assert cumulative == list(itertools.accumulate(GROUP_SIZE * r["data"]["prompts/skipped"] for r in records))
+        assert [record["data"]["prompts/reselected"] for record in run] == skipped
+        assert [record["data"]["prompts/rollouts_skipped"] for record in run] == [0.0] * len(run)
+    cumulative = [record["data"]["prompts/reselected_cumulative"] for record in records]
+    assert cumulative == list(itertools.accumulate(r["data"]["prompts/skipped"] for r in records))
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
     # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
@@ -311,8 +314,8 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     assert runs["colocate_resumed"].state(3)["controller"]["step"] == 3
     # The skip rule's cumulative count is restored too: step 3 adds its own to the step-2 checkpoint's.
     step_three = resumed[0]["data"]
-    assert step_three["prompts/rollouts_skipped_cumulative"] == (
-        outcome.state(2)["prompt_skip"]["rollouts_skipped"] + step_three["prompts/rollouts_skipped"]
+    assert step_three["prompts/reselected_cumulative"] == (
+        outcome.state(2)["prompt_skip"]["reselected"] + step_three["prompts/reselected"]
     )
 
 
@@ -369,17 +372,18 @@ def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_
 
 def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):
     records = runs["launcher_five"].records()
-    skipped = [record["data"]["prompts/rollouts_skipped"] for record in records]
+    skipped = [record["data"]["prompts/skipped"] for record in records]
     # Epoch 1 (steps 1-2) sees every prompt for the first time: nothing to skip. Then prompts are skipped,
-    # n = 4 rollouts each, and the batch still trains 4 groups.
+    # each replaced by a refill (a re-selection, no rollout saved), and the batch still trains 4 groups.
     assert skipped[:2] == [0.0, 0.0] and sum(skipped) > 0, skipped
     for record in records:
         data = record["data"]
-        assert data["prompts/rollouts_skipped"] == 4 * data["prompts/skipped"]
+        assert data["prompts/reselected"] == data["prompts/skipped"] and data["prompts/rollouts_skipped"] == 0
         assert data["acr/groups"] == 4, record["step"]
-    cumulative = [record["data"]["prompts/rollouts_skipped_cumulative"] for record in records]
+    cumulative = [record["data"]["prompts/reselected_cumulative"] for record in records]
     assert cumulative == list(itertools.accumulate(skipped))
-    assert runs["launcher_five"].state(5)["prompt_skip"]["rollouts_skipped"] == cumulative[-1]
+    assert runs["launcher_five"].state(5)["prompt_skip"]["reselected"] == cumulative[-1]
+    assert runs["launcher_five"].state(5)["prompt_skip"]["rollouts_skipped"] == 0
     # The history: 8 prompts, 4 groups a step, 20 visits in all.
     seen = [record["data"]["prompts/seen"] for record in records]
     assert seen[:2] == [4.0, 8.0] and seen[-1] == 8.0

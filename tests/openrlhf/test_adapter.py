@@ -264,6 +264,25 @@ def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolve
             ["--algo.advantage.est", "rloo", "--rollout.n_samples_per_prompt", "1"],
             r"--algo\.advantage\.estimator rloo compares the responses",
         ),
+        # Skipping where it could never act (the rule verl's launcher applies), before OpenRLHF is imported.
+        (
+            ["--prompts.skip.enable", "true", "--rollout.n_samples_per_prompt", "4"],
+            r"^--prompts\.skip\.enable true with --algo\.advantage\.estimator gae: the skip rule predicts .* Use a "
+            r"group estimator \(avspo, rloo, reinforce_baseline, group_norm, dr_grpo\) or set --prompts\.skip\.enable "
+            r"false\.$",
+        ),
+        # Other --prompts flags: one line with the fix, not OpenRLHF's whole usage.
+        (
+            ["--prompts.skip", "true"],
+            r"^--prompts\.skip true: --prompts\.skip is a group of settings, not one: give its keys, for example "
+            r"--prompts\.skip\.enable true \(keys: enable, explore, ",
+        ),
+        (
+            ["--prompts.key", "index"],
+            r"^--prompts\.key index: there is no --prompts\.key in OpenRLHF, whose prompts carry no dataset index: "
+            r"the adapter keys every prompt by a hash of its text\. Remove --prompts\.key",
+        ),
+        (["--prompts.skp.enable=true"], r"^--prompts\.skp\.enable true: --prompts\.skp\.enable is not a setting; "),
     ],
 )
 @pytest.mark.filterwarnings("ignore:--avspo.alert is deprecated:FutureWarning")
@@ -372,10 +391,36 @@ def test_prompt_skip_flags_are_split_checked_and_refused_with_the_async_trainer(
     )
     assert rest == ["--x"] and skip == {"enable": True, "explore": 0.2}
     assert flags.split_prompt_skip_arguments(["--acr.tau", "1e-3"]) == (["--acr.tau", "1e-3"], None)
-    launcher.check_prompt_skip([], skip)
+    groups = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4"]
+    assert launcher.check_prompt_skip(groups, skip) is True
     with pytest.raises(launcher.UsageError, match=r"synchronous trainer.*Drop --train.async_enable"):
-        launcher.check_prompt_skip(["--train.async_enable"], skip)
+        launcher.check_prompt_skip([*groups, "--train.async_enable"], skip)
     with pytest.raises(launcher.UsageError, match=r"--prompts.skip.explore=2 is invalid"):
-        launcher.check_prompt_skip([], {"enable": True, "explore": 2})
+        launcher.check_prompt_skip(groups, {"enable": True, "explore": 2})
+
+
+def test_prompt_skip_is_refused_where_it_could_never_act():
+    """The rule verl's launcher applies (core.prompt_skip.skip_problems), in OpenRLHF's flags: an estimator
+    that compares no groups (OpenRLHF's default gae included), or one response per prompt."""
+    skip = {"enable": True}
+    for argv, given in (
+        ([], "estimator gae"),
+        (["--algo.advantage.estimator=reinforce", "--rollout.n_samples_per_prompt", "8"], "estimator reinforce"),
+    ):
+        with pytest.raises(launcher.UsageError) as refused:
+            launcher.check_prompt_skip(argv, skip)
+        message = str(refused.value)
+        assert message.startswith(f"--prompts.skip.enable true with --algo.advantage.{given}: the skip rule predicts")
+        assert message.endswith(
+            "Use a group estimator (avspo, rloo, reinforce_baseline, group_norm, dr_grpo) or "
+            "set --prompts.skip.enable false."
+        )
+    with pytest.raises(launcher.UsageError) as refused:
+        launcher.check_prompt_skip(
+            ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt=1"], skip
+        )
+    assert str(refused.value).startswith("--prompts.skip.enable true with --rollout.n_samples_per_prompt 1: ")
+    assert "Set --rollout.n_samples_per_prompt 8 (the paper's group size) or more" in str(refused.value)
+    assert launcher.check_prompt_skip([], {"enable": False}) is False  # off: nothing to act on
     with pytest.raises(launcher.UsageError, match=r"--prompts.skip.enable needs a value, for example --prompts.skip"):
         flags.split_prompt_skip_arguments(["--prompts.skip.enable"])

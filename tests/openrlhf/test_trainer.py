@@ -621,7 +621,8 @@ def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, 
     experience_maker.make_experience_batch(rollout)
     metrics = {**experience_maker.verl_avspo_metrics}
     tracker.observe_step(1, metrics)
-    assert metrics["prompts/skipped"] == 2 and metrics["prompts/rollouts_skipped"] == 2 * GROUP_SIZE
+    # p3 and p4 were drawn in their place: re-selections, no rollout saved.
+    assert metrics["prompts/skipped"] == metrics["prompts/reselected"] == 2 and metrics["prompts/rollouts_skipped"] == 0
     assert metrics["prompts/seen"] == 5  # p1, p2 and the three trained now
     records = tracker.prompt_history.lookup([prompt_key(p) for p in ("p0", "p3", "p4")])
     assert records.visits.tolist() == [1, 1, 1] and records.last_pass_rate.tolist() == [0.75, 0.25, 0.4375]

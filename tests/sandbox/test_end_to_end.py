@@ -238,8 +238,10 @@ def test_skip_rolls_out_a_full_batch_and_counts_what_it_skipped(torch_settings, 
     train(config, spec, 0, tmp_path / "skip.jsonl", tmp_path / "cache")
     steps = read_metrics(tmp_path / "skip.jsonl").loc[1:]
     assert (steps["train/rollouts_generated"] == 128).all() and (steps["acr/groups"] == 16).all()
-    assert (steps["prompts/rollouts_skipped"] == 8 * steps["prompts/skipped"]).all()
-    assert (steps["prompts/rollouts_skipped_cumulative"] == steps["prompts/rollouts_skipped"].cumsum()).all()
+    # Every skipped prompt's place was filled by a further draw: re-selected, no rollout saved.
+    assert (steps["prompts/reselected"] == steps["prompts/skipped"]).all()
+    assert (steps["prompts/reselected_cumulative"] == steps["prompts/reselected"].cumsum()).all()
+    assert (steps["prompts/rollouts_skipped"] == 0).all() and (steps["prompts/rollouts_skipped_cumulative"] == 0).all()
     assert steps["prompts/skipped"].sum() > 0 and steps.loc[1, "prompts/skipped"] == 0  # nothing known at step 1
     assert steps["prompts/seen"].is_monotonic_increasing and steps["prompts/seen"].iloc[-1] <= 80
     assert steps["prompts/explore_all_wrong"].between(0.05, 1).all()

@@ -81,6 +81,20 @@ def test_doctor_imports_what_the_given_overrides_name(capsys):
     assert "Did you mean trainer.v1.sampler.custom_sampler.name=ACRSampler?" in out
 
 
+def test_doctor_fails_the_hook_with_the_legacy_trainer():
+    """The hook with trainer.use_v1=False: verl's legacy trainer never builds it, so the doctor fails, naming
+    the setting and the fix (the overrides alone, or with the hook's own named)."""
+    hook = ["trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler"]
+    for overrides in (["trainer.use_v1=False"], [*hook, "trainer.use_v1=false"]):
+        with pytest.raises(RuntimeError) as failed:
+            doctor._hook(overrides)
+        assert "trainer.use_v1=False runs the legacy trainer, which builds none" in str(failed.value)
+        assert "Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`" in str(failed.value)
+    assert doctor._hook(["trainer.use_v1=True"]).startswith("ACR in stock")
+    # Another class named with the legacy trainer is no hook of ours: only imported.
+    assert doctor._hook(["trainer.use_v1=False", "data.custom_cls.path=pkg://json", "data.custom_cls.name=JSONDecoder"])
+
+
 def test_doctor_says_when_trl_is_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # importlib.util.find_spec("trl") is None
     assert doctor._trl().startswith("not installed (pip install 'verl-avspo[trl]'")

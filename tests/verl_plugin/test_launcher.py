@@ -17,7 +17,13 @@ from verl.trainer.ppo import core_algos
 
 from verl_avspo.core.config import AVSPO_KEYS, AlertConfig
 from verl_avspo.verl_plugin import checks, launcher
-from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES, ConfigCheckError, check_config, is_group_estimator
+from verl_avspo.verl_plugin.checks import (
+    HOOK_OVERRIDES,
+    ConfigCheckError,
+    check_config,
+    is_group_estimator,
+    settings_problems,
+)
 from verl_avspo.verl_plugin.launcher import compose_config, dry_run
 
 pytestmark = pytest.mark.verl
@@ -105,6 +111,32 @@ def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys
     assert "+" not in err.replace("+00", "")  # no advice to append a key with +
 
 
+def test_a_misspelt_prompts_or_acr_key_gets_a_did_you_mean(capsys):
+    """Every section our config declares: algorithm.prompts and its skip group, algorithm.acr and its alert."""
+    with pytest.raises(ConfigCompositionException, match="algorithm.prompts.skip.enabel"):
+        compose_config(["algorithm.prompts.skip.enabel=True"])  # the control: Hydra's own answer
+    overrides = [
+        "algorithm.prompts.skip.enabel=True",
+        "algorithm.prompts.skp.enable=True",
+        "algorithm.prompts.kee=index",
+        "algorithm.acr.taus=0.1",
+        "algorithm.acr.alert.windw=3",
+    ]
+    assert dry_run([*RUNNABLE, *overrides]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl-avspo: 5 problems in the config:"), err
+    for wrong, meant in (
+        ("algorithm.prompts.skip.enabel", "algorithm.prompts.skip.enable"),
+        ("algorithm.prompts.skp", "algorithm.prompts.skip"),
+        ("algorithm.prompts.kee", "algorithm.prompts.key"),
+        ("algorithm.acr.taus", "algorithm.acr.tau"),
+        ("algorithm.acr.alert.windw", "algorithm.acr.alert.window"),
+    ):
+        assert f"{wrong} is not a setting. Did you mean {meant}?" in err
+    assert "Allowed keys of algorithm.prompts.skip: enable, explore, adaptive," in err
+    assert "+" not in err.replace("+00", "")
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -162,7 +194,7 @@ def test_the_acr_hook_takes_a_colocated_reward_model_and_refuses_the_legacy_trai
         "reward.reward_model.enable_resource_pool=False",
     ]
     check_config(compose_config(overrides))
-    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which has none"):
+    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which builds none"):
         check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
     check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine
 
@@ -426,6 +458,14 @@ def test_prompt_settings_are_checked_before_ray_with_the_fix(tmp_path):
     )
     with pytest.raises(ConfigCheckError, match=r"with algorithm.adv_estimator=gae: the skip rule predicts"):
         check_config(compose_config([*RUNNABLE, skip, "algorithm.adv_estimator=gae", "critic.enable=True"]))
+    # One response per prompt never collapses: refused in the first stage, before verl's registries.
+    single = settings_problems(compose_config([*RUNNABLE, skip, "actor_rollout_ref.rollout.n=1"])).problems
+    assert single == [
+        "algorithm.prompts.skip.enable=True with actor_rollout_ref.rollout.n=1: the skip rule predicts a prompt's "
+        "collapse from its earlier groups, and a group of one response has no spread to lose, so no prompt would "
+        "ever be skipped. Set actor_rollout_ref.rollout.n=8 (the paper's group size) or more, or set "
+        "algorithm.prompts.skip.enable=False."
+    ]
     with pytest.raises(ConfigCheckError, match=r"algorithm.prompts.key='index' and algorithm.dcpo.prompt_key='raw_p"):
         check_config(compose_config([*RUNNABLE, "algorithm.prompts.key=index", "algorithm.dcpo.prompt_key=raw_prompt"]))
     # Every V1 mode skips (in _next_train_batch, where each takes its prompts).

@@ -78,8 +78,9 @@ def test_collapsed_prompts_are_skipped_and_the_batch_refilled():
     assert batch["global_steps"] == 3
     metrics = {"acr/rate": 0.0, "acr/all_wrong": 0.0, "acr/reward_mean": 0.0}  # the step's own, from its batch
     made.tracker.observe_step(3, metrics)
-    assert metrics["prompts/skipped"] == 2 and metrics["prompts/rollouts_skipped"] == 8  # 2 prompts x n=4
-    assert metrics["prompts/rollouts_skipped_cumulative"] == 8
+    # The refill rolled out 4 and 5 in their place: re-selections, no rollout saved.
+    assert metrics["prompts/skipped"] == 2 and metrics["prompts/reselected"] == 2
+    assert metrics["prompts/rollouts_skipped"] == 0 and metrics["prompts/rollouts_skipped_cumulative"] == 0
 
 
 def test_prompts_keyed_by_their_messages_are_skipped_alike():

@@ -130,3 +130,41 @@ def test_entry_point_imports_nothing_beyond_core_algos():
     extra = {m for m in with_plugin - baseline if not m.startswith("verl_avspo") and not m.startswith("__editable__")}
     assert extra == set()
     assert {"verl_avspo.verl_plugin.register", "verl_avspo.core.advantage"} <= with_plugin
+
+
+HOOK = [
+    "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler",
+    "trainer.v1.sampler.custom_sampler.name=ACRSampler",
+]
+
+
+def test_stock_main_ppo_refuses_the_hook_with_the_legacy_trainer():
+    """verl's legacy trainer never builds the hook: stock main_ppo's process ends at `import verl`, before
+    Hydra composes its config, naming the setting and the fix (verl's loader does not swallow SystemExit)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *HOOK, "trainer.use_v1=False"],
+        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("verl-avspo: trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and ")
+    assert "trainer.use_v1=False runs the legacy trainer" in last and "Set trainer.use_v1=True" in last
+    assert "ray init kwargs" not in result.stdout  # stopped before verl's own run started
+
+
+def test_only_stock_main_ppo_with_the_hook_and_the_legacy_trainer_is_refused():
+    from verl_avspo.verl_plugin.hook_overrides import refuse_legacy_hook
+
+    stock = "/env/lib/python3.12/site-packages/verl/trainer/main_ppo.py"
+    with pytest.raises(SystemExit, match="trainer.use_v1=False runs the legacy trainer"):
+        refuse_legacy_hook([stock, "++trainer.use_v1='false'", HOOK[1]])
+    with pytest.raises(SystemExit, match="trainer.use_v1=False runs the legacy trainer"):  # while -m imports verl
+        refuse_legacy_hook(["-m", HOOK[0], "trainer.use_v1=0"], ["python", "-u", "-m", "verl.trainer.main_ppo"])
+    refuse_legacy_hook(["-m", *HOOK, "trainer.use_v1=False"], ["python", "-m", "verl_avspo.main_ppo"])  # launcher
+    refuse_legacy_hook([stock, *HOOK, "trainer.use_v1=True"])  # the V1 trainer builds the hook
+    refuse_legacy_hook([stock, "trainer.use_v1=False"])  # no hook: a legacy run as verl has it
+    refuse_legacy_hook(["/env/bin/verl-avspo", "doctor", *HOOK, "trainer.use_v1=False"], [])  # doctor reports it
+    refuse_legacy_hook(["/env/lib/python3.12/site-packages/ray/_private/workers/default_worker.py"])  # a worker

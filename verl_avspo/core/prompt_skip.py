@@ -30,7 +30,14 @@ from verl_avspo.core import validation
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.validation import Problems, given_settings
 
-__all__ = ["PromptSkipConfig", "PromptSkipper", "resolve_prompt_skip", "prompt_skip_settings"]
+__all__ = [
+    "PromptSkipConfig",
+    "PromptSkipper",
+    "SkipSpelling",
+    "resolve_prompt_skip",
+    "prompt_skip_settings",
+    "skip_problems",
+]
 
 # The two kinds of a collapsed visit, in the order of PromptSkipper.explore.
 KINDS = ("all_correct", "all_wrong")
@@ -109,6 +116,52 @@ def _explore_bounds(key: str, value: Any) -> tuple[float, float]:
     return low, high
 
 
+@dataclass(frozen=True)
+class SkipSpelling:
+    """How a host's user spells the settings :func:`skip_problems` names (verl's ``key=value``, OpenRLHF's
+    ``--flag value``)."""
+
+    skip: str
+    """The skip settings' group: ``algorithm.prompts.skip``, ``--prompts.skip``."""
+    estimator: str
+    """The advantage estimator's key: ``algorithm.adv_estimator``, ``--algo.advantage.estimator``."""
+    group_size: str
+    """The responses sampled per prompt: ``actor_rollout_ref.rollout.n``, ``--rollout.n_samples_per_prompt``."""
+    group_estimators: str
+    """The host's estimators that compare a prompt's responses, for the fix: ``grpo, avspo, rloo, ...``."""
+    assign: str = "="
+    """Between a key and its value: ``=``, or a space for command-line flags."""
+    true: str = "True"
+    false: str = "False"
+
+    def setting(self, key: str, value: Any) -> str:
+        return f"{key}{self.assign}{value}"
+
+
+def skip_problems(spelling: SkipSpelling, estimator: str, compares_groups: bool, group_size: Any) -> list[str]:
+    """Why the skip rule could never act in a run (empty when it can), each naming the setting, its value
+    and the fix in the host's ``spelling``. The rule predicts a prompt's collapse from its earlier groups,
+    so it needs an ``estimator`` that ``compares_groups`` (a prompt's responses against each other; without
+    it no history is kept) and a ``group_size`` of at least 2 (a single response has no spread to lose,
+    so no visit ever collapses)."""
+    enabled = spelling.setting(f"{spelling.skip}.enable", spelling.true)
+    disable = spelling.setting(f"{spelling.skip}.enable", spelling.false)
+    if not compares_groups:
+        return [
+            f"{enabled} with {spelling.setting(spelling.estimator, estimator)}: the skip rule predicts a prompt's "
+            f"collapse from its earlier groups, and {estimator} compares no groups of responses, so no history is "
+            f"kept. Use a group estimator ({spelling.group_estimators}) or set {disable}."
+        ]
+    if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 2:
+        return [
+            f"{enabled} with {spelling.setting(spelling.group_size, group_size)}: the skip rule predicts a prompt's "
+            "collapse from its earlier groups, and a group of one response has no spread to lose, so no prompt "
+            f"would ever be skipped. Set {spelling.setting(spelling.group_size, 8)} (the paper's group size) or "
+            f"more, or set {disable}."
+        ]
+    return []
+
+
 def prompt_skip_settings() -> dict[str, Any]:
     """The defaults, as a plain dict (for a host's settings file or documentation)."""
     return {**PromptSkipConfig().to_dict(), "explore_bounds": list(PromptSkipConfig().explore_bounds)}
@@ -117,8 +170,9 @@ def prompt_skip_settings() -> dict[str, Any]:
 class PromptSkipper:
     """GRESO's pre-rollout skip decision (see the module docstring) with its own seeded generator.
 
-    ``explore`` holds p for (all_correct, all_wrong); ``rollouts_skipped`` counts the rollouts of the
-    prompts skipped since the start of the run.
+    ``explore`` holds p for (all_correct, all_wrong); since the start of the run, ``rollouts_skipped``
+    counts the rollouts skipping saved (skipped prompts whose place stayed empty) and ``reselected`` the
+    skipped prompts the host replaced by another draw (``core.prompt_step.StepPrompts``).
     """
 
     def __init__(self, config: PromptSkipConfig):
@@ -126,6 +180,7 @@ class PromptSkipper:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.explore = np.full(2, config.explore, dtype=np.float64)
         self.rollouts_skipped = 0
+        self.reselected = 0
 
     def keep_probability(self, keys: Any, history: PromptHistory) -> np.ndarray:
         """(n,) float64: p(kind of the latest visit) ** (collapse streak), 1 for streak 0."""
@@ -156,9 +211,11 @@ class PromptSkipper:
             "generator": self.generator.get_state(),
             "explore": torch.from_numpy(self.explore.copy()),
             "rollouts_skipped": self.rollouts_skipped,
+            "reselected": self.reselected,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
         self.explore = state["explore"].numpy().astype(np.float64).copy()
         self.rollouts_skipped = int(state["rollouts_skipped"])
+        self.reselected = int(state.get("reselected", 0))  # a state saved before re-selections were counted

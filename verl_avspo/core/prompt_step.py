@@ -25,7 +25,12 @@ logger = logging.getLogger(__name__)
 
 
 class StepPrompts:
-    """One step's keyed groups (per batch, in order) and skip counts, until the step closes."""
+    """One step's keyed groups (per batch, in order) and skip counts, until the step closes.
+
+    Of the candidates the skip rule turned down (``prompts/skipped``), those whose place the host filled with
+    a further draw are re-selections (``prompts/reselected``): the step still rolls out as many prompts. Only
+    the places left empty save rollouts (``prompts/rollouts_skipped``), so the saving never exceeds what the
+    step's batches could have rolled out."""
 
     def __init__(self) -> None:
         self.keys: list[np.ndarray] = []
@@ -33,7 +38,22 @@ class StepPrompts:
         self.all_correct: list[np.ndarray] = []
         self.all_wrong: list[np.ndarray] = []
         self.skipped = 0
-        self.rollouts_skipped = 0
+        # The places of a batch's skipped candidates that no later draw has filled yet, and the rollouts
+        # each would have had: those still open when the step closes are the rollouts skipping saved.
+        self.open_places = 0
+        self.rollouts_per_place = 0
+
+    def count_selection(self, keep: np.ndarray, rollouts_per_prompt: int) -> None:
+        """Count one draw of candidate prompts (``keep``: the rule's decision for each). While places of an
+        earlier draw's skipped candidates are open, a draw is the host's refill: its kept candidates fill them
+        (the skipped ones were re-selected, not saved) and its skipped ones open none; otherwise it is a new
+        batch, whose skipped candidates leave their places open."""
+        kept, skipped = int(keep.sum()), int((~keep).sum())
+        self.skipped += skipped
+        if self.open_places:
+            self.open_places -= min(kept, self.open_places)
+        else:
+            self.open_places, self.rollouts_per_place = skipped, int(rollouts_per_prompt)
 
     def add(self, keys: list, stats: GroupStats, collapse: Collapse, acr: ACRConfig) -> None:
         """The groups with a key (not None) and at least two responses (a singleton has no collapse)."""
@@ -69,11 +89,15 @@ class StepPrompts:
             if skipper is not None:
                 skipper.update(float(correct.mean()), float(wrong.mean()))
         if skipper is not None:
-            skipper.rollouts_skipped += self.rollouts_skipped
+            rollouts_saved, reselected = self.open_places * self.rollouts_per_place, self.skipped - self.open_places
+            skipper.rollouts_skipped += rollouts_saved
+            skipper.reselected += reselected
             metrics.update(
                 {
                     "prompts/skipped": float(self.skipped),
-                    "prompts/rollouts_skipped": float(self.rollouts_skipped),
+                    "prompts/reselected": float(reselected),
+                    "prompts/reselected_cumulative": float(skipper.reselected),
+                    "prompts/rollouts_skipped": float(rollouts_saved),
                     "prompts/rollouts_skipped_cumulative": float(skipper.rollouts_skipped),
                     **skipper.metrics(),
                 }

@@ -245,16 +245,19 @@ class RunTracker:
     def select_prompts(self, keys: Any, rollouts_per_prompt: int, at_least: int = 0) -> np.ndarray:
         """Before the rollout: (n,) bool, which of the candidate prompts ``keys`` to roll out (all of
         them when the skip rule is off). At least ``at_least`` are kept: when the rule keeps fewer, the
-        first prompts it would skip are kept too (a host that must fill its batch). The skipped prompts'
-        ``rollouts_per_prompt`` rollouts each are counted in this step's ``prompts/rollouts_skipped``."""
+        first prompts it would skip are kept too (a host that must fill its batch).
+
+        A host that replaces skipped prompts calls this again with further candidates before it starts
+        another batch: while skipped places are open, a call's kept candidates fill them, so those skipped
+        prompts count as ``prompts/reselected``; the places still open when the step ends count their
+        ``rollouts_per_prompt`` rollouts each in ``prompts/rollouts_skipped`` (never generated)."""
         if self.skipper is None:
             return np.ones(len(keys), dtype=bool)
         keep = self.skipper.keep(keys, self.prompt_history)
         shortfall = int(at_least) - int(keep.sum())
         if shortfall > 0:
             keep[np.flatnonzero(~keep)[:shortfall]] = True
-        self._prompts.skipped += int((~keep).sum())
-        self._prompts.rollouts_skipped += int((~keep).sum()) * int(rollouts_per_prompt)
+        self._prompts.count_selection(keep, rollouts_per_prompt)
         return keep
 
     def record_groups(self, keys: Any, scores: torch.Tensor) -> None:

@@ -126,8 +126,45 @@ def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, 
     return rest, groups[f"{AVSPO_FLAGS}."], groups[f"{ACR_FLAGS}."]
 
 
+# The adapter's --prompts.* flags: --prompts.skip.KEY only (OpenRLHF has no --prompts flag of its own).
+_PROMPTS_FLAGS = PROMPT_SKIP_FLAGS.rpartition(".")[0]
+
+
+def _other_prompts_flag_problem(argv: Sequence[str]) -> str | None:
+    """The message for the first ``--prompts...`` flag that is not ``--prompts.skip.KEY`` (None if none is):
+    OpenRLHF's argparse would answer it with its whole usage."""
+    for i, token in enumerate(argv):
+        flag, has_value, inline = token.partition("=")
+        if not flag.startswith(_PROMPTS_FLAGS) or flag.startswith(f"{PROMPT_SKIP_FLAGS}."):
+            continue
+        value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
+        given = f"{flag} {value}".strip()
+        keys = ", ".join(PROMPT_SKIP_KEYS)
+        if flag == PROMPT_SKIP_FLAGS:
+            return (
+                f"{given}: {PROMPT_SKIP_FLAGS} is a group of settings, not one: give its keys, for example "
+                f"{PROMPT_SKIP_FLAGS}.enable true (keys: {keys})"
+            )
+        if flag == f"{_PROMPTS_FLAGS}.key":
+            return (
+                f"{given}: there is no {flag} in OpenRLHF, whose prompts carry no dataset index: the adapter keys "
+                f"every prompt by a hash of its text. Remove {flag} (the prompt settings here are "
+                f"{PROMPT_SKIP_FLAGS}.KEY, keys: {keys})"
+            )
+        return f"{given}: {flag} is not a setting; the prompt settings are {PROMPT_SKIP_FLAGS}.KEY (keys: {keys})"
+    return None
+
+
 def split_prompt_skip_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | None]:
     """Separate ``--prompts.skip.KEY VALUE`` (the pre-rollout skip rule, docs/configuration.md) from the
-    other arguments, read as :func:`split_settings_arguments` reads its groups; None when none is given."""
+    other arguments, read as :func:`split_settings_arguments` reads its groups; None when none is given.
+
+    Raises:
+        UsageError: a bad value, or another ``--prompts`` flag (``--prompts.skip true``, ``--prompts.key``),
+            in one line with the fix.
+    """
+    problem = _other_prompts_flag_problem(argv)
+    if problem:
+        raise UsageError(problem)
     rest, groups = _split_groups(argv, (f"{PROMPT_SKIP_FLAGS}.",))
     return rest, groups[f"{PROMPT_SKIP_FLAGS}."] or None

@@ -28,7 +28,7 @@ from typing import Any
 
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig
 from verl_avspo.core.config import PRESETS
-from verl_avspo.core.prompt_skip import resolve_prompt_skip
+from verl_avspo.core.prompt_skip import SkipSpelling, resolve_prompt_skip, skip_problems
 from verl_avspo.core.validation import SettingsError
 from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
@@ -52,6 +52,15 @@ _ASYNC_FLAG = "--train.async_enable"
 _GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
 # The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
 OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+_SKIP_SPELLING = SkipSpelling(
+    skip=PROMPT_SKIP_FLAGS,
+    estimator=_ESTIMATOR_FLAG,
+    group_size=_GROUP_SIZE_FLAG,
+    group_estimators=f"avspo, {', '.join(OPENRLHF_GROUP_ESTIMATORS)}",
+    assign=" ",
+    true="true",
+    false="false",
+)
 # OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
 OPENRLHF_EPSILON = 1e-9
 
@@ -74,7 +83,8 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
                                    the stalled step and ends the run (synchronous trainer only)
   --prompts.skip.enable true, --prompts.skip.explore 0.5, ...
                                    skip prompts predicted to collapse before their rollout (GRESO's rule;
-                                   any algorithm.prompts.skip key; synchronous trainer only)
+                                   any algorithm.prompts.skip key; synchronous trainer, a group estimator
+                                   and --rollout.n_samples_per_prompt 2 or more only)
 OpenRLHF's own options follow."""
 
 
@@ -231,29 +241,46 @@ def resolve_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
     return rest, avspo, {**legacy, **acr}
 
 
-def check_prompt_skip(argv: Sequence[str], prompt_skip: dict[str, Any] | None, samples_generator: Any = None) -> None:
-    """The ``--prompts.skip.*`` settings are valid, and this run can skip: the synchronous trainer, whose
-    prompt draw runs in the actor that keeps the run's history (``samples_generator``: OpenRLHF's module,
-    checked for that draw when given).
+def check_prompt_skip(argv: Sequence[str], prompt_skip: dict[str, Any] | None) -> bool:
+    """Whether this run skips prompts (``prompt_skip``: the ``--prompts.skip.*`` settings), once the settings
+    are valid and this run can skip: groups of at least 2 responses compared by the estimator (``argv``:
+    OpenRLHF's arguments, AVSPO's ``avspo`` already ``group_norm``; the rule verl's launcher applies,
+    ``core.prompt_skip.skip_problems``), and the synchronous trainer, whose prompt draw runs in the actor
+    that keeps the run's history. Needs no OpenRLHF import.
 
     Raises:
         UsageError: every problem, with the fix.
     """
     if prompt_skip is None:
-        return
+        return False
     try:
         config = resolve_prompt_skip(prompt_skip, section=PROMPT_SKIP_FLAGS)
     except SettingsError as error:
         raise UsageError(str(error)) from None
     if not config.enable:
-        return
+        return False
+    estimator = _option_value(argv, _ESTIMATOR_FLAG) or "gae"
+    given = _option_value(argv, _GROUP_SIZE_FLAG)
+    group_size = parse_number(given) if given is not None else 1  # OpenRLHF's default
+    problems = skip_problems(_SKIP_SPELLING, estimator, estimator in OPENRLHF_GROUP_ESTIMATORS, group_size)
+    if problems:
+        raise UsageError(" ".join(problems))
     if any(_names(token, _ASYNC_FLAG) for token in argv):
         raise UsageError(
             f"{PROMPT_SKIP_FLAGS}.enable true needs OpenRLHF's synchronous trainer: with {_ASYNC_FLAG} prompts are "
             "drawn in another actor than the one that keeps the run's per-prompt history, so nothing could decide "
             f"before the rollout. Drop {_ASYNC_FLAG} or {PROMPT_SKIP_FLAGS}.enable."
         )
-    if samples_generator is not None and not callable(getattr(samples_generator, "_collect_prompt_batch", None)):
+    return True
+
+
+def check_prompt_draw(samples_generator: Any) -> None:
+    """OpenRLHF's ``samples_generator`` module has the prompt draw where the skip rule acts.
+
+    Raises:
+        UsageError: it has none, with the fix.
+    """
+    if not callable(getattr(samples_generator, "_collect_prompt_batch", None)):
         raise UsageError(
             f"{PROMPT_SKIP_FLAGS}.enable true: this OpenRLHF draws its prompts without "
             f"{samples_generator.__name__}._collect_prompt_batch, where the skip rule acts (OpenRLHF 0.11). "
@@ -274,8 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv, prompt_skip = split_prompt_skip_arguments(argv)
         rest, settings, acr = resolve_arguments(argv)
         _check_group_size(rest, avspo=settings is not None)
+        skipping = check_prompt_skip(rest, prompt_skip)
         version = check_openrlhf()
-        check_prompt_skip(rest, prompt_skip, trainer_modules()[1])
+        if skipping:
+            check_prompt_draw(trainer_modules()[1])
     except (UsageError, OpenRLHFIncompatibleError) as error:
         print(f"verl_avspo.openrlhf: error: {error}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ shows up only as ``Unknown advantage estimator`` after models have loaded. This 
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
 cluster's workers), the launcher's config, the ACR hook for stock ``main_ppo`` (with the overrides
-that switch it on), the paper's other baselines (the ``dcpo``
+that switch it on; refused with ``trainer.use_v1=False`` among the overrides), the paper's other baselines (the ``dcpo``
 registrations; whether verl carries the patch INTUITOR needs), and TRL when it is installed (its
 version against the TRL adapter's tested range, ``GRPOTrainer`` and the adapter importable, and
 whether verl can build models next to it: the entry point's TRL guard). Exit status 1 if any check
@@ -176,15 +176,19 @@ def _baselines() -> str:
 def _hook(overrides: Sequence[str] = ()) -> str:
     """The ACR hook for stock ``main_ppo``: imported as verl's loader would import it, and the
     overrides to add; with ``overrides``, what their ``path``/``name`` pairs name instead (the hook's
-    ``trainer.v1.sampler.custom_sampler``, a custom dataset or reward function, ...)."""
+    ``trainer.v1.sampler.custom_sampler``, a custom dataset or reward function, ...). The hook with
+    ``trainer.use_v1=False`` fails: verl's legacy trainer never builds it."""
     from omegaconf import OmegaConf
 
-    from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
     from verl_avspo.verl_plugin.checks.extern import EXTERN_SECTIONS, extern_object_problems
+    from verl_avspo.verl_plugin.hook_overrides import HOOK_OVERRIDES, legacy_hook_problem
 
     named = [
         arg.lstrip("+") for arg in overrides if arg.lstrip("+").partition("=")[0].rpartition(".")[0] in EXTERN_SECTIONS
     ]
+    legacy = legacy_hook_problem([*overrides, *(() if named else HOOK_OVERRIDES)])
+    if legacy:
+        raise RuntimeError(legacy)
     problems = extern_object_problems(OmegaConf.from_dotlist(["trainer.use_v1=true", *(named or HOOK_OVERRIDES)]))
     if problems:
         raise RuntimeError(" ".join(problems))

@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
+from verl_avspo.core.prompt_skip import FIELDS as PROMPT_SKIP_KEYS
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
     CheckedConfig,
@@ -39,7 +40,13 @@ from verl_avspo.verl_plugin.checks import (
     verl_package_dir,
 )
 from verl_avspo.verl_plugin.estimators import is_group_estimator
-from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity, resolve_prompts
+from verl_avspo.verl_plugin.prompt_identity import (
+    PROMPTS_KEYS,
+    PROMPTS_SECTION,
+    SKIP_SECTION,
+    resolve_prompt_identity,
+    resolve_prompts,
+)
 
 __all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "task_runner_class", "main"]
 
@@ -159,23 +166,40 @@ def task_runner_class(config: DictConfig):
 
 
 # The sections whose keys our config declares, and their keys.
-_DECLARED = {"algorithm.acr.": ACR_KEYS, "algorithm.avspo.": AVSPO_KEYS}
+_DECLARED = {
+    "algorithm.acr": ACR_KEYS,
+    "algorithm.acr.alert": ALERT_KEYS,
+    "algorithm.avspo": AVSPO_KEYS,
+    "algorithm.avspo.alert": ALERT_KEYS,  # the earlier spelling of algorithm.acr.alert
+    PROMPTS_SECTION: PROMPTS_KEYS,
+    SKIP_SECTION: PROMPT_SKIP_KEYS,
+}
+
+
+def _undeclared_key_problem(key: str) -> str | None:
+    """The did-you-mean message for ``key`` when the deepest declared section it lies in lacks its next
+    part (``algorithm.prompts.skip.enabel``, ``algorithm.prompts.skp.enable``); None otherwise."""
+    parts = key.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        section = ".".join(parts[:depth])
+        if section in _DECLARED:
+            name = parts[depth]
+            return None if name in _DECLARED[section] else unknown_key_problem(f"{section}.{name}", _DECLARED[section])
+    return None
 
 
 def _unknown_avspo_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The overrides without those that set an ``algorithm.acr`` or ``algorithm.avspo`` key the config
-    does not declare, and a did-you-mean message for each of those (instead of Hydra's advice to add ``+``)."""
+    """The overrides without those that set a key of a section our config declares (``algorithm.acr``,
+    ``algorithm.avspo``, ``algorithm.prompts``) that it lacks, and a did-you-mean message for each of those
+    (instead of Hydra's advice to add ``+``)."""
     kept, problems = [], []
     for override in overrides:
         key, has_value, _ = override.partition("=")
-        section = next((prefix for prefix in _DECLARED if key.startswith(prefix)), None)
-        if has_value and section is not None:
-            name = key.removeprefix(section)
-            allowed = ALERT_KEYS if name.startswith("alert.") else _DECLARED[section]
-            if name.removeprefix("alert.") not in allowed:
-                problems.append(unknown_key_problem(key, allowed))
-                continue
-        kept.append(override)
+        problem = _undeclared_key_problem(key) if has_value else None
+        if problem:
+            problems.append(problem)
+        else:
+            kept.append(override)
     return kept, problems
 
 

@@ -30,6 +30,7 @@ from verl_avspo.core.validation import Problems, choice, given_settings
 
 __all__ = [
     "PROMPTS_SECTION",
+    "PROMPTS_KEYS",
     "PROMPT_KEY_SETTING",
     "SKIP_SECTION",
     "PromptsConfig",
@@ -45,6 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROMPTS_SECTION = "algorithm.prompts"
+PROMPTS_KEYS = ("key", "skip")
 PROMPT_KEY_SETTING = f"{PROMPTS_SECTION}.key"
 SKIP_SECTION = f"{PROMPTS_SECTION}.skip"
 _DCPO_SETTING = "algorithm.dcpo.prompt_key"
@@ -92,7 +94,7 @@ def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
     problems = Problems()
     raw = (algorithm or {}).get("prompts", None)
     example = f"{PROMPT_KEY_SETTING}=auto"
-    given = problems.check(given_settings, raw, PROMPTS_SECTION, ["key", "skip"], problems, example=example) or {}
+    given = problems.check(given_settings, raw, PROMPTS_SECTION, PROMPTS_KEYS, problems, example=example) or {}
     key = problems.check(prompt_key_setting, algorithm)
     skip = problems.check(resolve_prompt_skip, given.get("skip", None), section=SKIP_SECTION)
     problems.raise_any()

@@ -2,11 +2,13 @@
 
 This module is the ``verl.plugins`` entry point, so every ``import verl`` in every process (the
 launcher, the TaskRunner actor, each FSDP and vLLM worker) imports it. It therefore imports only
-``verl.trainer.ppo.core_algos`` from verl, and does no work beyond registration. That the actor
+``verl.trainer.ppo.core_algos`` from verl, and does no work beyond registration and that check. That the actor
 workers import it too is what makes ``actor_rollout_ref.actor.policy_loss.loss_mode=dcpo``
 resolvable there (verl looks the loss up inside the worker, in ``workers/utils/losses.py``). It also
 installs :mod:`verl_avspo.verl_plugin.trl_guard` (stdlib only), so that verl 0.9.1 trains in an
-environment whose TRL has no value-head class.
+environment whose TRL has no value-head class. In stock ``main_ppo``'s own process it refuses the ACR
+hook named with ``trainer.use_v1=False``, which verl would ignore without a word
+(:func:`verl_avspo.verl_plugin.hook_overrides.refuse_legacy_hook`: it reads the command line only).
 
 The estimators are :mod:`verl_avspo.verl_plugin.estimators`, the run state they share
 :mod:`verl_avspo.verl_plugin.run_state`, the loss :mod:`verl_avspo.verl_plugin.dcpo_loss`.
@@ -18,7 +20,7 @@ from typing import Any
 
 from verl.trainer.ppo import core_algos
 
-from verl_avspo.verl_plugin import trl_guard
+from verl_avspo.verl_plugin import hook_overrides, trl_guard
 from verl_avspo.verl_plugin.dcpo_loss import compute_dcpo_policy_loss
 from verl_avspo.verl_plugin.estimators import AVSPO, DCPO, compute_avspo_advantage, compute_dcpo_advantage
 
@@ -53,3 +55,4 @@ def register() -> None:
 
 trl_guard.install()  # first: a registration that fails must not leave verl unable to train next to TRL
 register()
+hook_overrides.refuse_legacy_hook()

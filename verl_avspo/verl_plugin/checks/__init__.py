@@ -46,15 +46,9 @@ from verl_avspo.verl_plugin.checks.resources import (
     verl_has_self_certainty,
     verl_package_dir,
 )
-from verl_avspo.verl_plugin.checks.settings import (
-    HOOK_OVERRIDES,
-    SAMPLER_NAME,
-    SAMPLER_PATH,
-    SettingsCheck,
-    hook_problems,
-    settings_problems,
-)
+from verl_avspo.verl_plugin.checks.settings import SettingsCheck, hook_problems, settings_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.hook_overrides import HOOK_OVERRIDES, SAMPLER_NAME, SAMPLER_PATH
 
 __all__ = [
     "ConfigCheckError",

@@ -19,21 +19,14 @@ import verl_avspo.verl_plugin.checks.resources as resources
 import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
-from verl_avspo.core.prompt_skip import PromptSkipConfig
+from verl_avspo.core.prompt_skip import PromptSkipConfig, SkipSpelling, skip_problems
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.hook_overrides import LEGACY_HOOK_PROBLEM, SAMPLER_NAME, SAMPLER_PATH
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
 
-__all__ = ["HOOK_OVERRIDES", "SAMPLER_NAME", "SAMPLER_PATH", "SettingsCheck", "hook_problems", "settings_problems"]
-
-# The ACR hook for stock verl (verl_avspo.verl_plugin.sampler) and what a user adds to a stock command line.
-SAMPLER_PATH = "pkg://verl_avspo.verl_plugin.sampler"
-SAMPLER_NAME = "ACRSampler"
-HOOK_OVERRIDES = (
-    f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
-    f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
-)
+__all__ = ["SettingsCheck", "hook_problems", "settings_problems"]
 
 
 def _filters_groups(algorithm: DictConfig) -> bool:
@@ -146,14 +139,7 @@ def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
 
 def hook_problems(config: Any) -> list[str]:
     """Why the hook cannot measure ACR under ``config`` (verl's whole config); empty if it can."""
-    problems = []
-    if not config.trainer.use_v1:
-        problems.append(
-            "trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and trainer.use_v1=False runs "
-            "the legacy trainer, which has none. Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`, "
-            "which logs ACR with the legacy trainer too."
-        )
-    return problems
+    return [] if config.trainer.use_v1 else [LEGACY_HOOK_PROBLEM]
 
 
 def _uses_hook(config: DictConfig) -> bool:
@@ -262,6 +248,14 @@ def _baseline_problems(
         )
 
 
+_SKIP_SPELLING = SkipSpelling(
+    skip=SKIP_SECTION,
+    estimator="algorithm.adv_estimator",
+    group_size="actor_rollout_ref.rollout.n",
+    group_estimators="grpo, avspo, rloo, ...",
+)
+
+
 def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list[str]) -> Iterator[str]:
     """Prompt skipping needs a trainer that reads the prompts before rollout and a prompt history to
     decide from; an ``index`` key needs train rows with distinct ``extra_info.index`` (DCPO's own check,
@@ -274,12 +268,9 @@ def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list
             "one monolithic fit loop, with no step between the dataloader and the rollout to act on. Set "
             f"trainer.use_v1=True (the V1 trainer, any mode) or {SKIP_SECTION}.enable=False."
         )
-    if skipping and not is_group_estimator(estimator):
-        yield (
-            f"{enabled} with algorithm.adv_estimator={estimator}: the skip rule predicts a prompt's collapse from "
-            f"its earlier groups, and {estimator} compares no groups of responses, so no history is kept. Use a "
-            f"group estimator (grpo, avspo, rloo, ...) or set {SKIP_SECTION}.enable=False."
-        )
+    if skipping:
+        compares_groups = is_group_estimator(estimator)
+        yield from skip_problems(_SKIP_SPELLING, estimator, compares_groups, config.actor_rollout_ref.rollout.n)
     if prompts.key != "index" or estimator == "dcpo":
         return
     if OmegaConf.select(config, "data.custom_cls.path", default=None):
