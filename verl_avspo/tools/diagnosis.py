@@ -299,7 +299,10 @@ def _collapse_findings(
     if correct is not None and wrong is not None:
         evidence.append(f"all-correct {correct:.3f}, all-wrong {wrong:.3f} (mean per step)")
     if first is not None and coverage.steps >= EARLY_STEPS:
-        evidence.append(f"ACR_100 (steps {first.first_step}–{first.last_step}) {first.mean:.3f}")
+        evidence.append(
+            f"ACR_100 (steps {first.first_step}–{first.last_step}) {first.mean:.3f}"
+            + (f" (the log starts after step {EARLY_STEPS}: its earliest steps)" if first.resumed else "")
+        )
     actions = _collapse_actions(correct, wrong, host, ppo)
     found = causes(frame, rate)
     values["causes"] = [{"headline": cause, "evidence": lines} for cause, lines in found]

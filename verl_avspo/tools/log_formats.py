@@ -217,6 +217,7 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     try:
         state = json.loads(text)
     except json.JSONDecodeError as err:
+        state = None
         entries = _log_history_until_cut(path, text)
         warnings.warn(
             f"{path} is cut off or corrupt ({err.msg} at line {err.lineno}): read the {len(entries)} complete "
