@@ -21,7 +21,7 @@ import pandas as pd
 from verl_avspo.core.alert import ALERT_SIGNALS, HOST_ADVICE, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.log_formats import is_trl_grpo
-from verl_avspo.tools.signals import CollapseRate, causes, collapse_rate, per_step, trend
+from verl_avspo.tools.signals import Cause, CollapseRate, Trend, causes, collapse_rate, per_step, trend
 from verl_avspo.tools.stats import (
     EARLY_STEPS,
     RATES,
@@ -233,10 +233,11 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
                 [host["how"]] if not ppo else [],
             )
         )
+        _cause_findings(diagnosis, causes(training, pd.Series(dtype=float)), host, collapsed=False)
     else:
         _collapse_findings(diagnosis, training, collapse, coverage, host, ppo, caveat)
     if rewards is not None:
-        diagnosis.findings.append(_trend_finding(rewards, score, values.get("mean_acr")))
+        diagnosis.findings.append(_trend_finding(rewards, score, training[score].dropna(), values.get("mean_acr")))
     if collapse is not None:
         frame_acr = training.assign(**{"acr/rate": collapse.rate})
         if collapse.all_wrong is not None:
@@ -288,44 +289,38 @@ def _collapse_findings(
     link = f"{DOCS}#what-the-report-reads-collapse-from"
     if collapse.lower_bound:
         collapsed = int((rate >= 1).sum())
-        headline = f"Every group collapsed on {collapsed} of {len(rate)} logged rows ({collapse.source})"
+        headline = (
+            f"Every group collapsed on {collapsed} of {len(rate)} logged rows ({collapse.source})"
+            if collapsed
+            else f"No step where every group collapsed ({collapse.source} on none of {len(rate)} rows)"
+        )
         evidence = [f"{collapse.source}: {collapse.what} ({link})"]
+        if not collapsed:
+            evidence.append("groups collapsed on their own (part of a step) are not visible in this measure")
     else:
         headline = f"Collapse: {mean:.0%} of groups on average, {last:.0%} over the last fifth ({collapse.source})"
         evidence = [
             f"{collapse.source}: {collapse.what} ({link})",
-            f"steps with rate ≥ 0.5: {int((rate >= 0.5).sum())} of {len(rate)} rows",
+            f"rows with rate ≥ 0.5: {int((rate >= 0.5).sum())} of {len(rate)}",
         ]
-    if correct is not None and wrong is not None:
-        evidence.append(f"all-correct {correct:.3f}, all-wrong {wrong:.3f} (mean per step)")
+    if correct is not None or wrong is not None:
+        evidence.append(f"all-correct {_cell(correct)}, all-wrong {_cell(wrong)} (mean per row)")
     if first is not None and coverage.steps >= EARLY_STEPS:
         evidence.append(
             f"ACR_100 (steps {first.first_step}–{first.last_step}) {first.mean:.3f}"
             + (f" (the log starts after step {EARLY_STEPS}: its earliest steps)" if first.resumed else "")
         )
-    actions = _collapse_actions(correct, wrong, host, ppo)
-    found = causes(frame, rate)
-    values["causes"] = [{"headline": cause, "evidence": lines} for cause, lines in found]
-    truncated = any("length cap" in cause for cause, _ in found)
     severity = _severity(mean if not collapse.lower_bound else max(mean, 0.2 if mean > 0 else 0))
-    if severity == "INFO":
-        actions = []
-    elif truncated and (wrong is None or wrong >= (correct or 0)):
+    found = causes(frame, rate)
+    actions = [] if severity == "INFO" else _collapse_actions(correct, wrong, host, ppo)
+    if severity != "INFO" and any(cause.kind == "truncation" for cause in found) and (wrong or 0) >= (correct or 0):
         actions.insert(
             0,
             f"completions are cut at the length cap and a cut answer scores 0: raise {host['length']}, "
             f"{host['length_more']}",
         )
     diagnosis.findings.append(Finding(severity, headline + caveat, evidence, actions))
-    for cause, lines in found:
-        fix = (
-            [f"raise {host['length']}, {host['length_more']}"]
-            if "length cap" in cause
-            else [f"lower {host['weights']}: a reward that never varies adds nothing to any group's spread"]
-            if "reward function" in cause
-            else [host["clip"]]
-        )
-        diagnosis.findings.append(Finding("WARN", f"Likely cause of collapse: {cause}", lines, fix))
+    _cause_findings(diagnosis, found, host, severity != "INFO")
     if ppo:
         diagnosis.findings.append(
             Finding(
@@ -344,15 +339,40 @@ def _collapse_findings(
                 "prediction for this run)",
                 [
                     f"acc ≈ 51.4 − 29.6·ACR_100, fit on the paper's math runs (MATH-500 accuracy, R² 0.617 over 245 "
-                    f"configurations); ACR_100 here {first.mean:.3f} ({DOCS}#does-early-acr-predict-accuracy)"
+                    f"configurations); ACR_100 here {first.mean:.3f} ({DOCS})"
                 ],
             )
         )
 
 
+def _cause_findings(diagnosis: RunDiagnosis, found: list[Cause], host: dict[str, str], collapsed: bool) -> None:
+    """Each cause as a finding, in the log's framework's settings; "Likely cause of collapse" beside a
+    collapse of WARN or more."""
+    fixes = {
+        "truncation": [f"raise {host['length']}, {host['length_more']}"],
+        "never_rewarded": [
+            "check that the reward function parses the completions' answers (a format it never finds scores 0)",
+            "or train on prompts the policy can sometimes solve",
+        ],
+        "saturated": [f"lower {host['weights']}: a reward every completion earns adds nothing to any group's spread"],
+        "clip": [host["clip"]],
+    }
+    diagnosis.values["causes"] = [asdict(cause) for cause in found]
+    for cause in found:
+        prefix = "Likely cause of collapse: " if collapsed else ""
+        headline = prefix + cause.headline if collapsed else cause.headline[0].upper() + cause.headline[1:]
+        diagnosis.findings.append(Finding(cause.severity, headline, list(cause.evidence), fixes[cause.kind]))
+
+
 def _collapse_actions(correct: float | None, wrong: float | None, host: dict[str, str], ppo: bool) -> list[str]:
     if ppo:
         return []
+    if correct is None and wrong is not None and wrong >= 0.1:
+        return [
+            f"all-wrong collapse ({wrong:.0%} of rows with every group scoring 0): the prompts are too hard or the "
+            "reward never matches; train on easier data (pass rates around 30–50%)",
+            host["how"] + ", to tell all-correct from all-wrong groups",
+        ]
     if correct is None or wrong is None:
         return [host["how"] + ", to tell all-correct from all-wrong groups"]
     if correct + wrong < 0.05:
@@ -374,21 +394,22 @@ def _collapse_actions(correct: float | None, wrong: float | None, host: dict[str
     ]
 
 
-def _trend_finding(rewards, score: str | None, collapse: float | None) -> Finding:
-    """The reward's trend; a WARN when it did not rise while collapse is high (no gain)."""
+def _trend_finding(rewards: Trend, score: str | None, series: pd.Series, collapse: float | None) -> Finding:
+    """The reward's trend over the run. A reward that did not rise over 10 rows or more is a WARN (no
+    gain), said as such beside high collapse (mean 0.2 or more)."""
     direction = rewards.direction
+    best_step = int(series.idxmax())
     evidence = [
         f"{score}: first fifth {rewards.first:.3f} → last fifth {rewards.final:.3f} ({rewards.rows} row(s) each); "
-        f"last row {rewards.last:.3f}",
-        f"Mann-Kendall trend test: tau {rewards.tau:+.2f}, p {rewards.p_value:.3g}",
+        f"last row {rewards.last:.3f}; best {series.max():.3f} at step {best_step}",
+        f"Mann-Kendall trend test over {len(series)} rows: tau {rewards.tau:+.2f}, p {rewards.p_value:.3g}",
     ]
-    no_gain = direction != "rose" and collapse is not None and collapse >= 0.2
-    severity = "WARN" if no_gain or direction == "fell" else "INFO"
-    headline = {"rose": "Reward rose", "fell": "Reward fell", "flat": "Reward flat (no trend at p < 0.05)"}[direction]
-    headline += f": {rewards.first:.3f} → {rewards.final:.3f}"
-    if no_gain:
-        headline += " while collapse is high: no gain"
-    return Finding(severity, headline, evidence)
+    no_gain = direction != "rose" and len(series) >= 10
+    headline = {"rose": "Reward rose", "fell": "Reward fell", "flat": "No gain: reward flat (no trend at p < 0.05)"}
+    text = f"{headline[direction]}: {rewards.first:.3f} → {rewards.final:.3f}"
+    if no_gain and collapse is not None and collapse >= 0.2:
+        text += " while collapse is high"
+    return Finding("WARN" if no_gain else "INFO", text, evidence)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

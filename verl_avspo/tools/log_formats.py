@@ -257,7 +257,7 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
 def is_trl_grpo(frame: pd.DataFrame) -> bool:
     """Whether ``frame`` holds TRL GRPO metrics: its reward (``reward``, ``reward_std``) with
     per-function ``rewards/<name>`` or a completion length, in either release's names."""
-    columns = [str(column) for column in frame]
+    columns = [str(column).removeprefix("train/") for column in frame]
     return "frac_reward_zero_std" in columns or (
         "reward" in columns
         and any(c.startswith("rewards/") or c in ("completion_length", "completions/mean_length") for c in columns)

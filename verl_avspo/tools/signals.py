@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "Cause",
     "CollapseRate",
     "Trend",
     "causes",
@@ -51,11 +52,10 @@ def _trl_release(frame: pd.DataFrame) -> str | None:
     ``rewards/<name>``, ``reward_std`` the mean of the per-group stds), ``recent`` for later ones
     (``completions/mean_length``, ``rewards/<name>/mean``, ``reward_std`` the std of the whole batch),
     None when the log does not say."""
-    if "completions/mean_length" in frame or any(
-        str(c).endswith("/mean") for c in frame if str(c).startswith("rewards/")
-    ):
+    columns = {str(column).removeprefix("train/") for column in frame}
+    if "completions/mean_length" in columns or any(c.startswith("rewards/") and c.endswith("/mean") for c in columns):
         return "recent"
-    if "completion_length" in frame:
+    if "completion_length" in columns:
         return "older"
     return None
 
@@ -87,11 +87,14 @@ def collapse_rate(frame: pd.DataFrame, usable: set[str] | None = None) -> Collap
             "std after)",
         }[release]
         values = frame[spread].dropna()
+        equal = values.abs() <= _ZERO
+        reward = next((frame[c].reindex(values.index) for c in ("reward", "train/reward") if c in frame), None)
         return CollapseRate(
-            (values.abs() <= _ZERO).astype(float),
+            equal.astype(float),
             f"{spread} == 0",
             f"steps where {meaning} is 0, i.e. every group collapsed (a lower bound on ACR per step)",
             lower_bound=True,
+            all_wrong=None if reward is None else (equal & (reward.abs() <= _ZERO)).astype(float),
         )
     if has("critic/score/max") and has("critic/score/min"):
         scores = frame[["critic/score/max", "critic/score/min"]].dropna()
@@ -177,98 +180,117 @@ _TRUNCATION = ("completions/clipped_ratio", "response_length/clip_ratio")
 _CLIP_FRACTION = ("actor/pg_clipfrac", "clip_ratio/region_mean")
 
 
-def _first_at(series: pd.Series, bound: float) -> int | None:
-    above = series[series >= bound]
-    return None if above.empty else int(above.index[0])
+@dataclass(frozen=True)
+class Cause:
+    """A likely cause of collapse the log shows: its ``kind`` (``truncation``, ``never_rewarded``,
+    ``saturated``, ``clip``), a severity (``ALERT``, ``WARN``, ``INFO``), a headline and the evidence."""
+
+    kind: str
+    severity: str
+    headline: str
+    evidence: tuple[str, ...]
 
 
-def causes(frame: pd.DataFrame, collapsed: pd.Series) -> list[tuple[str, list[str]]]:
-    """The likely causes of collapse that the log shows, each as (headline, evidence lines):
-    completions cut at the length cap (a cut answer scores 0, so all-wrong groups follow), reward
-    functions with no variance, and a high PPO clip fraction. ``collapsed`` is the run's collapse per
-    logged step (:class:`CollapseRate`), to compare the steps with and without collapse."""
-    found: list[tuple[str, list[str]]] = []
-    truncation = next((c for c in _TRUNCATION if c in frame and frame[c].notna().any()), None)
-    if truncation is not None:
-        ratio = frame[truncation].dropna()
-        evidence = [f"{truncation}: mean {ratio.mean():.2f}, last {ratio.iloc[-1]:.2f}, max {ratio.max():.2f}"]
-        high = collapsed.reindex(ratio.index).dropna() >= 0.5
-        if high.any() and (~high).any():
-            evidence.append(
-                f"{ratio[high[high].index].mean():.2f} on steps with most groups collapsed vs "
-                f"{ratio[high[~high].index].mean():.2f} on the others"
-            )
-        jump = ratio.diff()
-        if len(ratio) > 1 and jump.max() >= 0.5:
-            step = int(jump.idxmax())
-            before = ratio.loc[:step].iloc[-2]
-            evidence.append(f"rose from {before:.2f} to {ratio[step]:.2f} at step {step}")
-        if ratio.mean() >= 0.2 or ratio.iloc[-max(1, len(ratio) // 5) :].mean() >= 0.5:
-            share = ratio.mean()
-            found.append(
-                (f"{share:.0%} of completions cut at the length cap on average (max {ratio.max():.0%})", evidence)
-            )
-    elif {"completions/mean_length", "completions/max_length"} <= set(frame.columns):
-        lengths = frame[["completions/mean_length", "completions/max_length"]].dropna()
-        cap = float(lengths["completions/max_length"].max())
-        near = lengths["completions/mean_length"] >= 0.95 * cap
-        if cap > 0 and near.mean() >= 0.5:
-            found.append(
-                (
-                    f"completions at the length cap: the mean length is within 5% of the longest ({cap:.0f}) on "
-                    f"{near.sum()} of {len(near)} rows",
-                    [
-                        f"completions/mean_length {lengths['completions/mean_length'].min():.0f}–"
-                        f"{lengths['completions/mean_length'].max():.0f}, completions/max_length {cap:.0f}"
-                    ],
-                )
-            )
-    found += _saturated(frame)
+def _fifth(series: pd.Series) -> pd.Series:
+    return series.iloc[-max(1, len(series) // 5) :]
+
+
+def _truncation(frame: pd.DataFrame, collapsed: pd.Series) -> Cause | None:
+    """Completions cut at the length cap (TRL's ``completions/clipped_ratio``, verl's
+    ``response_length/clip_ratio``; else a mean length within 5% of TRL's ``completions/max_length``):
+    ALERT from half of them (overall or over the last fifth), WARN from a tenth, INFO from 5%."""
+    column = next((c for c in _TRUNCATION if c in frame and frame[c].notna().any()), None)
+    lengths = next((c for c in ("completions/mean_length", "response_length/mean") if c in frame), None)
+    if column is None:
+        if lengths is None or "completions/max_length" not in frame:
+            return None
+        pair = frame[[lengths, "completions/max_length"]].dropna()
+        cap = float(pair["completions/max_length"].max())
+        ratio = (pair[lengths] >= 0.95 * cap).astype(float) if cap > 0 else pd.Series(dtype=float)
+        measured = f"rows with {lengths} within 5% of the longest completion ({cap:.0f})"
+    else:
+        ratio = frame[column].dropna()
+        measured = column
+    if ratio.empty:
+        return None
+    level = max(float(ratio.mean()), float(_fifth(ratio).mean()))
+    if level < 0.05:
+        return None
+    evidence = [f"{measured}: mean {ratio.mean():.2f}, last fifth {_fifth(ratio).mean():.2f}, max {ratio.max():.2f}"]
+    if lengths is not None and frame[lengths].notna().sum() > 1:
+        mean_length = frame[lengths].dropna()
+        evidence.append(f"{lengths}: {mean_length.iloc[0]:.0f} → {mean_length.iloc[-1]:.0f}")
+    high = collapsed.reindex(ratio.index).dropna() >= 0.5
+    if high.any() and (~high).any():
+        evidence.append(
+            f"{ratio[high[high].index].mean():.2f} on rows with most groups collapsed vs "
+            f"{ratio[high[~high].index].mean():.2f} on the others"
+        )
+    jump = ratio.diff()
+    if len(ratio) > 1 and jump.max() >= 0.5:
+        step = int(jump.idxmax())
+        evidence.append(f"rose from {ratio.loc[:step].iloc[-2]:.2f} to {ratio[step]:.2f} at step {step}")
+    severity = "ALERT" if level >= 0.5 else "WARN" if level >= 0.1 else "INFO"
+    headline = (
+        f"{ratio.mean():.0%} of completions cut at the length cap on average ({_fifth(ratio).mean():.0%} over the "
+        "last fifth)"
+    )
+    return Cause("truncation", severity, headline, tuple(evidence))
+
+
+def causes(frame: pd.DataFrame, collapsed: pd.Series) -> list[Cause]:
+    """The likely causes of collapse that the log shows: completions cut at the length cap (a cut
+    answer scores 0, so all-wrong groups follow), reward functions that never vary (never rewarded, or
+    saturated), and a high PPO clip fraction. ``collapsed`` is the run's collapse per logged row
+    (:class:`CollapseRate`), to compare the rows with and without collapse."""
+    found = [cause] if (cause := _truncation(frame, collapsed)) is not None else []
+    found += _constant_rewards(frame)
     clip = next((c for c in _CLIP_FRACTION if c in frame and frame[c].notna().any()), None)
     if clip is not None:
         values = frame[clip].dropna()
         if values.max() >= 0.2:
             evidence = [f"{clip}: mean {values.mean():.3f}, max {values.max():.3f} at step {int(values.idxmax())}"]
-            if (step := _first_at(values, 0.2)) is not None:
-                evidence.append(f"first above 0.2 at step {step}")
-            found.append(
-                (f"PPO clip fraction reached {values.max():.2f}: the policy moved far in one update", evidence)
-            )
+            evidence.append(f"first above 0.2 at step {int(values[values >= 0.2].index[0])}")
+            headline = f"PPO clip fraction reached {values.max():.2f}: the policy moved far in one update"
+            found.append(Cause("clip", "WARN", headline, tuple(evidence)))
     return found
 
 
-def _saturated(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:
-    """Reward functions whose value never varies: TRL's ``rewards/<name>/std`` 0 on at least 90% of rows,
-    or (older TRL, no std) ``rewards/<name>`` or ``rewards/<name>/mean`` constant over the run."""
+def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
+    """Reward functions whose value does not vary: TRL's ``rewards/<name>/std`` 0 on at least 90% of the
+    rows, or (older TRL, no std) ``rewards/<name>`` constant over the run. One at 0 everywhere is never
+    rewarded (a correctness reward no completion earns, or a parser that never matches); one at another
+    value is saturated (a format reward every completion earns)."""
     found = []
+    columns = [str(c).removeprefix("train/") for c in frame]
     names = sorted(
         {
-            str(c).removeprefix("rewards/").removesuffix("/mean").removesuffix("/std")
-            for c in frame
-            if str(c).startswith("rewards/")
+            c.removeprefix("rewards/").removesuffix("/mean").removesuffix("/std")
+            for c in columns
+            if c.startswith("rewards/")
         }
     )
     for name in names:
         mean = next((frame[c].dropna() for c in (f"rewards/{name}/mean", f"rewards/{name}") if c in frame), None)
         std = frame[f"rewards/{name}/std"].dropna() if f"rewards/{name}/std" in frame else None
-        if mean is None or mean.empty:
+        if mean is None or len(mean) < 5:
             continue
-        if std is not None and len(std) and (std.abs() <= _ZERO).mean() >= 0.9:
-            share = (std.abs() <= _ZERO).mean()
-            found.append(
-                (
-                    f"reward function {name} gives no signal: its std is 0 on {share:.0%} of steps",
-                    [
-                        f"rewards/{name}/mean {mean.min():.3f}–{mean.max():.3f}, rewards/{name}/std 0 on "
-                        f"{int((std.abs() <= _ZERO).sum())} of {len(std)} rows"
-                    ],
-                )
+        if std is not None and len(std):
+            flat = std.abs() <= _ZERO
+            if flat.mean() < 0.9:
+                continue
+            evidence = (
+                f"rewards/{name}/std 0 on {int(flat.sum())} of {len(std)} rows; mean {mean.min():.3f}–{mean.max():.3f}"
             )
-        elif std is None and len(mean) >= 5 and float(mean.max() - mean.min()) <= _ZERO:
-            found.append(
-                (
-                    f"reward function {name} gives no signal: it is {mean.iloc[0]:g} on every logged step",
-                    [f"rewards/{name}: {mean.iloc[0]:g} on all {len(mean)} rows"],
-                )
-            )
+        elif std is None and float(mean.max() - mean.min()) <= _ZERO:
+            evidence = f"rewards/{name}: {mean.iloc[0]:g} on all {len(mean)} rows"
+        else:
+            continue
+        value = float(mean.median())
+        if abs(value) <= _ZERO:
+            headline = f"reward function {name} gives no signal: 0 on nearly every step (never earned or triggered)"
+            found.append(Cause("never_rewarded", "WARN", headline, (evidence,)))
+        else:
+            headline = f"reward function {name} gives no signal: saturated at {value:g}"
+            found.append(Cause("saturated", "WARN", headline, (evidence,)))
     return found
