@@ -59,7 +59,7 @@ def plot_metrics(
     if smooth < 1:
         raise ValueError(f"smooth={smooth} is invalid: expected a window of at least 1 step")
     column_labels = dict(column_labels or {})
-    figure = Figure(figsize=(8, 4.5), layout="constrained")
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
     axes = figure.add_subplot()
     colours = [f"C{i}" for i in range(10)] + ["black", "olive", "navy", "maroon", "teal", "gold"]
     drawn = 0
@@ -74,7 +74,8 @@ def plot_metrics(
                 mean = mean.rolling(smooth, center=True, min_periods=1).mean()
                 std = std.rolling(smooth, center=True, min_periods=1).mean()
             colour = colours[drawn % len(colours)]
-            label = run if len(columns) == 1 else f"{run}: {column_labels.get(column, column)}"
+            named = column_labels.get(column, column)
+            label = run if len(columns) == 1 else named if len(frames) == 1 else f"{run}: {named}"
             # A single point draws no line: mark it.
             marker = "o" if len(mean) == 1 else None
             style = _LINESTYLES[column_index % len(_LINESTYLES)]

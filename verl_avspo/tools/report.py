@@ -130,6 +130,8 @@ def write_report(
         if not present:
             skipped.append(f"{filename} (no run logs {_WANTED.get(columns[0], ', '.join(columns))})")
             continue
+        if columns == (_REWARD_FUNCTIONS,):  # the legend names each function
+            labels = {c: c.removeprefix("rewards/").removesuffix("/mean") for c in present}
         if len(present) == 1 and present[0] in labels:  # the legend then names runs only: the title says what
             title = f"{title} ({labels[present[0]]})"
         figures.append(plot_metrics(frames, present, out / filename, title, ylabel, smooth, labels))
