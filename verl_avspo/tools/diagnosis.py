@@ -237,7 +237,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     else:
         _collapse_findings(diagnosis, training, collapse, coverage, host, ppo, caveat)
     if rewards is not None:
-        diagnosis.findings.append(_trend_finding(rewards, score, training[score].dropna(), values.get("mean_acr")))
+        rows = int(training[score].notna().sum())
+        diagnosis.findings.append(_trend_finding(rewards, score, rows, values.get("mean_acr")))
     if collapse is not None:
         frame_acr = training.assign(**{"acr/rate": collapse.rate})
         if collapse.all_wrong is not None:
@@ -394,19 +395,29 @@ def _collapse_actions(correct: float | None, wrong: float | None, host: dict[str
     ]
 
 
-def _trend_finding(rewards: Trend, score: str | None, series: pd.Series, collapse: float | None) -> Finding:
-    """The reward's trend over the run. A reward that did not rise over 10 rows or more is a WARN (no
-    gain), said as such beside high collapse (mean 0.2 or more)."""
+def _trend_finding(rewards: Trend, score: str | None, rows: int, collapse: float | None) -> Finding:
+    """The reward's trend over the run. A reward that did not rise over 10 rows or more, or rose and then
+    stopped (flat over the last third, every row of it after the best), is a WARN (no gain), said as
+    such beside high collapse (mean 0.2 or more)."""
     direction = rewards.direction
-    best_step = int(series.idxmax())
     evidence = [
         f"{score}: first fifth {rewards.first:.3f} → last fifth {rewards.final:.3f} ({rewards.rows} row(s) each); "
-        f"last row {rewards.last:.3f}; best {series.max():.3f} at step {best_step}",
-        f"Mann-Kendall trend test over {len(series)} rows: tau {rewards.tau:+.2f}, p {rewards.p_value:.3g}",
+        f"last row {rewards.last:.3f}; best {rewards.best:.3f} at step {rewards.best_step}",
+        f"Mann-Kendall trend test over {rows} rows: tau {rewards.tau:+.2f}, p {rewards.p_value:.3g}",
     ]
-    no_gain = direction != "rose" and len(series) >= 10
-    headline = {"rose": "Reward rose", "fell": "Reward fell", "flat": "No gain: reward flat (no trend at p < 0.05)"}
-    text = f"{headline[direction]}: {rewards.first:.3f} → {rewards.final:.3f}"
+    no_gain = (direction != "rose" and rows >= 10) or rewards.stopped
+    if rewards.stopped:
+        evidence.append(
+            f"since step {rewards.recent_from} (the last third): tau {rewards.recent_tau:+.2f}, "
+            f"p {rewards.recent_p_value:.3g}"
+        )
+        text = f"Gain stopped: reward rose {rewards.first:.3f} → {rewards.final:.3f}, no trend since step "
+        text += str(rewards.recent_from)
+    elif no_gain:
+        said = "fell" if direction == "fell" else "flat (no trend at p < 0.05)"
+        text = f"No gain: reward {said}: {rewards.first:.3f} → {rewards.final:.3f}"
+    else:
+        text = f"Reward {direction}: {rewards.first:.3f} → {rewards.final:.3f}"
     if no_gain and collapse is not None and collapse >= 0.2:
         text += " while collapse is high"
     return Finding("WARN" if no_gain else "INFO", text, evidence)

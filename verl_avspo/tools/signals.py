@@ -125,7 +125,8 @@ def per_step(frame: pd.DataFrame, interval: int) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Trend:
     """The reward over the run: the means of its first and last fifths of logged rows, a Mann-Kendall
-    trend test over all rows, the final value (the mean of the last fifth) and the last row."""
+    trend test over all rows and over the last third (``recent_*``, from 12 rows), the final value (the
+    mean of the last fifth), the last row and the best row."""
 
     first: float
     final: float
@@ -133,6 +134,11 @@ class Trend:
     rows: int  # rows in each fifth
     tau: float
     p_value: float
+    best: float
+    best_step: int
+    recent_from: int  # the first step of the last third
+    recent_tau: float
+    recent_p_value: float
 
     @property
     def direction(self) -> str:
@@ -140,6 +146,11 @@ class Trend:
         if self.p_value >= 0.05:
             return "flat"
         return "rose" if self.tau > 0 else "fell"
+
+    @property
+    def stopped(self) -> bool:
+        """The reward rose over the run but shows no trend over its last third."""
+        return self.direction == "rose" and self.recent_p_value >= 0.05
 
 
 def _mann_kendall(values: np.ndarray) -> tuple[float, float]:
@@ -164,6 +175,8 @@ def trend(series: pd.Series | None) -> Trend | None:
         return None
     fifth = max(1, len(values) // 5)
     tau, p_value = _mann_kendall(values.to_numpy(dtype=float)) if len(values) >= 4 else (0.0, 1.0)
+    recent = values.iloc[-max(1, len(values) // 3) :]
+    recent_tau, recent_p = _mann_kendall(recent.to_numpy(dtype=float)) if len(recent) >= 4 else (0.0, 1.0)
     return Trend(
         float(values.iloc[:fifth].mean()),
         float(values.iloc[-fifth:].mean()),
@@ -171,6 +184,11 @@ def trend(series: pd.Series | None) -> Trend | None:
         fifth,
         tau,
         p_value,
+        float(values.max()),
+        int(values.idxmax()),
+        int(recent.index[0]),
+        recent_tau,
+        recent_p if len(values) >= 12 else 0.0,
     )
 
 
