@@ -87,7 +87,7 @@ def test_a_resumed_log_says_which_steps_are_missing_and_the_findings_carry_it(tm
     rows = {3: validation, 4: avspo, 5: avspo}
     diagnosis = diagnose("resumed", read_run(write_verl_log(tmp_path / "r.jsonl", rows)))
     assert diagnosis.findings[0].headline == (
-        "Incomplete log: the log starts at step 4 (rows every 1 step(s)): steps 1–3 are not in it (a resumed run "
+        "Incomplete log: the log starts at step 4: steps 1–3 are not in it (a resumed run "
         "whose earlier rows were lost?)"
     )
     never = next(finding for finding in diagnosis.findings if "never augmented" in finding.headline)

@@ -186,7 +186,7 @@ def test_table_says_when_a_log_starts_late_has_gaps_or_an_unusable_acr(tmp_path,
         "| odd | 100.0 | 100.0 | – | – | – | 2 |",
     ]
     assert notes.splitlines()[1] == (
-        "- resumed: the log starts at step 4 (rows every 1 step(s)): steps 1–3 are not in it (a resumed run whose "
+        "- resumed: the log starts at step 4: steps 1–3 are not in it (a resumed run whose "
         "earlier rows were lost?); it has 1 gap(s): steps 6 missing."
     )
     assert notes.splitlines()[2].startswith(

@@ -275,10 +275,11 @@ def causes(frame: pd.DataFrame, collapsed: pd.Series) -> list[Cause]:
 
 
 def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
-    """Reward functions whose value does not vary: TRL's ``rewards/<name>/std`` 0 on at least 90% of the
-    rows, or (older TRL, no std) ``rewards/<name>`` constant over the run. One at 0 everywhere is never
-    rewarded (a correctness reward no completion earns, or a parser that never matches); one at another
-    value is saturated (a format reward every completion earns)."""
+    """Reward functions that give the groups no signal: TRL's ``rewards/<name>/std`` (its spread within
+    each step) 0 on at least 90% of the rows or on average under 2% of the total reward's
+    (``reward_std``), or (older TRL, no std) ``rewards/<name>`` constant over the run. One at 0 is never
+    earned (a correctness reward no completion earns, a parser that never matches, a penalty never
+    triggered); one at another value is saturated (a format reward every completion earns)."""
     found = []
     columns = [str(c).removeprefix("train/") for c in frame]
     names = sorted(
@@ -288,6 +289,8 @@ def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
             if c.startswith("rewards/")
         }
     )
+    total = next((frame[c].dropna() for c in _SPREADS if c in frame), pd.Series(dtype=float))
+    total_spread = float(total.mean()) if len(total) else 0.0
     for name in names:
         mean = next((frame[c].dropna() for c in (f"rewards/{name}/mean", f"rewards/{name}") if c in frame), None)
         std = frame[f"rewards/{name}/std"].dropna() if f"rewards/{name}/std" in frame else None
@@ -295,18 +298,21 @@ def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
             continue
         if std is not None and len(std):
             flat = std.abs() <= _ZERO
-            if flat.mean() < 0.9:
+            share = float(std.mean()) / total_spread if total_spread > _ZERO else None
+            if flat.mean() < 0.9 and (share is None or share >= 0.02):
                 continue
             evidence = (
-                f"rewards/{name}/std 0 on {int(flat.sum())} of {len(std)} rows; mean {mean.min():.3f}–{mean.max():.3f}"
+                f"rewards/{name}/std 0 on {int(flat.sum())} of {len(std)} rows, mean {std.mean():.3f}"
+                + ("" if share is None else f" ({share:.1%} of reward_std's mean {total_spread:.3f})")
+                + f"; rewards/{name}/mean {mean.min():.3f}–{mean.max():.3f}"
             )
         elif std is None and float(mean.max() - mean.min()) <= _ZERO:
             evidence = f"rewards/{name}: {mean.iloc[0]:g} on all {len(mean)} rows"
         else:
             continue
         value = float(mean.median())
-        if abs(value) <= _ZERO:
-            headline = f"reward function {name} gives no signal: 0 on nearly every step (never earned or triggered)"
+        if abs(value) <= 0.01 * max(1.0, float(mean.abs().max())):
+            headline = f"reward function {name} gives no signal: about 0 on every step (never earned or triggered)"
             found.append(Cause("never_rewarded", "WARN", headline, (evidence,)))
         else:
             headline = f"reward function {name} gives no signal: saturated at {value:g}"

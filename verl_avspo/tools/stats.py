@@ -216,8 +216,10 @@ class StepCoverage:
         said = []
         if self.starts_late:
             said.append(
-                f"the log starts at step {self.first} (rows every {self.stride} step(s)): steps "
-                f"{_span(1, self.first - self.stride)} are not in it (a resumed run whose earlier rows were lost?)"
+                f"the log starts at step {self.first}"
+                + (f" (rows every {self.stride} steps)" if self.stride > 1 else "")
+                + f": steps {_span(1, self.first - self.stride)} are not in it (a resumed run whose earlier rows "
+                "were lost?)"
             )
         if self.gaps:
             said.append(f"it has {len(self.gaps)} gap(s): steps {_and(self._gap_spans())} missing")
