@@ -308,9 +308,12 @@ def _collapse_findings(
         evidence.append(f"all-correct {_cell(correct)}, all-wrong {_cell(wrong)} (mean per row)")
     gradient = next((c for c in ("grad_norm", "train/grad_norm", "actor/grad_norm") if c in frame), None)
     full = rate[rate >= 1].index
-    if gradient is not None and len(full):
-        zero = int((frame.loc[full, gradient].abs() <= 1e-12).sum())
-        evidence.append(f"{gradient} 0 on {zero} of the {len(full)} rows where every group collapsed")
+    others = rate[rate < 1].index
+    if gradient is not None and len(full) and len(others):
+        evidence.append(
+            f"{gradient} median {frame.loc[full, gradient].median():.2g} on the {len(full)} rows where every group "
+            f"collapsed vs {frame.loc[others, gradient].median():.2g} on the others"
+        )
     if first is not None and coverage.steps >= EARLY_STEPS:
         evidence.append(
             f"ACR_100 (steps {first.first_step}–{first.last_step}) {first.mean:.3f}"

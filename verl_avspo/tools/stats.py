@@ -194,7 +194,8 @@ class StepCoverage:
 
     def said(self) -> str:
         """``200 steps`` or ``200 steps, 40 rows logged every 5``."""
-        return f"{self.steps} steps" + (f", {self.rows} rows logged every {self.stride}" if self.stride > 1 else "")
+        rows = f"{self.rows} row{'' if self.rows == 1 else 's'}"
+        return f"{self.steps} steps" + (f", {rows} logged every {self.stride}" if self.stride > 1 else "")
 
     @property
     def complete(self) -> bool:
