@@ -25,7 +25,7 @@ def write_verl_log(path, rows: dict[int, dict]):
 def test_the_sandboxs_log_gives_its_final_score_validation_and_stall_rule(tmp_path, sandbox_log):
     frame = read_run(sandbox_log(tmp_path / "runs" / "grpo" / "seed0.jsonl", 0.5, 0.5, reward=0.375))
     diagnosis = diagnose("grpo/seed0", frame)
-    assert diagnosis.row["final score"] == "0.375"  # train/reward_mean
+    assert diagnosis.row["final score"] == "0.375 (last 0.375)"  # train/reward_mean
     assert diagnosis.row["final val"] == "eval/acc_mean 0.500"
     assert diagnosis.values["score_metric"] == "train/reward_mean"
     # 4 steps cannot show acr_no_gain's 2 x 50 steps of history; a window of 2 can (acr/reward_mean logged).
@@ -39,7 +39,7 @@ def test_an_openrlhf_log_gives_its_reward_and_runs_the_stall_rule(tmp_path, open
     folder = openrlhf_tensorboard(tmp_path / "tensorboard", "or", rows, {8: {"eval_math500_pass1": 0.5}})
     (frame,) = collect_runs([folder]).values()
     diagnosis = diagnose("or", frame, AlertConfig(window=2))
-    assert diagnosis.row["final score"] == "0.250" and diagnosis.values["score_metric"] == "train/reward"
+    assert diagnosis.row["final score"] == "0.250 (last 0.250)" and diagnosis.values["score_metric"] == "train/reward"
     assert diagnosis.row["final val"] == "eval/eval_math500_pass1 0.500"
     assert "[ALERT] Stalled at steps 1–8 (8 steps)" in diagnosis.text()
     # What to try, in OpenRLHF's flags (its policy_loss tells the log apart), not verl's keys.

@@ -160,7 +160,7 @@ def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     summary = (out / "summary.md").read_text()
     # final score: the mean of the last fifth of the rows (0.348..0.359), not the last row; no ACR_100 under 100 steps.
-    assert "| grpo | 60 | 0.353 | HuggingFaceH4/MATH-500/acc/mean@1 0.450 | 0.450 | — | 0.360 |" in summary
+    assert "| grpo | 60 | 0.353 (last 0.359) | HuggingFaceH4/MATH-500/acc/mean@1 0.450 | 0.450 | — | 0.360 |" in summary
     assert "| avspo | 60 |" in summary and "![threshold](threshold.png)" in summary
 
 
@@ -232,7 +232,7 @@ def test_openrlhf_wandb_history_is_read_by_its_global_step(tmp_path):
     ).to_csv(path, index=False)
     frame = read_run(path)
     assert frame["acr/rate"].to_dict() == {1: 0.5, 2: 0.4, 3: 0.3}
-    assert diagnose("openrlhf", frame).row["final score"] == "0.750"
+    assert diagnose("openrlhf", frame).row["final score"] == "0.750 (last 0.750)"
     assert frame["eval/eval_math500_pass1"].dropna().to_dict() == {2: 0.5}
 
 
@@ -409,3 +409,28 @@ def test_json_refuses_to_overwrite_a_log(tmp_path):
     with pytest.raises(SystemExit, match=r"--json .*run.jsonl names a folder or a log"):
         cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", str(log)])
     assert json.loads(log.read_text().splitlines()[0])["step"] == 1
+
+
+def test_a_full_disk_is_named_with_the_path(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    real_replace = os.replace
+
+    def full(source, target):
+        if str(target).endswith("summary.md"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", full)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=f"cannot write {out / 'summary.md'}: no space left on the device"):
+        cli.main(["report", str(log), "--out", str(out)])
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_fail_on_stalled_on_a_log_too_short_for_the_rule_says_why(tmp_path, capsys):
+    log = write_log(tmp_path / "short.jsonl", [0.9] * 80)
+    assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--fail-on", "stalled"]) == 0
+    assert "Stall rule not checked: it needs 100 steps of history and the log has 80" in capsys.readouterr().out

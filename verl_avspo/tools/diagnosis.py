@@ -187,7 +187,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     diagnosis.row = {
         "run": name,
         "steps": str(coverage.steps),
-        "final score": _cell(None if rewards is None else rewards.final),
+        "final score": "—" if rewards is None else f"{rewards.final:.3f} (last {rewards.last:.3f})",
         "final val": ", ".join(f"{c.removeprefix(VALIDATION_PREFIX)} {v:.3f}" for c, v in sorted(validation.items()))
         or "—",
     }
