@@ -20,7 +20,7 @@ import pandas as pd
 
 from verl_avspo.core.alert import ALERT_SIGNALS, HOST_ADVICE, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
 from verl_avspo.core.config import AlertConfig
-from verl_avspo.tools.log_formats import is_trl_grpo
+from verl_avspo.tools.hosts import HOSTS, framework_of
 from verl_avspo.tools.signals import Cause, CollapseRate, Trend, causes, collapse_rate, per_step, trend
 from verl_avspo.tools.stats import (
     EARLY_STEPS,
@@ -81,86 +81,6 @@ class RunDiagnosis:
         return "\n".join(str(finding) for finding in self.findings)
 
 
-# Each framework whose logs are told apart here, as its user reads the findings: how to get our metrics
-# ("how") and AVSPO ("try_avspo") there, and how the settings the findings name are spelled ({} is the value).
-_HOSTS = {
-    "verl": {
-        "label": "verl",
-        "how": "log acr/*: train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...`, or apply "
-        "patches/03-acr-metrics.patch to verl",
-        "try_avspo": "try AVSPO on the same setup: algorithm.adv_estimator=avspo",
-        "group": "actor_rollout_ref.rollout.n",
-        "apply_to": "algorithm.avspo.apply_to={}",
-        "threshold_init": "algorithm.avspo.threshold_init",
-        "preset": "algorithm.avspo.preset={}",
-        "length": "data.max_response_length",
-        "length_more": "or penalise overlong answers instead of scoring them 0 (DAPO's overlong buffer)",
-        "weights": "the weight of that reward in your reward function (custom_reward_function)",
-        "clip": "lower actor_rollout_ref.actor.optim.lr or actor_rollout_ref.actor.ppo_epochs",
-    },
-    "openrlhf": {
-        "label": "OpenRLHF",
-        "how": "log acr/*: train with `python -m verl_avspo.openrlhf` in place of "
-        "`python -m openrlhf.cli.train_ppo_ray` (docs/integration.md section 7)",
-        "try_avspo": "try AVSPO on the same setup: --algo.advantage.estimator avspo",
-        "group": "--rollout.n_samples_per_prompt",
-        "apply_to": "--avspo.apply_to {}",
-        "threshold_init": "--avspo.threshold_init",
-        "preset": "--avspo.preset {}",
-        "length": "--rollout.max_new_tokens",
-        "length_more": "or penalise overlong answers in the reward function instead of scoring them 0",
-        "weights": "the weight of that reward in your reward function",
-        "clip": "lower the actor's learning rate or the number of epochs per batch",
-    },
-    "other": {
-        "label": "JSONL",
-        "how": "log the fraction of groups whose rewards are all equal as acr/rate, and its all-correct and "
-        "all-wrong parts as acr/all_correct and acr/all_wrong (docs/diagnostics.md)",
-        "try_avspo": "try AVSPO: verl_avspo.core.estimators (docs/method.md)",
-        "group": "the group size",
-        "apply_to": "apply_to={}",
-        "threshold_init": "threshold_init",
-        "preset": "preset={}",
-        "length": "the completion length cap",
-        "length_more": "or penalise overlong answers instead of scoring them 0",
-        "weights": "that reward's weight",
-        "clip": "lower the learning rate or the number of updates per batch",
-    },
-    "trl": {
-        "label": "TRL",
-        "how": "log acr/* (with the all-correct/all-wrong split and the stall alert): train with "
-        "verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)",
-        "try_avspo": "try AVSPO on the same setup: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo')",
-        "group": "GRPOConfig.num_generations",
-        "apply_to": "avspo={{'apply_to': '{}'}}",
-        "threshold_init": "avspo={'threshold_init': ...}",
-        "preset": "avspo={{'preset': '{}'}}",
-        "length": "GRPOConfig.max_completion_length",
-        "length_more": "or set GRPOConfig.mask_truncated_completions=True so cut completions do not count as wrong",
-        "weights": "GRPOConfig.reward_weights (or drop the function)",
-        "clip": "lower GRPOConfig.learning_rate or GRPOConfig.num_iterations",
-    },
-}
-
-# Metric names only OpenRLHF's trainer logs (verl's are actor/pg_loss and critic/*, TRL's loss and reward_std).
-_OPENRLHF_ONLY = ("policy_loss", "group_reward_std")
-# Metric groups verl's trainer (and the CPU sandbox, and ours) log.
-_VERL_PREFIXES = ("critic/", "actor/", "response_length/", "val-core/", "acr/", "avspo/", "train/", "eval/")
-
-
-def _framework(frame: pd.DataFrame) -> str:
-    """``trl`` for a TRL GRPO log (:func:`verl_avspo.tools.log_formats.is_trl_grpo`), ``openrlhf`` for
-    OpenRLHF's (its ``policy_loss`` or ``group_reward_std``, under ``train/`` or not), ``verl`` for verl's
-    (and the sandbox's and ours), else ``other`` (a custom loop's log)."""
-    if is_trl_grpo(frame) or any(str(column).startswith("rewards/") for column in frame):
-        return "trl"
-    if any(str(column).removeprefix("train/") in _OPENRLHF_ONLY for column in frame):
-        return "openrlhf"
-    if any(str(column).startswith(_VERL_PREFIXES) for column in frame):
-        return "verl"
-    return "other"
-
-
 def _cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
@@ -174,8 +94,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
     (default: the alert's defaults, the rule the trainers use), in training steps."""
     alert = alert or AlertConfig()
     coverage = step_coverage(frame)
-    framework = _framework(frame)
-    host = _HOSTS[framework]
+    framework = framework_of(frame)
+    host = HOSTS[framework]
     ppo = "critic/vf_loss" in frame or "critic/value_loss" in frame
     diagnosis = RunDiagnosis(name, coverage.steps)
     diagnosis.heading = f"{name} ({coverage.said()}; {host['label']}{' PPO with a critic' if ppo else ''} log)"
@@ -383,7 +303,7 @@ def _collapse_actions(correct: float | None, wrong: float | None, host: dict[str
             host["how"] + ", to tell all-correct from all-wrong groups",
         ]
     if correct is None or wrong is None:
-        return [host["how"] + ", to tell all-correct from all-wrong groups"]
+        return [host["how"] + ", to tell all-correct from all-wrong groups", host["try_avspo"]]
     if correct + wrong < 0.05:
         return []
     if wrong >= 2 * correct:
