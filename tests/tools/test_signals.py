@@ -45,7 +45,7 @@ def test_trend_final_is_the_last_fifth_and_a_stopped_rise_is_told():
     stopped = trend(plateau)
     assert stopped.direction == "rose" and stopped.stopped and stopped.recent_from == 41
     assert trend(pd.Series([0.5, 0.4, 0.5, 0.4] * 10)).direction == "flat"
-    assert trend(pd.Series([0.5])) is None
+    assert trend(pd.Series([0.5])).final == 0.5 and trend(pd.Series([], dtype=float)) is None
 
 
 def test_causes_truncation_by_share_and_constant_reward_functions():

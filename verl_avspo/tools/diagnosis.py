@@ -333,6 +333,10 @@ def _trend_finding(rewards: Trend, score: str | None, rows: int, collapse: float
         f"last row {rewards.last:.3f}; best {rewards.best:.3f} at step {rewards.best_step}",
         f"Mann-Kendall trend test over {rows} rows: tau {rewards.tau:+.2f}, p {rewards.p_value:.3g}",
     ]
+    if rows < 4:
+        return Finding(
+            "INFO", f"Reward over {rows} row(s): {rewards.final:.3f}, too few rows for a trend", evidence[:1]
+        )
     no_gain = (direction != "rose" and rows >= 10) or rewards.stopped
     if rewards.stopped:
         evidence.append(

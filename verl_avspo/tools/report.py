@@ -146,8 +146,8 @@ def write_report(
         "",
         "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero; "
         "a figure marked * is read from another collapse measure than acr/rate (each run's collapse finding names "
-        f"it; [{DOCS}]({Path(DOCS).name}#what-the-report-reads-collapse-from) says what each means). *final score* is "
-        "the mean of the last fifth of the logged rows.",
+        f"it; verl-avspo's {DOCS}, section 'What the report reads collapse from', says what each means). "
+        "*final score* is the mean of the last fifth of the logged rows.",
         "",
         *(
             ["## Logs that could not be read", "", *(f"- {problem}" for problem in unreadable), ""]

@@ -169,9 +169,10 @@ def _mann_kendall(values: np.ndarray) -> tuple[float, float]:
 
 
 def trend(series: pd.Series | None) -> Trend | None:
-    """The :class:`Trend` of ``series`` (a run's mean reward per logged row); None with fewer than 2 rows."""
+    """The :class:`Trend` of ``series`` (a run's mean reward per logged row; no trend under 4 rows); None
+    when it holds no value."""
     values = pd.Series(dtype=float) if series is None else series.dropna()
-    if len(values) < 2:
+    if values.empty:
         return None
     fifth = max(1, len(values) // 5)
     tau, p_value = _mann_kendall(values.to_numpy(dtype=float)) if len(values) >= 4 else (0.0, 1.0)
