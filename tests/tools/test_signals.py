@@ -23,6 +23,8 @@ def test_collapse_is_read_from_the_first_source_the_log_holds():
     spread = collapse_rate(older)
     assert spread.source == "reward_std == 0" and spread.lower_bound and "older TRL" in spread.what
     assert spread.rate.tolist() == [1.0, 0.0, 1.0] and spread.all_wrong.tolist() == [1.0, 0.0, 0.0]
+    openrlhf = collapse_rate(frame(**{"train/group_reward_std": [0.0, 0.3]}))
+    assert openrlhf.source == "train/group_reward_std == 0" and "OpenRLHF" in openrlhf.what
     verl = frame(**{"critic/score/max": [0.0, 1.0, 1.0], "critic/score/min": [0.0, 0.0, 1.0]})
     scores = collapse_rate(verl)
     assert scores.rate.tolist() == [1.0, 0.0, 1.0]

@@ -5,7 +5,8 @@ read collapse from :func:`collapse_rate`; the report puts the reward's :func:`tr
 
 Collapse, preferred first: ``acr/rate`` (ours: the fraction of groups whose scores are all equal);
 TRL's ``frac_reward_zero_std``; a step whose reward spread is 0 (TRL's ``reward_std``: every group of
-that step collapsed, so 1 there and 0 elsewhere is a lower bound on ACR per step); verl's
+that step collapsed, so 1 there and 0 elsewhere is a lower bound on ACR per step; OpenRLHF's
+``group_reward_std`` likewise); verl's
 ``critic/score/max == critic/score/min`` (the same lower bound, split into all-correct and all-wrong
 by the value).
 """
@@ -30,7 +31,7 @@ __all__ = [
 
 _ZERO = 1e-8  # a reward spread this small is none (TRL's own tolerance for frac_reward_zero_std)
 # Reward spreads that are 0 only when every group of the step is collapsed.
-_SPREADS = ("reward_std", "train/reward_std")
+_SPREADS = ("reward_std", "train/reward_std", "group_reward_std", "train/group_reward_std")
 
 
 @dataclass
@@ -79,13 +80,16 @@ def collapse_rate(frame: pd.DataFrame, usable: set[str] | None = None) -> Collap
         )
     spread = next((column for column in _SPREADS if has(column)), None)
     if spread is not None:
-        release = _trl_release(frame)
-        meaning = {
-            "older": "older TRL's mean of per-group reward stds",
-            "recent": "TRL's std of the batch's rewards",
-            None: "TRL's reward_std (the mean of per-group stds before TRL's completions/* metrics, the batch's "
-            "std after)",
-        }[release]
+        meaning = (
+            "OpenRLHF's mean of per-group reward stds"
+            if spread.endswith("group_reward_std")
+            else {
+                "older": "older TRL's mean of per-group reward stds",
+                "recent": "TRL's std of the batch's rewards",
+                None: "TRL's reward_std (the mean of per-group stds before TRL's completions/* metrics, the batch's "
+                "std after)",
+            }[_trl_release(frame)]
+        )
         values = frame[spread].dropna()
         equal = values.abs() <= _ZERO
         reward = next((frame[c].reindex(values.index) for c in ("reward", "train/reward") if c in frame), None)
