@@ -1,6 +1,8 @@
 """One log file as one frame per run (one row per step, one column per metric), by its format:
-verl's file-logger JSONL (also what the CPU sandbox writes, :func:`write_record`), TensorBoard
-event files, wandb CSV exports and a Hugging Face Trainer's ``trainer_state.json`` (TRL's trainers).
+verl's file-logger JSONL (also what the CPU sandbox writes, :func:`write_record`) or a custom loop's
+flat ``{"step": N, <metric>: value}`` JSONL, TensorBoard event files, wandb CSV exports and a Hugging
+Face Trainer's ``trainer_state.json`` (TRL's trainers; its ``logging_steps`` kept in
+``attrs["logging_steps"]``) or a bare ``log_history`` list.
 Finding the logs of a run, naming runs and merging a run's files is :mod:`verl_avspo.tools.logs`,
 which re-exports the public names here.
 
@@ -8,7 +10,7 @@ A step must be a non-negative integer; a record with another step is skipped wit
 the file and the record. A step logged twice with the same metric (a crashed attempt and its resume
 appended to one log) keeps the last value, with a warning; the frame's ``attrs["repeated_steps"]``
 lists those steps. A log cut off or partly corrupt keeps every record that can be read, with a
-warning.
+warning; a metric logged as text that spells a number (``"0.25"``) is read as one, with a warning.
 """
 
 from __future__ import annotations
@@ -250,7 +252,6 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     interval = state.get("logging_steps") if isinstance(state, dict) else None
     if is_step(interval) and interval >= 1:
         frame.attrs["logging_steps"] = int(interval)
-    frame.attrs["framework"] = "trl" if is_trl_grpo(frame) else "hf"
     return frame
 
 
