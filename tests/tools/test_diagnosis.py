@@ -129,7 +129,7 @@ def test_stalls_inside_one_streak_are_one_window(tmp_path):
 def test_a_verl_ppo_run_all_wrong_from_truncation_is_named_as_ppo_with_its_causes(tmp_path):
     # PPO with a critic on GSM8K: from step 5 every response is cut at 512 tokens and scores 0; the clip
     # fraction rises. Step 0 is the validation before training, not a training step.
-    rows = {0: {"val-core/gsm8k/acc/mean@1": 0.3}}
+    rows = {0: {"val-core/gsm8k/acc/mean@1": 0.3, "val-aux/gsm8k/reward/mean@1": 0.3}}
     for step in range(1, 21):
         cut = step >= 5
         rows[step] = {
@@ -142,6 +142,7 @@ def test_a_verl_ppo_run_all_wrong_from_truncation_is_named_as_ppo_with_its_cause
         }
     diagnosis = diagnose("ppo", read_run(write_verl_log(tmp_path / "ppo.jsonl", rows)))
     assert diagnosis.steps == 20 and "PPO with a critic" in diagnosis.heading
+    assert diagnosis.values["coverage"]["first"] == 1 and diagnosis.values["coverage"]["rows"] == 20
     collapse = diagnosis.findings[0]
     assert collapse.headline == "Every group collapsed on 16 of 20 logged rows (critic/score/max == critic/score/min)"
     assert diagnosis.values["all_wrong"] == pytest.approx(0.8)

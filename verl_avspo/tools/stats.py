@@ -249,10 +249,16 @@ def _and(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+# Every evaluation metric, headline or not: verl's val-core/* and val-aux/*, TRL's eval_*, OpenRLHF's and
+# the sandbox's eval/*.
+_EVALUATION = re.compile(r"^(val-|eval_|eval/|train/eval)")
+
+
 def training_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``frame`` that log training, not only a validation (verl validates at the step a run
     starts or resumes from, step 0 before training; TRL logs evaluations in rows of their own)."""
-    training = frame.drop(columns=validation_columns(frame)).dropna(how="all")
+    evaluation = [column for column in frame if _EVALUATION.match(str(column))]
+    training = frame.drop(columns=evaluation).dropna(how="all")
     return training if len(training) else frame
 
 
