@@ -130,7 +130,7 @@ def test_a_verl_ppo_run_all_wrong_from_truncation_is_named_as_ppo_with_its_cause
     # PPO with a critic on GSM8K: from step 5 every response is cut at 512 tokens and scores 0; the clip
     # fraction rises. Step 0 is the validation before training, not a training step.
     rows = {0: {"val-core/gsm8k/acc/mean@1": 0.3, "val-aux/gsm8k/reward/mean@1": 0.3}}
-    for step in range(1, 21):
+    for step in range(1, 121):
         cut = step >= 5
         rows[step] = {
             "critic/score/mean": 0.0 if cut else 0.4,
@@ -141,12 +141,14 @@ def test_a_verl_ppo_run_all_wrong_from_truncation_is_named_as_ppo_with_its_cause
             "actor/pg_clipfrac": 0.47 if cut else 0.01,
         }
     diagnosis = diagnose("ppo", read_run(write_verl_log(tmp_path / "ppo.jsonl", rows)))
-    assert diagnosis.steps == 20 and "PPO with a critic" in diagnosis.heading
-    assert diagnosis.values["coverage"]["first"] == 1 and diagnosis.values["coverage"]["rows"] == 20
+    assert diagnosis.steps == 120 and "PPO with a critic" in diagnosis.heading
+    assert diagnosis.values["coverage"]["first"] == 1 and diagnosis.values["coverage"]["rows"] == 120
     collapse = diagnosis.findings[0]
-    assert collapse.headline == "Every group collapsed on 16 of 20 logged rows (critic/score/max == critic/score/min)"
-    assert diagnosis.values["all_wrong"] == pytest.approx(0.8)
+    assert collapse.headline == "Every group collapsed on 116 of 120 logged rows (critic/score/max == critic/score/min)"
+    assert diagnosis.values["all_wrong"] == pytest.approx(116 / 120)
     text = diagnosis.text()
     assert "rose from 0.02 to 1.00 at step 5" in text and "raise data.max_response_length" in text
     assert "PPO clip fraction reached 0.47" in text and "not a group estimator" in text
+    # It stalls (every group all-wrong, no gain): the advice is about the reward's spread, not the estimator.
+    assert "[ALERT] Stalled at steps" in text and "give the reward a spread to learn from" in text
     assert "adv_estimator=grpo" not in text and "adv_estimator=avspo" not in text

@@ -38,6 +38,11 @@ from verl_avspo.tools.stats import (
 
 __all__ = ["DOCS", "PAPER_FIT", "Finding", "RunDiagnosis", "diagnose"]
 
+# What to try when a PPO run with a critic stalls: its estimator is not the problem, the reward's spread is.
+_PPO_ADVICE = (
+    "give the reward a spread to learn from: easier data (a pass-rate band around 30-50%), a longer response cap "
+    "if answers are cut, a higher sampling temperature"
+)
 PAPER_FIT = (51.4, -29.6)  # MATH-500 accuracy (%) ≈ 51.4 − 29.6·ACR_100, the paper's own regression
 DOCS = "docs/diagnostics.md"  # where every metric the findings name is explained
 SEVERITIES = ("ALERT", "WARN", "INFO")
@@ -163,7 +168,8 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         frame_acr = training.assign(**{"acr/rate": collapse.rate})
         if collapse.all_wrong is not None:
             frame_acr = frame_acr.assign(**{"acr/all_wrong": collapse.all_wrong})
-        diagnosis.findings.append(_stall_finding(frame_acr, coverage, alert, values, framework, caveat))
+        advice = _PPO_ADVICE if ppo else HOST_ADVICE.get(framework, HOST_ADVICE["verl"])
+        diagnosis.findings.append(_stall_finding(frame_acr, coverage, alert, values, advice, caveat))
         _avspo_findings(diagnosis, training, collapse, host, problems, caveat)
     return diagnosis
 
@@ -367,7 +373,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _stall_finding(
-    frame: pd.DataFrame, coverage: StepCoverage, alert: AlertConfig, values: dict[str, Any], framework: str, caveat: str
+    frame: pd.DataFrame, coverage: StepCoverage, alert: AlertConfig, values: dict[str, Any], advice: str, caveat: str
 ) -> Finding:
     """Where the run stalled under ``alert``'s rule, in training steps (a row logged every N steps stands
     for its N steps), each stall shown from the start of its streak of high values, or the longest
@@ -411,7 +417,7 @@ def _stall_finding(
         "ALERT",
         f"Stalled at {shown}: most groups gave no gradient there",
         [f"rule {rule}"],
-        [f"try to {HOST_ADVICE.get(framework, HOST_ADVICE['verl'])}"],
+        [f"try to {advice}"],
     )
 
 
