@@ -2,7 +2,8 @@
 OpenRLHF's TensorBoard, verl's file logger): the score, validation and stall rule found under each
 framework's names; rate columns out of range or all NaN reported, not diagnosed; a log that
 starts late, has gaps or repeated steps said first and carried by the findings about the whole run;
-stalls inside one streak merged."""
+stalls inside one streak merged; a verl PPO run with a critic whose answers are all cut at the length
+cap (all-wrong collapse, its causes, advice that is not GRPO's)."""
 
 import math
 

@@ -1,5 +1,6 @@
 """Reading logs: verl's file-logger JSONL (merging, malformed lines and steps, a resume appended to the
-log), wandb CSV steps, which files count as logs, run naming, and one run's files merged."""
+log), a custom loop's flat JSONL and metrics logged as text, wandb CSV steps, which files count as
+logs, run naming, and one run's files merged."""
 
 import io
 import json

@@ -1,7 +1,9 @@
 """``verl-avspo report`` on logs written in the format of verl's loggers (file logger JSONL,
 TensorBoard event files through torch's SummaryWriter as verl uses it, wandb history and chart-panel
 CSV, OpenRLHF's train/ names), and the bad inputs a user hands it: truncated and corrupt logs, an
-empty file, a file as --out."""
+empty file, a file as --out, an unreadable file in a folder (named and counted by --fail-on), an
+unwritable --json and a full disk (named with the path); findings as headline, severity, evidence and
+actions; stalls and ACR_100 in training steps; collapse read from verl's scores without acr/*."""
 
 import json
 import warnings

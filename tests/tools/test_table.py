@@ -1,7 +1,8 @@
 """``verl-avspo table`` on logs in verl's file-logger format, with validation keys produced by
 verl's own V1 ``PPOTrainer._val_metrics_update`` (the function that names them in a real run); on
 the sandbox's logs and OpenRLHF's TensorBoard; one row per run, named as ``report`` names it; and
-the notes that say what a log lacks (steps, acr/*, validation)."""
+the notes that say what a log lacks (steps, acr/*, validation); a non-zero exit when a log cannot
+be read."""
 
 import numpy as np
 import pytest

@@ -2,7 +2,10 @@
 ``GRPOTrainer`` wrote (in a checkpoint folder, or found in the output folder), the same log history
 as a wandb CSV export and the Trainer's TensorBoard callback name it (``train/`` prefix), a cut-off
 file, and the diagnosis of a TRL run with and without our ``acr/*`` metrics (TRL's
-``frac_reward_zero_std``, labelled as TRL's).
+``frac_reward_zero_std``, labelled with its source); and the shapes of TRL logs from the wild, in
+small logs written here: older TRL's names (``completion_length``, ``rewards/<f>``, ``reward_std`` 0
+as every group collapsed) in a bare ``log_history`` list, ``logging_steps`` 10 (no late start, steps
+counted as steps in ``report`` and ``table``), and completions cut at the length cap.
 
 The fixtures in ``fixtures/trl/`` come from a real CPU run of TRL 1.16's ``GRPOTrainer`` (12 steps,
 ``scale_rewards="group"``, an evaluation at steps 6 and 12); ``fixtures/make_trl_logs.py`` says how
