@@ -80,10 +80,10 @@ _LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
 # --fail-on NAME: the run property that makes the exit status 3.
 FAIL_CONDITIONS = {
     "stalled": "the stall rule found a stalled window",
-    "incomplete": "the log starts after its first step, has gaps, or logged a step twice",
+    "incomplete": "the log starts after its first logging step, has gaps, or logged a step twice",
     "no-acr": "the log holds no collapse measure (acr/rate, frac_reward_zero_std, reward_std, critic/score/max+min)",
     "unusable": "a rate column holds no value or values outside [0, 1]",
-    "unreadable": "a log file given or found could not be read (counted once, for every run)",
+    "unreadable": "a log file given or found could not be read (the message lists the files)",
 }
 # --fail-on NAME>X or NAME<X: a figure of the run (RunDiagnosis.values) above or below X.
 FAIL_VALUES = ("mean_acr", "acr_100", "all_correct", "all_wrong", "effective", "final_score", "avspo_triggered")
