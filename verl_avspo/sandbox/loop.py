@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+from verl.utils.torch_functional import masked_mean
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo.core.collapse import DroppedGroups, detect_collapse, group_ids, group_stats
@@ -46,6 +46,7 @@ from verl_avspo.sandbox.policy import (
     pad_cat,
     response_log_probs,
     sample,
+    token_log_probs,
     warm_policy,
 )
 from verl_avspo.sandbox.sampling import SampledGroups, dynamic_sampling, sample_groups
@@ -195,8 +196,7 @@ def train(
             num_groups = len(batch.prompts)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                # (verl's logprobs_from_logits refuses an empty batch: dapo_resample at its cap with none kept)
-                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids) if num_groups else None
+                old_log_probs = token_log_probs(batch.logits, rollout.response_ids)
                 entropy = token_entropy(batch.logits)
                 response_mask = rollout.response_mask.float()
                 if estimator.reward == "self_certainty":

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import transformers
 from tqdm.auto import tqdm
-from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+from verl.utils.torch_functional import masked_mean
 
 from verl_avspo.sandbox import task as task_module
 from verl_avspo.sandbox.config import PolicyConfig
@@ -33,6 +33,7 @@ __all__ = [
     "sample",
     "response_logits",
     "response_log_probs",
+    "token_log_probs",
     "warm_policy",
 ]
 
@@ -210,9 +211,18 @@ def response_logits(model: transformers.PreTrainedModel, rollout: Rollout, tempe
     return logits[:, prompt_width - 1 : prompt_width - 1 + response_width].float() / temperature
 
 
+def token_log_probs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """(n, R, V) logits, (n, R) tokens -> (n, R) log-probabilities of the tokens.
+
+    ATen's ``log_softmax``, not verl's ``logprobs_from_logits``: on CPU verl's takes ``logsumexp``,
+    whose ``exp`` and ``log`` (and the backward's ``exp``) are MKL's, one more library whose code path
+    depends on the CPU; ``log_softmax`` runs on ATen's pinned kernels, forward and backward."""
+    return logits.log_softmax(dim=-1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+
+
 def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
     """log π_T(response token | prefix) at sampling temperature ``temperature``, (n, R), with gradients."""
-    return logprobs_from_logits(response_logits(model, rollout, temperature), rollout.response_ids)
+    return token_log_probs(response_logits(model, rollout, temperature), rollout.response_ids)
 
 
 def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokenizer) -> str:
