@@ -97,8 +97,9 @@ def test_the_command_pins_the_kernels_before_torch_loads():
     assert unpinned.stdout.split() == ["False", "default", "AVX2"]
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
-QUOTED = re.compile(r"sandbox fingerprint: weights \w+, samples \w+ \(torch (\S+), transformers (\S+)\)")
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "results.md"
+QUOTED = re.compile(r"sandbox fingerprint: (weights \w+, samples \w+) \(torch (\S+), transformers (\S+)\)")
 
 
 @pytest.mark.skipif(
@@ -107,8 +108,10 @@ QUOTED = re.compile(r"sandbox fingerprint: weights \w+, samples \w+ \(torch (\S+
 def test_the_fingerprint_is_the_one_the_docs_quote_whatever_the_kernels_and_threads():
     quoted = QUOTED.search(DOCS.read_text())
     assert quoted, f"{DOCS} quotes no `sandbox fingerprint: ...` line"
-    if quoted.groups() != (torch.__version__, transformers.__version__):
-        pytest.skip(f"the docs quote the fingerprint of torch {quoted[1]} and transformers {quoted[2]}")
+    for page in ("README.md", "docs/reproduction.md"):  # the pages that quote the hashes again
+        assert quoted[1] in " ".join((ROOT / page).read_text().split()), f"{page} does not quote {quoted[1]}"
+    if quoted.groups()[1:] != (torch.__version__, transformers.__version__):
+        pytest.skip(f"the docs quote the fingerprint of torch {quoted[2]} and transformers {quoted[3]}")
     command = [sys.executable, "-m", "verl_avspo.cli", "sandbox", "--fingerprint"]
     runs = _run_all(
         {

@@ -16,14 +16,15 @@ warm-up 1.7 times; ATen's plain C++ kernels, which would cover CPUs without AVX2
 sandbox`` command sets them before it imports torch. Called from Python after torch was imported,
 the sandbox cannot, and says so (:func:`describe`).
 
-The pins did not cover sampling: ``generate`` drew tokens with ``torch.multinomial``, whose
-exponentials come from the C library's ``log``, outside ATen and MKL, and a Zen 4 EPYC printed
-another table with the kernels pinned. The sandbox now draws tokens itself, from float64
-probabilities and its own generator (:func:`verl_avspo.sandbox.policy.next_tokens`). The command
-runs on ``--threads`` threads (1 by default; a tiny run printed the same numbers with 2). Other
-architectures (ARM CPUs run other libraries) compute other numbers. ``verl-avspo sandbox
---fingerprint`` tells in seconds whether a machine computes as the one that measured the docs'
-table (:mod:`verl_avspo.sandbox.fingerprint`).
+The pins did not make a Zen 4 EPYC print the Xeon's table. What differed was not found on the
+Xeon; the sandbox now leaves less to the libraries: tokens are drawn from float64 probabilities
+with a per-run generator instead of ``torch.multinomial`` (:func:`verl_avspo.sandbox.policy.next_tokens`),
+and log-probabilities come from ATen's ``log_softmax``, not from MKL's ``exp`` and ``log``
+(:func:`verl_avspo.sandbox.policy.token_log_probs`), so that MKL computes the matrix products and one
+``exp`` in verl's PPO loss only. The command runs on ``--threads`` threads (1
+by default; a tiny run printed the same numbers with 2). Other architectures (ARM CPUs run other
+libraries) compute other numbers. ``verl-avspo sandbox --fingerprint`` tells in seconds whether a
+machine computes as the one that measured the docs' table (:mod:`verl_avspo.sandbox.fingerprint`).
 """
 
 from __future__ import annotations

@@ -153,11 +153,10 @@ def next_tokens(logits: torch.Tensor, generator: torch.Generator | None, tempera
     draw per row at ``temperature``.
 
     A draw inverts the float64 CDF of softmax(logits / temperature) at a float64 uniform from
-    ``generator``: the token then depends on the logits and on the sandbox's own random stream only.
-    ``generate`` samples with ``torch.multinomial``, which divides float32 probabilities by
-    exponentials drawn through the C library's ``log``, a function each system's libm computes in
-    its own way; here a last-bit difference in a logit moves a CDF boundary by about 1e-7 of its
-    probability, and flips the token only when the uniform falls that close to it.
+    ``generator``: the token depends on the logits and on the sandbox's own random stream only, not on
+    torch's global generator nor on how ``torch.multinomial`` draws (``generate`` divides float32
+    probabilities by exponentials). A last-bit difference in a logit moves a CDF boundary by about
+    1e-7 of its probability, and flips the token only when the uniform falls that close to it.
     """
     if generator is None:
         return logits.argmax(dim=-1)
