@@ -20,8 +20,8 @@ The pins did not make a Zen 4 EPYC print the Xeon's table. What differed was not
 Xeon; the sandbox now leaves less to the libraries: tokens are drawn from float64 probabilities
 with a per-run generator instead of ``torch.multinomial`` (:func:`verl_avspo.sandbox.policy.next_tokens`),
 and log-probabilities come from ATen's ``log_softmax``, not from MKL's ``exp`` and ``log``
-(:func:`verl_avspo.sandbox.policy.token_log_probs`), so that MKL computes the matrix products and one
-``exp`` in verl's PPO loss only. The command runs on ``--threads`` threads (1
+(:func:`verl_avspo.sandbox.policy.token_log_probs`), so that MKL computes the matrix products, one
+``exp`` in verl's PPO loss and the logged entropy's ``logsumexp`` only. The command runs on ``--threads`` threads (1
 by default; a tiny run printed the same numbers with 2). Other architectures (ARM CPUs run other
 libraries) compute other numbers. ``verl-avspo sandbox --fingerprint`` tells in seconds whether a
 machine computes as the one that measured the docs' table (:mod:`verl_avspo.sandbox.fingerprint`).
