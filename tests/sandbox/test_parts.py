@@ -1,7 +1,8 @@
-"""The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
-validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the
-skip rule's candidate draws (``+skip``),
-padding rollouts together, the summary verdict and the plots. No model training here."""
+"""The sandbox's pieces: task split and verifier, tokenizer, its sampler (the distribution it draws
+from, greedy decoding, its own generator), token rewards, estimator specs, validation messages,
+DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the skip rule's
+candidate draws (``+skip``), padding rollouts together, the summary verdict and the plots. No model
+training here."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -174,8 +175,7 @@ def test_log_probs_do_not_depend_on_padding(architecture):
 
     tokenizer = CharTokenizer()
     model = build_model(PolicyConfig(architecture=architecture, sft_steps=0), tokenizer).eval()
-    torch.manual_seed(0)
-    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], max_new_tokens=4)
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], 4, torch.Generator().manual_seed(0))
     assert rollout.prompt_mask[0, :2].tolist() == [0, 0]  # "1+2=" is padded to the longest prompt
     with torch.no_grad():
         batched = response_log_probs(model, rollout)
@@ -191,40 +191,63 @@ def test_log_probs_do_not_depend_on_padding(architecture):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6, 1.5])
-def test_log_probs_are_those_generate_sampled_from(temperature):
-    # PPO's old_log_prob must be log π of each sampled token under the distribution generate
-    # sampled it from (at the sampling temperature, no top-k/top-p): an off-by-one in the logit
-    # slice or in the position ids would pass the padding test above but fail here, and so would
-    # log-probs at temperature 1.0 of tokens sampled at another.
+def test_log_probs_are_those_the_sampler_sampled_from(temperature):
+    # PPO's old_log_prob must be log π of each sampled token under the distribution the sampler drew
+    # it from: the logits of the prefix before it, at the sampling temperature. An off-by-one in the
+    # logit slice or in the position ids would pass the padding test above but fail here, and so
+    # would log-probs at temperature 1.0 of tokens sampled at another.
     from verl_avspo.sandbox.config import PolicyConfig
-    from verl_avspo.sandbox.policy import CharTokenizer, Rollout, build_model, response_log_probs
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, response_log_probs, sample
 
     tokenizer = CharTokenizer()
     model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
-    prompt_ids, prompt_mask = tokenizer.encode_prompts(["1+2=", "12+34=", "99*9="])
-    torch.manual_seed(0)
-    output = model.generate(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        do_sample=True,
-        temperature=temperature,
-        top_k=None,
-        top_p=None,
-        max_new_tokens=4,
-        pad_token_id=tokenizer.pad_id,
-        eos_token_id=tokenizer.eos_id,
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
-    response_ids = output.sequences[:, prompt_ids.shape[1] :]
-    sampled_from = torch.stack(output.scores, dim=1).log_softmax(dim=-1)
-    expected = sampled_from.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-    rollout = Rollout(prompt_ids, prompt_mask, response_ids, torch.ones_like(response_ids))
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "99*9="], 4, torch.Generator().manual_seed(0), temperature)
     with torch.no_grad():
         log_probs = response_log_probs(model, rollout, temperature)
-    torch.testing.assert_close(log_probs, expected)
+        for t in range(rollout.response_ids.shape[1]):
+            ids = torch.cat([rollout.prompt_ids, rollout.response_ids[:, :t]], dim=1)
+            mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.response_ids[:, :t])], dim=1)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+            sampled_from = (logits[:, -1] / temperature).log_softmax(dim=-1)
+            expected = sampled_from.gather(-1, rollout.response_ids[:, t : t + 1]).squeeze(-1)
+            rows = rollout.response_mask[:, t].bool()
+            torch.testing.assert_close(log_probs[rows, t], expected[rows])
     if temperature != 1.0:
-        assert not torch.allclose(response_log_probs(model, rollout), expected, atol=1e-3)
+        assert not torch.allclose(response_log_probs(model, rollout), log_probs, atol=1e-3)
+
+
+def test_the_sampler_draws_from_the_tempered_distribution_with_its_own_generator():
+    from verl_avspo.sandbox.policy import next_tokens
+
+    logits = torch.tensor([[0.0, 1.0, 3.0, -1.0]]).expand(40_000, -1)
+    for temperature in (1.0, 2.0):
+        drawn = next_tokens(logits, torch.Generator().manual_seed(0), temperature)
+        frequencies = torch.bincount(drawn, minlength=4) / len(drawn)
+        torch.testing.assert_close(frequencies, torch.softmax(logits[0] / temperature, -1), atol=0.01, rtol=0)
+    assert next_tokens(logits[:3], None).tolist() == [2, 2, 2]  # no generator: greedy
+    # The draws come from the generator alone: torch's global one neither decides nor moves.
+    state = torch.random.get_rng_state()
+    first = next_tokens(logits[:500], torch.Generator().manual_seed(7))
+    torch.manual_seed(123)
+    assert torch.equal(next_tokens(logits[:500], torch.Generator().manual_seed(7)), first)
+    torch.random.set_rng_state(state)
+
+
+def test_a_response_ends_at_its_eos_and_is_padded_after_it():
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, sample
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
+    rollout = sample(model, tokenizer, ["1+2="] * 64, 6, torch.Generator().manual_seed(0))
+    is_eos = rollout.response_ids == tokenizer.eos_id
+    ended = is_eos.any(dim=1)
+    assert ended.any() and (~ended).any()  # a random model ends some responses within 6 tokens
+    first = is_eos.int().argmax(dim=1)
+    for row in ended.nonzero().squeeze(1).tolist():
+        assert rollout.response_mask[row].tolist() == [1] * (first[row] + 1) + [0] * (6 - first[row] - 1)
+        assert (rollout.response_ids[row, first[row] + 1 :] == tokenizer.pad_id).all()
+    assert (rollout.response_mask[~ended] == 1).all()
 
 
 def test_paper_baseline_specs():

@@ -116,6 +116,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cache", action="store_true", help="always redo the warm-up; cache nothing")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (fixed for determinism; default 1)")
+    parser.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="print, in seconds, a hash of the first warm-up steps' weights and of the first RL steps' samples "
+        "(docs/results.md quotes the values of the default settings), and train nothing",
+    )
 
 
 def run_dir(out: Path, label: str) -> Path:
@@ -215,6 +221,27 @@ def _check_max_gen_batches(max_gen_batches: int, estimators) -> None:
     )
 
 
+def _fix_torch(threads: int) -> None:
+    """The thread count and deterministic mode every sandbox computation runs under; a warning when
+    the kernels could not be pinned."""
+    import torch
+
+    from verl_avspo.sandbox import kernels
+
+    if not kernels.pinned():
+        logger.warning("%s", kernels.describe())
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def _print_fingerprint(config, threads: int) -> int:
+    from verl_avspo.sandbox.fingerprint import fingerprint
+
+    _fix_torch(threads)
+    print(fingerprint(config))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     # Validate everything before the (slow) verl import and any model is built.
     from verl_avspo.sandbox.config import SandboxConfig
@@ -246,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
+    if args.fingerprint:
+        return _print_fingerprint(config, args.threads)
     # Both folders checked before either is created: a refusal must not leave the other behind.
     folders = [(args.out, "--out", "runs/sandbox")]
     if not args.no_cache:
@@ -256,8 +285,6 @@ def run(args: argparse.Namespace) -> int:
     for folder, _, _ in folders:
         folder.mkdir(parents=True, exist_ok=True)
 
-    import torch
-
     from verl_avspo.sandbox import kernels
     from verl_avspo.sandbox.loop import train
     from verl_avspo.sandbox.summary import render_summary, run_statistics
@@ -265,10 +292,7 @@ def run(args: argparse.Namespace) -> int:
     from verl_avspo.tools.plots import plot_metrics
     from verl_avspo.tools.stats import early_window
 
-    if not kernels.pinned():
-        logger.warning("%s", kernels.describe())
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(True)
+    _fix_torch(args.threads)
     level_names = [level.name for level in parse_levels(config.levels)]
     first_steps = early_window(config.steps)
     cache_dir = None if args.no_cache else args.cache_dir

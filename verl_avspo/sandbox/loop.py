@@ -24,15 +24,17 @@ can be compared at equal rollouts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from tqdm.auto import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+from verl.utils.torch_functional import masked_mean
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo.core.collapse import DroppedGroups, detect_collapse, group_ids, group_stats
@@ -44,6 +46,7 @@ from verl_avspo.sandbox.policy import (
     pad_cat,
     response_log_probs,
     sample,
+    token_log_probs,
     warm_policy,
 )
 from verl_avspo.sandbox.sampling import SampledGroups, dynamic_sampling, sample_groups
@@ -52,6 +55,10 @@ from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
 
 __all__ = ["train", "evaluate"]
+
+# The token stream's seed is the run's seed plus this, so that it is not the prompt stream's
+# (torch's generator keeps 32 bits of a seed).
+TOKEN_SEED_OFFSET = 104_729
 
 
 def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -98,22 +105,20 @@ def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model, tokenizer: CharTokenizer, task: ArithmeticTask, pass_k: int, seed: int) -> dict[str, float]:
     """Greedy accuracy and pass@k (k samples at temperature 1.0, any correct) per level on the
-    held-out sets. Runs under its own RNG so that evaluating never shifts the training samples."""
+    held-out sets. Draws from its own generator, seeded by ``seed`` at every evaluation, so that
+    evaluating never shifts the training samples."""
     metrics = {}
     max_new_tokens = task.max_answer_chars + 1
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        for index in range(len(task.levels)):
-            problems = task.eval_set(index)
-            greedy = sample(model, tokenizer, problems.prompts, max_new_tokens, greedy=True)
-            correct = exact_match(
-                tokenizer.decode_responses(greedy.response_ids, greedy.response_mask), problems.answers
-            )
-            sampled = sample(model, tokenizer, problems.prompts * pass_k, max_new_tokens)
-            texts = tokenizer.decode_responses(sampled.response_ids, sampled.response_mask)
-            hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
-            metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
-            metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
+    generator = torch.Generator().manual_seed(seed)
+    for index in range(len(task.levels)):
+        problems = task.eval_set(index)
+        greedy = sample(model, tokenizer, problems.prompts, max_new_tokens, generator=None)
+        correct = exact_match(tokenizer.decode_responses(greedy.response_ids, greedy.response_mask), problems.answers)
+        sampled = sample(model, tokenizer, problems.prompts * pass_k, max_new_tokens, generator)
+        texts = tokenizer.decode_responses(sampled.response_ids, sampled.response_mask)
+        hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
+        metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
+        metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
     metrics["eval/acc_mean"] = float(np.mean([metrics[f"eval/acc_level_{i + 1}"] for i in range(len(task.levels))]))
     return metrics
 
@@ -124,14 +129,17 @@ def train(
     seed: int,
     log_path: Path,
     cache_dir: Path | None = None,
+    on_rollout: Callable[[int, transformers.PreTrainedModel, SampledGroups], None] | None = None,
 ) -> None:
-    """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL)."""
+    """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL).
+    ``on_rollout(step, model, batch)`` sees each step's training batch before the update (the
+    fingerprint hashes it)."""
     task = ArithmeticTask(parse_levels(config.levels), config.eval_size)
     model, tokenizer = warm_policy(config.policy, task, cache_dir)
-    # Seeded after the warm-up, so a run that builds the model and one that loads it from the
-    # cache sample the same rollouts.
-    torch.manual_seed(seed)
+    # The run's random streams, independent of the warm-up (built or loaded from the cache) and of
+    # torch's global generator: the prompts and the update order, and the sampled tokens.
     prompt_rng = torch.Generator().manual_seed(seed)
+    token_rng = torch.Generator().manual_seed(seed + TOKEN_SEED_OFFSET)
     register.register()  # the estimators this loop selects by name (a test may have cleared verl's registry)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
@@ -173,7 +181,7 @@ def train(
             if estimator.resample:
                 drawn, picks = dynamic_sampling(
                     lambda b, step=step: sample_groups(
-                        model, tokenizer, task, config, prompt_rng, f"{step}-{b}", skip_rule
+                        model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule
                     ),
                     config.group_size,
                     config.prompts_per_step,
@@ -183,14 +191,15 @@ def train(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
             else:
-                drawn = [sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}", skip_rule)]
+                drawn = [sample_groups(model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}", skip_rule)]
                 batch = drawn[0]
+            if on_rollout is not None:
+                on_rollout(step, model, batch)
             rollout, scores, uids = batch.rollout, batch.scores, batch.uids
             num_groups = len(batch.prompts)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                # (verl's logprobs_from_logits refuses an empty batch: dapo_resample at its cap with none kept)
-                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids) if num_groups else None
+                old_log_probs = token_log_probs(batch.logits, rollout.response_ids)
                 entropy = token_entropy(batch.logits)
                 response_mask = rollout.response_mask.float()
                 if estimator.reward == "self_certainty":

@@ -110,13 +110,15 @@ def sample_groups(
     tokenizer: CharTokenizer,
     task: ArithmeticTask,
     config: SandboxConfig,
-    prompt_rng: torch.Generator,
+    rngs: tuple[torch.Generator, torch.Generator],
     tag: str,
     keep: Callable[[list[str], int], np.ndarray] | None = None,
 ) -> SampledGroups:
     """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
-    one prompt share the uid ``<tag>-<prompt index>``. With ``keep`` (the skip rule), the prompts are
+    one prompt share the uid ``<tag>-<prompt index>``. ``rngs``: the prompts' generator and the
+    tokens'. With ``keep`` (the skip rule), the prompts are
     the candidates it keeps (:func:`draw_kept`)."""
+    prompt_rng, token_rng = rngs
     if keep is None:
         problems = task.sample(config.prompts_per_step, prompt_rng)
     else:
@@ -130,7 +132,7 @@ def sample_groups(
     answers = [a for a in problems.answers for _ in range(config.group_size)]
     uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
     model.eval()
-    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, temperature=config.temperature)
+    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, token_rng, config.temperature)
     scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
     with torch.no_grad():
         logits = response_logits(model, rollout, config.temperature)
