@@ -200,9 +200,8 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         )
         if tops_up:
             self._open_places = getattr(self, "_open_places", 0) + picked.open_places
-        kept = [
-            tu.index_select_tensor_dict(chunk, torch.from_numpy(chosen)) for chunk, chosen in picked.chunks if len(chosen)
-        ]
+        chosen = [(chunk, torch.from_numpy(rows)) for chunk, rows in picked.chunks if len(rows)]
+        kept = [tu.index_select_tensor_dict(chunk, rows) for chunk, rows in chosen]
         return kept[0] if len(kept) == 1 else tu.concat_tensordict(kept)
 
     def _dapo_tops_up(self) -> bool:
@@ -215,9 +214,9 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
     def _top_up_open_places(self) -> None:
         """Once per buffer, where DAPO tops up: verl's sync replay buffer dispatches more prompts only for
         the groups it evicts, and polls (``_wait_for_next_poll``) while it waits for the rest. When it polls
-        with nothing in flight it is short of its batch with nothing coming: then, and only then, the places
-        skipping left open are filled (re-selections); the places never needed by the end of the step saved
-        their rollouts. (Wrapped on the buffer: verl has no hook there.)"""
+        with nothing in flight it is short of its batch with nothing coming: then, and only then, as many of the
+        places skipping left open as it lacks groups are filled (re-selections); the places never needed by the
+        end of the step saved their rollouts. (Wrapped on the buffer: verl has no hook there.)"""
         buffer = getattr(self.replay_buffer, "buffer", self.replay_buffer)  # the stock hook wraps verl's buffer
         if not (self.skips_prompts and self._dapo_tops_up()) or getattr(buffer, "_verl_avspo_tops_up", False):
             return
@@ -228,13 +227,18 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
 
         def top_up_then_wait(partition_id: str, last_debug_time: float) -> float:
             idle = not (buffer.pending_keys[partition_id] or buffer.running_keys[partition_id])
-            places = getattr(self, "_open_places", 0)
-            if partition_id == "train" and idle and places:
-                self._open_places, self._topping_up = 0, True
-                try:
-                    self._add_prompts_to_generate(places)
-                finally:
-                    self._topping_up = False
+            if partition_id == "train" and idle and getattr(self, "_open_places", 0):
+                # The groups it still lacks (those it holds are the sampleable ones: evictions are cleared).
+                batch_size = self.config.data.train_batch_size // getattr(self, "parameter_sync_step", 1)
+                held = len(buffer.finished_keys[partition_id] | buffer.failure_keys[partition_id])
+                places = min(self._open_places, batch_size - held)
+                if places > 0:
+                    self._open_places -= places
+                    self._topping_up = True
+                    try:
+                        self._add_prompts_to_generate(places)
+                    finally:
+                        self._topping_up = False
             return wait(partition_id, last_debug_time)
 
         buffer._wait_for_next_poll = top_up_then_wait
