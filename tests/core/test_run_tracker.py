@@ -311,9 +311,10 @@ def test_the_rollout_counts_survive_a_resume():
     resumed.load_state_dict(first.state_dict())
     # (Its prompt stream restarts: the data position is the host's to restore; the counts carry on.)
     after = collapsing_steps(resumed, range(4, 5), fill=1)[0]
-    assert after["train/rollouts_cumulative"] == straight[2]["train/rollouts_cumulative"] + after[
-        "train/rollouts_generated"
-    ]
+    assert (
+        after["train/rollouts_cumulative"]
+        == straight[2]["train/rollouts_cumulative"] + after["train/rollouts_generated"]
+    )
     assert after["prompts/rollouts_skipped_cumulative"] == (
         straight[2]["prompts/rollouts_skipped_cumulative"] + after["prompts/rollouts_skipped"]
     )
