@@ -3,7 +3,7 @@ old log-prob, the advantage stage with ACR metrics, the FSDP actor update, check
 
 Every run is a real ``python -m verl.trainer.main_ppo`` or ``python -m verl_avspo.main_ppo`` of a
 tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mocked). A run costs
-about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
+about one to three minutes, mostly process start-ups, so the runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
@@ -21,7 +21,9 @@ time, and each test reads the logs and checkpoints of the run it is about:
   (θ_1 = 0.2), prompts skipped before rollout, a checkpoint every step: 3 steps, then the same folder
   resumed to step 5;
 - ``launcher_five``: our launcher, the same settings, 5 steps without a stop (also read by
-  ``verl-avspo prompts``).
+  ``verl-avspo prompts``);
+- ``dapo_skip``: our launcher, ``sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts skipped before
+  rollout, 4 steps: skipped places left open, the rollouts saved and generated counted.
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
