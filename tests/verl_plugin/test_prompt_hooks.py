@@ -196,3 +196,13 @@ def test_with_dapo_skipped_places_stay_open_until_the_buffer_runs_out_of_work():
     assert open_places > 0 and metrics["prompts/reselected"] == metrics["prompts/skipped"] - open_places
     assert metrics["train/rollouts_generated"] + metrics["prompts/rollouts_skipped"] == 16  # the batch's 4 places
     assert made.sent == [[4], [5]]
+
+
+def test_with_dapo_and_a_sampler_of_the_users_own_skipped_places_are_refilled_at_once():
+    """Only verl's sync buffer is known to top a step up (and only it is wrapped to fill open places): with
+    another sampler a place left open could stall the step, so each is refilled at once."""
+    made = dapo_trainer()
+    made.replay_buffer = SimpleNamespace(sample=lambda **kwargs: None)
+    made._next_train_batch(), made._next_train_batch()
+    collapse(made, [0, 1])
+    assert indices(made._next_train_batch()) == [2, 3, 4, 5]  # as without DAPO

@@ -209,7 +209,14 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         (DAPO's ``algorithm.filter_groups`` in the ``sync`` mode): a skipped prompt's place then waits, open,
         until the buffer runs out of work short of its batch (:meth:`_top_up_open_places`)."""
         enabled = OmegaConf.select(self.config, "algorithm.filter_groups.enable", default=False)
-        return bool(enabled) and getattr(self, "trainer_mode", "sync") == "sync"
+        sync = getattr(self, "trainer_mode", "sync") == "sync"
+        # (A user's own sampler asks for the counts it needs: its places are refilled at once.)
+        return bool(enabled) and sync and isinstance(self._verl_buffer(), ReplayBuffer)
+
+    def _verl_buffer(self):
+        """The trainer's replay buffer (verl's, inside the stock hook's wrapper), None before verl builds it."""
+        buffer = getattr(self, "replay_buffer", None)
+        return getattr(buffer, "buffer", buffer)
 
     def _top_up_open_places(self) -> None:
         """Once per buffer, where DAPO tops up: verl's sync replay buffer dispatches more prompts only for
@@ -217,10 +224,8 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         with nothing in flight it is short of its batch with nothing coming: then, and only then, as many of the
         places skipping left open as it lacks groups are filled (re-selections); the places never needed by the
         end of the step saved their rollouts. (Wrapped on the buffer: verl has no hook there.)"""
-        buffer = getattr(self.replay_buffer, "buffer", self.replay_buffer)  # the stock hook wraps verl's buffer
+        buffer = self._verl_buffer()
         if not (self.skips_prompts and self._dapo_tops_up()) or getattr(buffer, "_verl_avspo_tops_up", False):
-            return
-        if not isinstance(buffer, ReplayBuffer):  # a user's own sampler: it asks for the counts it needs
             return
         buffer._verl_avspo_tops_up = True
         wait = buffer._wait_for_next_poll
