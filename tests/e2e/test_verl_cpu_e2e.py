@@ -401,7 +401,6 @@ def test_launcher_with_dapo_leaves_skipped_places_open_and_saves_their_rollouts(
     saved = [record["data"]["prompts/rollouts_skipped"] for record in records]
     assert sum(saved) > 0, (saved, [record["data"]["prompts/skipped"] for record in records])
     assert records[-1]["data"]["prompts/rollouts_skipped_cumulative"] == sum(saved)
-    assert outcome.state(4)["rollouts_cumulative"] == sum(generated)
 
 
 def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):
