@@ -241,11 +241,15 @@ def test_acr_is_measured_before_dynamic_filtering_and_the_alert_stops_the_run(ru
 def test_dynamic_filtering_with_skipping_never_generates_a_skipped_prompt_and_counts_every_rollout(runs):
     """Each step logs the rollouts it generated (every group measured: the trained and those filtering
     dropped), its prompt draws and their sum; the prompts skipped were never generated, each replaced by a
-    further draw (OpenRLHF trains on as many groups as it first sent out) unless the episode's data ran out.
-    (The saving over filtering alone on the same prompts: tests/openrlhf/test_trainer.py.)"""
+    further draw (OpenRLHF trains on as many groups as it first sent out) unless the episode's data ran out,
+    which leaves its place open: a saving (seen here in episodes 2-3 when most prompts collapsed in the first;
+    not asserted, as OpenRLHF seeds neither its shuffle nor its rollouts). The saving over filtering alone
+    on the same prompts: tests/openrlhf/test_trainer.py."""
     scalars = runs["filtered_skip"].scalars()
     steps = sorted(scalars["acr/rate"])
-    _check_every_step(scalars, ("train/rollouts_generated", "train/gen_batches", "train/rollouts_cumulative"), steps)
+    # (OpenRLHF trains no step whose batch filtering left short of --train.batch_size: no policy_loss there.)
+    for key in ("train/rollouts_generated", "train/gen_batches", "train/rollouts_cumulative", "prompts/skipped"):
+        assert sorted(scalars.get(key, {})) == steps, f"{key} is not logged at steps {steps}"
     generated = [scalars["train/rollouts_generated"][step] for step in steps]
     for step in steps:
         groups = scalars["acr/groups"][step]
