@@ -3,7 +3,7 @@ old log-prob, the advantage stage with ACR metrics, the FSDP actor update, check
 
 Every run is a real ``python -m verl.trainer.main_ppo`` or ``python -m verl_avspo.main_ppo`` of a
 tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mocked). A run costs
-about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
+about one to three minutes, mostly process start-ups, so the runs are launched once per module, two at a
 time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
@@ -21,7 +21,9 @@ time, and each test reads the logs and checkpoints of the run it is about:
   (θ_1 = 0.2), prompts skipped before rollout, a checkpoint every step: 3 steps, then the same folder
   resumed to step 5;
 - ``launcher_five``: our launcher, the same settings, 5 steps without a stop (also read by
-  ``verl-avspo prompts``).
+  ``verl-avspo prompts``);
+- ``dapo_skip``: our launcher, ``sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts skipped before
+  rollout, 4 steps: skipped places left open, the rollouts saved and generated counted.
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -38,7 +40,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
+from verl_cpu.launch import (
+    AVSPO_ENTRY,
+    GROUP_SIZE,
+    PROMPTS_PER_STEP,
+    VERL_ENTRY,
+    Outcome,
+    TinyRun,
+    resume_from,
+    separate_async_overrides,
+)
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory
@@ -67,6 +78,12 @@ STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+al
 # The skip rule's metrics, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
              "prompts/rollouts_skipped_cumulative")  # fmt: skip
+# Every step's generated rollouts (every dispatch of prompts to rollout, DAPO's refills included).
+ROLLOUT_KEYS = ("train/rollouts_generated", "train/gen_batches", "train/rollouts_cumulative")
+# Our launcher, sync, grpo with DAPO's filter_groups and prompts skipped before rollout: 4 steps.
+DAPO_SKIP = ["algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=True",
+             "algorithm.filter_groups.metric=reward", *(f"algorithm.{key}" for key in SKIP_PROMPTS),
+             "trainer.total_training_steps=4"]  # fmt: skip
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
@@ -173,12 +190,15 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         launcher_five = launch("launcher_five", AVSPO_ENTRY, [*AVSPO_EVERY_STEP, "trainer.total_training_steps=5"])
         return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed, "launcher_five": launcher_five}
 
+    def lane_three() -> dict[str, Outcome]:
+        return {"dapo_skip": launch("dapo_skip", AVSPO_ENTRY, DAPO_SKIP)}
+
     # Made before the lanes start: pytest creates (and, with --basetemp, first empties) the base
     # folder on its first use, and two lanes doing that at once delete each other's work folders.
     tmp_path_factory.getbasetemp()
     # Two at a time: a run is mostly single-threaded process start-ups, and the machine has two cores.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        lanes = [pool.submit(lane_one), pool.submit(lane_two)]
+        lanes = [pool.submit(lane_one), pool.submit(lane_two), pool.submit(lane_three)]
         return {name: outcome for lane in lanes for name, outcome in lane.result().items()}
 
 
@@ -241,8 +261,8 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     resumed = resumed_records[2]["data"]
     # The rollout is seeded from the weights, the prompt and its place in the batch (hf_rollout.py), so
     # step 3 samples the same groups of responses; everything computed from them must match.
-    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean", "critic/advantages/max",
-                "critic/advantages/min"):  # fmt: skip
+    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS, "critic/score/mean",
+                "critic/advantages/max", "critic/advantages/min"):  # fmt: skip
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
@@ -290,18 +310,24 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
         missing = [
-            key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS, *SKIP_KEYS) if key not in record["data"]
+            key
+            for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS)
+            if key not in record["data"]
         ]
         assert not missing, f"step {record['step']} lacks {missing}"
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
-    # Each skipped prompt's place is refilled: a re-selection, no rollout saved; counted step by step and
-    # across the resume.
+    # Each skipped prompt's place is refilled (the async modes ask for exact counts): a re-selection, no rollout
+    # saved; counted step by step and across the resume.
     for run in (records, runs["colocate_resumed"].records()):
         skipped = [record["data"]["prompts/skipped"] for record in run]
         assert [record["data"]["prompts/reselected"] for record in run] == skipped
         assert [record["data"]["prompts/rollouts_skipped"] for record in run] == [0.0] * len(run)
     cumulative = [record["data"]["prompts/reselected_cumulative"] for record in records]
     assert cumulative == list(itertools.accumulate(r["data"]["prompts/skipped"] for r in records))
+    assert cumulative[-1] > 0, "nothing was skipped: the counts above would hold vacuously"
+    generated = [record["data"]["train/rollouts_generated"] for record in records]
+    assert all(count > 0 and count % GROUP_SIZE == 0 for count in generated), generated
+    assert [r["data"]["train/rollouts_cumulative"] for r in records] == list(itertools.accumulate(generated))
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
     # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
@@ -316,6 +342,10 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     step_three = resumed[0]["data"]
     assert step_three["prompts/reselected_cumulative"] == (
         outcome.state(2)["prompt_skip"]["reselected"] + step_three["prompts/reselected"]
+    )
+    assert step_three["prompts/reselected_cumulative"] > 0, "nothing was skipped: the sum above would hold vacuously"
+    assert step_three["train/rollouts_cumulative"] == (
+        outcome.state(2)["rollouts_cumulative"] + step_three["train/rollouts_generated"]
     )
 
 
@@ -332,12 +362,45 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
     # although none is in the trained batch.
     filtered = [r["data"] for r in records if r["data"].get("training/filter_groups/evicted_samples", 0) > 0]
     assert filtered, "no step filtered a group: the DAPO check would be vacuous"
+    for record in records:  # every group DAPO generated was trained, evicted or discarded as surplus
+        assert record["data"]["train/rollouts_generated"] == GROUP_SIZE * dapo_groups(record["data"]), record["step"]
     for data in filtered:
         assert data["acr/rate"] > 0 and data["acr/groups"] > 4
     # Every group ACR counted, the trained, the evicted and the surplus, is a visit in the prompt history.
     history = PromptHistory()
     history.load_state_dict(outcome.state(2)["prompt_history"])
     assert history.table()["visits"].sum() == sum(record["data"]["acr/groups"] for record in records)
+
+
+def dapo_groups(data: dict) -> int:
+    """The groups a sync DAPO step generated, by verl's own counts: the batch, the evicted, the surplus."""
+    return PROMPTS_PER_STEP + sum(
+        int(data.get(f"training/filter_groups/{name}_samples", 0)) for name in ("evicted", "discarded_surplus")
+    )
+
+
+def test_launcher_with_dapo_leaves_skipped_places_open_and_saves_their_rollouts(runs):
+    """With DAPO's filter_groups the buffer generates more prompts until it has a batch of groups with
+    spread, so a skipped prompt's place stays open until the buffer runs short: each step logs its
+    generation batches and the rollouts generated (verl's own counts agree), and the places never needed
+    are the rollouts saved."""
+    outcome = runs["dapo_skip"]
+    assert outcome.returncode == 0, outcome.log[-6000:]
+    records = outcome.records()
+    assert [record["step"] for record in records] == [1, 2, 3, 4]
+    for record in records:
+        data = record["data"]
+        assert all(key in data for key in (*ACR_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS)), record["step"]
+        assert data["train/rollouts_generated"] == GROUP_SIZE * dapo_groups(data), record["step"]
+        assert data["train/gen_batches"] >= 1 and data["acr/effective"] == 0.0
+        # Each skipped prompt's place was either filled by a later draw or left open (saved).
+        assert data["prompts/reselected"] + data["prompts/rollouts_skipped"] / GROUP_SIZE == data["prompts/skipped"]
+    generated = [record["data"]["train/rollouts_generated"] for record in records]
+    assert [r["data"]["train/rollouts_cumulative"] for r in records] == list(itertools.accumulate(generated))
+    assert any(record["data"]["train/gen_batches"] > 1 for record in records), "DAPO never refilled"
+    saved = [record["data"]["prompts/rollouts_skipped"] for record in records]
+    assert sum(saved) > 0, (saved, [record["data"]["prompts/skipped"] for record in records])
+    assert records[-1]["data"]["prompts/rollouts_skipped_cumulative"] == sum(saved)
 
 
 def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):
@@ -353,7 +416,7 @@ def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_
         data, step = record["data"], record["step"]
         assert all(key in data for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS)), step
         # The rollout is seeded from the weights, the prompt and its place in the batch: both routes sample alike.
-        for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean"):
+        for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS, "critic/score/mean"):
             assert data[key] == pytest.approx(straight[step][key], abs=1e-6), (step, key)
     resumed_state, straight_state = runs["hook_avspo_resumed"].state(5), runs["launcher_five"].state(5)
     assert _same_controller(resumed_state["controller"], straight_state["controller"])

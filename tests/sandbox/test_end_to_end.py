@@ -247,6 +247,27 @@ def test_skip_rolls_out_a_full_batch_and_counts_what_it_skipped(torch_settings, 
     assert steps["prompts/explore_all_wrong"].between(0.05, 1).all()
 
 
+def test_dapo_resample_with_skip_leaves_skipped_places_open_and_saves_their_rollouts(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # As above: most groups all-wrong, prompts come back; DAPO draws up to 4 batches a step.
+    config = SandboxConfig(
+        levels="1+1", steps=4, eval_every=4, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=20)
+    )
+    (spec,) = parse_estimators("dapo_resample+skip")
+    train(config, spec, 0, tmp_path / "dapo_skip.jsonl", tmp_path / "cache")
+    steps = read_metrics(tmp_path / "dapo_skip.jsonl").loc[1:]
+    # Every group drawn is paid for (G=8) and measured; a batch's skipped places stay open (DAPO's next batch
+    # tops up), so each skipped prompt is a saving unless a batch whose every candidate was skipped drew one more.
+    assert (steps["train/rollouts_generated"] == 8 * steps["acr/groups"]).all()
+    assert (steps["train/rollouts_cumulative"] == steps["train/rollouts_generated"].cumsum()).all()
+    assert (steps["prompts/reselected"] + steps["prompts/rollouts_skipped"] / 8 == steps["prompts/skipped"]).all()
+    assert steps["prompts/rollouts_skipped"].sum() > 0
+    assert steps["prompts/rollouts_skipped_cumulative"].iloc[-1] == steps["prompts/rollouts_skipped"].sum()
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.

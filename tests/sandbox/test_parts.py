@@ -399,7 +399,7 @@ def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
 
     calls = []
 
-    def keep_even(prompts, at_least):
+    def keep_even(prompts, at_least, refill):
         calls.append(at_least)
         mask = torch.tensor([int(p) % 2 == 0 for p in prompts]).numpy()
         mask[(~mask).nonzero()[0][: max(0, at_least - int(mask.sum()))]] = True
@@ -410,3 +410,7 @@ def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
     calls.clear()
     assert draw_kept(draw, keep_even, 5, 2).prompts == ["8", "10", "12", "13", "14"]  # the 2nd (last) draw tops up
     assert calls == [0, 3]
+    calls.clear()
+    # DAPO's batches: one place filled, the others left open (its next batch tops up only if needed).
+    assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["16", "18"]
+    assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["20", "22"]

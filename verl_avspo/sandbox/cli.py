@@ -163,7 +163,8 @@ def _skip_text(config, estimators) -> str:
         f"{config.prompts_per_step} prompts and rolls out only those the rule keeps (a prompt whose last z visits "
         "collapsed is kept with probability p^z), until the step has its prompts (the last of "
         f"{config.max_gen_batches} draws keeps what is missing), so it generates as many rollouts as without it "
-        "(`prompts/rollouts_skipped`: the rollouts of the skipped prompts, never generated)."
+        "(the skipped prompts are re-selected, `prompts/reselected`); `dapo_resample+skip` leaves a batch's skipped "
+        "places open, its next batch topping the step up (`prompts/rollouts_skipped`: the rollouts never generated)."
     )
 
 

@@ -17,9 +17,11 @@ the verifier's. ``dcpo`` is verl's ``dcpo`` estimator (prompt keys: the problem'
 (:func:`~verl_avspo.sandbox.sampling.dynamic_sampling`, verl's
 ``algorithm.filter_groups`` with ``max_num_gen_batches``) until its batch is full of groups whose
 rewards differ; its ``acr/rate`` is over every group it drew, its ``acr/effective`` over the groups
-it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``)
-and since the start (``train/rollouts_cumulative``, on the evaluation records too), so that runs
-can be compared at equal rollouts.
+it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``, in
+``train/gen_batches`` batches) and since the start (``train/rollouts_cumulative``, on the evaluation
+records too), counted by the run tracker as on every host, so that runs can be compared at equal
+rollouts. With the skip rule, ``dapo_resample`` leaves a skipped prompt's place open in its batch
+(DAPO's next batch tops up only if needed): its rollouts are saved (``prompts/rollouts_skipped``).
 """
 
 from __future__ import annotations
@@ -149,8 +151,8 @@ def train(
     skip_rule = None
     if estimator.skip:
 
-        def skip_rule(prompts: list[str], at_least: int) -> np.ndarray:
-            return tracker.select_prompts(prompts, config.group_size, at_least)
+        def skip_rule(prompts: list[str], at_least: int, refill: bool) -> np.ndarray:
+            return tracker.select_prompts(prompts, config.group_size, at_least, refill)
 
     policy_loss = core_algos.get_policy_loss_fn("dcpo" if estimator.dcpo else "vanilla")
     actor = ActorConfig(
@@ -166,7 +168,6 @@ def train(
         loss_agg_mode=config.loss_agg_mode,
         use_torch_compile=False,
     )
-    rollouts_cumulative = 0
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A stream, not core.files.atomic_write: the log is appended step by step so that a run stopped
@@ -179,9 +180,10 @@ def train(
         for step in progress:
             # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
             if estimator.resample:
+                # DAPO tops the step up with further batches: a skipped prompt's place is left open (fill=1).
                 drawn, picks = dynamic_sampling(
                     lambda b, step=step: sample_groups(
-                        model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule
+                        model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule, fill=1
                     ),
                     config.group_size,
                     config.prompts_per_step,
@@ -229,6 +231,7 @@ def train(
                     ],
                     torch.cat(discarded),
                 )
+            tracker.count_rollouts(sum(len(part.scores) for part in drawn), len(drawn))
             tracker.measure(rewards, uids, dropped)
             tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
             advantages = torch.zeros_like(response_mask)
@@ -272,15 +275,10 @@ def train(
                 losses.append(loss.item())
                 clipfracs.append(pg_metrics["actor/pg_clipfrac"])
 
-            generated = sum(len(d.scores) for d in drawn)
-            rollouts_cumulative += generated
             metrics.update(
                 {
                     "train/reward_mean": torch.cat([d.scores for d in drawn]).mean().item(),
                     "actor/entropy": _token_mean_entropy(drawn),
-                    "train/rollouts_generated": generated,
-                    "train/rollouts_cumulative": rollouts_cumulative,
-                    "train/gen_batches": len(drawn),
                     **(
                         {"train/resample_capped": float(num_groups < config.prompts_per_step)}
                         if estimator.resample

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from verl_avspo.core.collapse import detect_collapse, group_stats
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.policy import CharTokenizer, Rollout, pad_cat, response_logits, sample
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match
@@ -87,22 +88,29 @@ class SampledGroups:
         )
 
 
-def draw_kept(draw: Callable[[], Problems], keep: Callable[[list[str], int], np.ndarray], wanted: int, max_draws: int):
-    """The pre-rollout skip rule's prompts: draw candidate batches (``draw()``) and keep those
-    ``keep(prompts, at_least)`` selects, until ``wanted`` are kept; the last of ``max_draws`` draws
-    keeps at least what is still missing, so a step always rolls out ``wanted`` prompts (when each draw
-    has that many). Returns the kept problems, the first ``wanted`` in draw order."""
-    kept, count = [], 0
-    for number in range(1, max_draws + 1):
-        candidates = draw()
-        chosen = candidates.select(
-            torch.from_numpy(keep(candidates.prompts, wanted - count if number == max_draws else 0))
-        )
-        kept.append(chosen.select(torch.arange(min(len(chosen.prompts), wanted - count))))
-        count += len(kept[-1].prompts)
-        if count >= wanted:
-            break
-    return Problems.concat(kept)
+def draw_kept(
+    draw: Callable[[], Problems],
+    keep: Callable[[list[str], int, bool], np.ndarray],
+    wanted: int,
+    max_draws: int,
+    fill: int | None = None,
+):
+    """The pre-rollout skip rule's prompts, by the core's skip-and-refill loop (``core.prompt_refill``):
+    draw candidate batches (``draw()``) and keep those ``keep(prompts, at_least, refill)`` selects, until
+    ``fill`` (default ``wanted``) are kept; the last of ``max_draws`` draws keeps at least what is still
+    missing, so a step rolls out ``fill`` prompts (when each draw has that many). DAPO's dynamic sampling
+    tops a step up with further generation batches, so it fills one place and leaves the others open (a
+    saving). Returns the kept problems, at most ``wanted``, in draw order."""
+    picked = skip_and_refill(
+        draw(),
+        lambda candidates: candidates.prompts,
+        keep,
+        lambda _missing: draw(),
+        wanted,
+        fill=fill,
+        forced=lambda number, _candidates: number >= max_draws - 1,
+    )
+    return Problems.concat([candidates.select(torch.from_numpy(chosen)) for candidates, chosen in picked.chunks])
 
 
 def sample_groups(
@@ -112,12 +120,13 @@ def sample_groups(
     config: SandboxConfig,
     rngs: tuple[torch.Generator, torch.Generator],
     tag: str,
-    keep: Callable[[list[str], int], np.ndarray] | None = None,
+    keep: Callable[[list[str], int, bool], np.ndarray] | None = None,
+    fill: int | None = None,
 ) -> SampledGroups:
     """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
     one prompt share the uid ``<tag>-<prompt index>``. ``rngs``: the prompts' generator and the
-    tokens'. With ``keep`` (the skip rule), the prompts are
-    the candidates it keeps (:func:`draw_kept`)."""
+    tokens'. With ``keep`` (the skip rule), the prompts are the candidates it keeps, at least ``fill``
+    of them (:func:`draw_kept`)."""
     prompt_rng, token_rng = rngs
     if keep is None:
         problems = task.sample(config.prompts_per_step, prompt_rng)
@@ -127,6 +136,7 @@ def sample_groups(
             keep,
             config.prompts_per_step,
             config.max_gen_batches,
+            fill,
         )
     prompts = [p for p in problems.prompts for _ in range(config.group_size)]
     answers = [a for a in problems.answers for _ in range(config.group_size)]
