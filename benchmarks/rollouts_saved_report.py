@@ -182,7 +182,13 @@ def primary_a(frame: pd.DataFrame, margin: float, alpha: float) -> str:
     """Outcome (a) on one mix's rows, as markdown lines ("" without both arms)."""
     if not {SKIPPER, RESAMPLER} <= set(frame["arm"]):
         return ""
-    ratio = log_ratio_interval(*_paired(frame, SKIPPER, RESAMPLER, "rollouts_per_step"))
+    per_step = _paired(frame, SKIPPER, RESAMPLER, "rollouts_per_step")
+    if len(per_step[0]) < 2:  # a smoke run: no spread, so neither interval nor test
+        return (
+            f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {per_step[0].mean() / per_step[1].mean():.3f} from "
+            f"{len(per_step[0])} seed in common: no interval or test below 2 seeds"
+        )
+    ratio = log_ratio_interval(*per_step)
     test = non_inferiority(np.subtract(*_paired(frame, SKIPPER, RESAMPLER, "final_acc")), margin, alpha)
     verdict = "non-inferior" if test["non_inferior"] else "non-inferiority not shown"
     return (
@@ -210,8 +216,8 @@ def primary_b(frame: pd.DataFrame) -> str:
             cell = f"{result['ratio']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" + (
                 " (bound: censored runs)" if censored > MAX_CENSORED else ""
             )
-        mean = runs.loc[reached, "rollouts_to_target"].mean() if reached.any() else math.nan
-        rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", f"{mean:.0f}", cell])
+        mean = f"{runs.loc[reached, 'rollouts_to_target'].mean():.0f}" if reached.any() else "—"
+        rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", mean, cell])
     header = ["arm", "runs that reached the target", "rollouts to target (mean of those)", "ratio to grpo [95% CI]"]
     return render_table(header, rows)
 

@@ -130,3 +130,17 @@ def test_the_report_recomputes_everything_from_the_csv_and_marks_censored_ratios
     assert rows["| `dapo_resample`"].endswith("(bound: censored runs) |")
     arms = text.split("### Arms")[1]
     assert "| `dapo_resample+skip` | 2 | 68.2 ± 0.0 | 256 ± 0 | 0.500 ± 0.000 | 9 ± 0 |" in arms
+
+
+def test_a_single_seed_reports_the_ratio_without_an_interval(saved, tmp_path):
+    """A smoke run of the study (one seed) has no spread: the report says so instead of failing."""
+    _study(tmp_path / "study")
+    for arm in ("grpo", "dapo_resample", "dapo_resample+skip"):
+        (tmp_path / "study" / "easy" / "runs" / arm / "seed401.jsonl").unlink()
+    rows = saved.export(tmp_path / "study", {"easy": 70.0})
+    with pytest.warns(RuntimeWarning):  # numpy: the plot's std over one seed
+        text = saved.report(rows, tmp_path / "plots", margin=1.5, alpha=0.05)
+    assert "0.500 from 1 seed in common: no interval or test below 2 seeds" in text
+    assert "| `grpo` | 1 of 1 | 192 | — |" in text
+    never = rows.assign(rollouts_to_target=math.nan)  # no run reached the target: no mean to show
+    assert "| `grpo` | 0 of 1 | — | — |" in saved.primary_b(never)
