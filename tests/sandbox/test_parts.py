@@ -482,6 +482,11 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
         SandboxConfig(train_set=192)  # 960 draws: each prompt 5 times
     with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
         main(["sandbox", "--train-set", "8"])
+    from verl_avspo.sandbox.cli import _prompts_text
+
+    assert "a fixed training set of 128 prompts" in _prompts_text(SandboxConfig(train_set=128))
+    assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(train_set=128))  # 960 draws / 128
+    assert "with replacement" in _prompts_text(SandboxConfig())
 
 
 def test_the_summary_reports_the_training_prompts_shares_at_the_end_of_the_run():
