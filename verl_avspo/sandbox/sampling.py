@@ -1,5 +1,6 @@
 """Sampling a step's groups in the sandbox: ``prompts_per_step`` prompts x G answers, scored
-(:func:`sample_groups`), the prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
+(:func:`sample_groups`), from the pools or a fixed set in epochs (:class:`TrainingEpochs`), the
+prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
 dynamic sampling with verl's semantics (:func:`dynamic_sampling`). The loop that trains on them is
 :mod:`verl_avspo.sandbox.loop`.
 """
@@ -108,9 +109,11 @@ def draw_kept(draw: Callable[[], Problems], keep: Callable[[list[str], int], np.
 class TrainingEpochs:
     """The epochs mode's prompts (``SandboxConfig.train_set``): a fixed training set drawn once from
     ``task`` (:meth:`ArithmeticTask.training_set`), then handed out in epochs, each a fresh
-    permutation of the set without replacement. A draw that runs past the end of an epoch goes on
-    into the next, so every draw (a step's, a refill's, DAPO's next batch) takes the prompts next in
-    line, as verl's dataloader does. It stands in for the task where :func:`sample_groups` draws."""
+    permutation of the set without replacement. Every draw (a step's, a refill's, DAPO's next batch)
+    takes the prompts next in line, as verl's dataloader hands out its batches; a draw that runs past
+    the end of an epoch goes on into the next (verl drops an epoch's incomplete last batch instead: the
+    two agree when the set is a multiple of the draws' size). It stands in for the task where
+    :func:`sample_groups` draws."""
 
     def __init__(self, task: ArithmeticTask, size: int, generator: torch.Generator):
         self.problems = task.training_set(size, generator)
