@@ -7,7 +7,7 @@
 # Writes $OUT/{easy,hard}/, $CSV and the rollouts_saved_*.png plots under $PLOTS.
 # Usage: bash benchmarks/rollouts_saved_study.sh                 (both stages)
 #        STAGES=report bash benchmarks/rollouts_saved_study.sh   (the tables and plots again, from the runs)
-# A smoke test of this script with tiny settings (a minute or two):
+# A smoke test of this script with tiny settings (about 4 min on the loaded 2-core machine):
 #   OUT=runs/smoke CSV=runs/smoke/rollouts_saved.csv PLOTS=runs/smoke/plots SEEDS=1 STEPS=5 TRAIN_SET=16 \
 #   SANDBOX_ARGS="--sft-steps 20 --eval-size 8 --eval-every 1" bash benchmarks/rollouts_saved_study.sh
 set -euo pipefail
