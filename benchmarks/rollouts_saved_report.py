@@ -12,12 +12,14 @@ the accuracy in points and the cumulative rollouts at each evaluation step: the 
   log-ratio, exponentiated) and the non-inferiority of the final accuracy at equal steps: per seed
   d = final(+skip) − final(dapo_resample), one-sided paired t-test of H0: mean d ≤ −margin at alpha;
   non-inferior iff p < alpha (equivalently, the lower end of the two-sided 1 − 2 alpha interval is
-  above −margin);
+  above −margin), inferior iff the 95% interval of mean d lies below −margin, else inconclusive; the
+  ratio saves (costs) rollouts iff its interval lies below (above) 1;
 - primary (b): each arm's cumulative rollouts to reach the mix's target accuracy (the first crossing
   of its accuracy curve, linearly interpolated between evaluations) as a ratio to ``grpo``: the ratio
   of the means over seeds, with a paired bootstrap interval over seeds. A run that never reaches the
   target is censored: it counts with its total rollouts, a lower bound, and the ratio is then marked
-  a bound;
+  a bound, with no verdict; otherwise an arm needs fewer (more) rollouts than grpo iff the interval
+  lies below (above) 1;
 - the per-arm table (final accuracy, rollouts per step, raw ACR, skip counts, shares of the training
   set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
 
@@ -146,11 +148,20 @@ def log_ratio_interval(numerator: np.ndarray, denominator: np.ndarray, confidenc
 
 
 def non_inferiority(differences: np.ndarray, margin: float, alpha: float) -> dict:
-    """One-sided paired t-test of H0: mean difference <= −margin against H1: > −margin, with the
-    lower end of the one-sided (1 − alpha) interval; non-inferior iff p < alpha."""
-    shifted = paired_t(differences + margin)
+    """One-sided paired t-test of H0: mean difference <= −margin against H1: > −margin: the mean
+    difference with its two-sided 95% interval (``ci_low``, ``ci_high``), ``t`` and ``p`` of the test,
+    ``lower`` the one-sided (1 − alpha) bound. The verdict: *non-inferior* iff p < alpha; *inferior*
+    iff the 95% interval lies below −margin; otherwise *inconclusive*."""
+    plain, shifted = paired_t(differences), paired_t(differences + margin)
     lower = paired_t(differences, 1 - 2 * alpha)["ci_low"]
-    return {**shifted, "mean": shifted["mean"] - margin, "lower": lower, "non_inferior": shifted["p"] < alpha}
+    verdict = "non-inferior" if shifted["p"] < alpha else "inferior" if plain["ci_high"] < -margin else "inconclusive"
+    return {**plain, "t": shifted["t"], "p": shifted["p"], "lower": lower, "verdict": verdict}
+
+
+def ratio_verdict(low: float, high: float, below: str, above: str) -> str:
+    """``below`` when the interval [low, high] of a ratio lies below 1, ``above`` when above 1, else
+    "no detectable difference"."""
+    return below if high < 1 else above if low > 1 else "no detectable difference"
 
 
 def bootstrap_ratio(
@@ -190,13 +201,14 @@ def primary_a(frame: pd.DataFrame, margin: float, alpha: float) -> str:
         )
     ratio = log_ratio_interval(*per_step)
     test = non_inferiority(np.subtract(*_paired(frame, SKIPPER, RESAMPLER, "final_acc")), margin, alpha)
-    verdict = "non-inferior" if test["non_inferior"] else "non-inferiority not shown"
+    saving = ratio_verdict(ratio["low"], ratio["high"], "saves rollouts", "costs rollouts")
     return (
         f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {ratio['ratio']:.3f} (geometric mean over "
-        f"{ratio['n']} seeds), 95% CI [{ratio['low']:.3f}, {ratio['high']:.3f}]\n"
+        f"{ratio['n']} seeds), 95% CI [{ratio['low']:.3f}, {ratio['high']:.3f}]: **{saving}**\n"
         f"- final accuracy, `{SKIPPER}` − `{RESAMPLER}` at equal steps: {test['mean']:+.2f} ± {test['se']:.2f} "
-        f"(s.e.), one-sided {100 * (1 - alpha):g}% lower bound {test['lower']:+.2f} against the margin −{margin:g}, "
-        f"t = {test['t']:.2f}, p = {test['p']:.4f}: **{verdict}**"
+        f"(s.e.), 95% CI [{test['ci_low']:+.2f}, {test['ci_high']:+.2f}], one-sided {100 * (1 - alpha):g}% lower "
+        f"bound {test['lower']:+.2f} against the margin −{margin:g}, t = {test['t']:.2f}, p = {test['p']:.4f}: "
+        f"**{test['verdict']}**"
     )
 
 
@@ -206,19 +218,31 @@ def primary_b(frame: pd.DataFrame) -> str:
     for arm in frame["arm"].unique():
         runs = frame[frame["arm"] == arm]
         reached = runs["rollouts_to_target"].notna()
-        cell = "—"
+        cell, verdict = "—", "—"
         if arm != BASELINE and BASELINE in set(frame["arm"]):
             # A censored run counts with its total rollouts: a lower bound on its rollouts to target.
             bounded = frame.assign(rollouts_to_target=frame["rollouts_to_target"].fillna(frame["rollouts_cumulative"]))
             ours, theirs = _paired(bounded, arm, BASELINE, "rollouts_to_target")
             result = bootstrap_ratio(ours, theirs)
             censored = max(_censored_share(frame, arm), _censored_share(frame, BASELINE))
+            bound = censored > MAX_CENSORED
             cell = f"{result['ratio']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" + (
-                " (bound: censored runs)" if censored > MAX_CENSORED else ""
+                " (bound: censored runs)" if bound else ""
+            )
+            verdict = (
+                "a bound, no verdict"
+                if bound
+                else ratio_verdict(result["low"], result["high"], "fewer than grpo", "more than grpo")
             )
         mean = f"{runs.loc[reached, 'rollouts_to_target'].mean():.0f}" if reached.any() else "—"
-        rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", mean, cell])
-    header = ["arm", "runs that reached the target", "rollouts to target (mean of those)", "ratio to grpo [95% CI]"]
+        rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", mean, cell, verdict])
+    header = [
+        "arm",
+        "runs that reached the target",
+        "rollouts to target (mean of those)",
+        "ratio to grpo [95% CI]",
+        "rollouts to target",
+    ]
     return render_table(header, rows)
 
 

@@ -102,8 +102,17 @@ def test_non_inferiority_tests_against_the_margin(saved):
     result = saved.non_inferiority(differences, margin=1.5, alpha=0.05)
     assert result["mean"] == pytest.approx(0) and result["t"] == pytest.approx(1.5 / se)
     assert result["lower"] == pytest.approx(-2.353363 * se, rel=1e-5)  # t_{0.95, 3}: the one-sided 95% bound
-    assert result["non_inferior"] and result["p"] < 0.05
-    assert not saved.non_inferiority(differences - 1.5, margin=1.5, alpha=0.05)["non_inferior"]  # mean at −margin
+    half = 3.182446 * se  # t_{0.975, 3}: the two-sided 95% interval
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((-half, half), rel=1e-5)
+    assert result["verdict"] == "non-inferior" and result["p"] < 0.05
+    assert saved.non_inferiority(differences - 1.5, margin=1.5, alpha=0.05)["verdict"] == "inconclusive"  # at −margin
+    assert saved.non_inferiority(differences - 5, margin=1.5, alpha=0.05)["verdict"] == "inferior"
+
+
+def test_ratio_verdicts_need_the_whole_interval_on_one_side_of_one(saved):
+    assert saved.ratio_verdict(0.5, 0.9, "fewer", "more") == "fewer"
+    assert saved.ratio_verdict(1.1, 2.0, "fewer", "more") == "more"
+    assert saved.ratio_verdict(0.9, 1.1, "fewer", "more") == "no detectable difference"
 
 
 def test_bootstrap_ratio_of_means_is_exact_for_a_constant_ratio_and_pairs_seeds(saved):
@@ -119,15 +128,16 @@ def test_the_report_recomputes_everything_from_the_csv_and_marks_censored_ratios
     text = saved.report(pd.read_csv(tmp_path / "s.csv"), tmp_path / "plots", margin=1.5, alpha=0.05)
     assert (tmp_path / "plots" / "rollouts_saved_easy_accuracy_per_rollout.png").stat().st_size > 0
     # (a): 256 / 512 on both seeds; final accuracy −0.75 on both (no spread).
-    assert "`dapo_resample+skip` / `dapo_resample`: 0.500 (geometric mean over 2 seeds), 95% CI [0.500, 0.500]" in text
+    ratio = "`dapo_resample+skip` / `dapo_resample`: 0.500 (geometric mean over 2 seeds), 95% CI [0.500, 0.500]"
+    assert f"{ratio}: **saves rollouts**" in text
     assert "at equal steps: -0.75 ± 0.00" in text and "**non-inferior**" in text
     # (b): grpo reached 70% in 1 of 2 runs; its censored seed counts with its 384 rollouts, a bound.
     section_b = text.split("### (b)")[1].split("### Arms")[0]
     rows = {line.split(" | ")[0]: line for line in section_b.splitlines() if line.startswith("| `")}
-    assert rows["| `grpo`"] == "| `grpo` | 1 of 2 | 192 | — |"
+    assert rows["| `grpo`"] == "| `grpo` | 1 of 2 | 192 | — | — |"
     # dapo_resample reaches 70% at step 1 (512) on both seeds: mean 512 / mean(192, 384) = 512 / 288.
     assert rows["| `dapo_resample`"].startswith(f"| `dapo_resample` | 2 of 2 | 512 | {512 / 288:.3f} [")
-    assert rows["| `dapo_resample`"].endswith("(bound: censored runs) |")
+    assert rows["| `dapo_resample`"].endswith("(bound: censored runs) | a bound, no verdict |")
     arms = text.split("### Arms")[1]
     assert "| `dapo_resample+skip` | 2 | 68.2 ± 0.0 | 256 ± 0 | 0.500 ± 0.000 | 9 ± 0 |" in arms
 
@@ -141,6 +151,6 @@ def test_a_single_seed_reports_the_ratio_without_an_interval(saved, tmp_path):
     with pytest.warns(RuntimeWarning):  # numpy: the plot's std over one seed
         text = saved.report(rows, tmp_path / "plots", margin=1.5, alpha=0.05)
     assert "0.500 from 1 seed in common: no interval or test below 2 seeds" in text
-    assert "| `grpo` | 1 of 1 | 192 | — |" in text
+    assert "| `grpo` | 1 of 1 | 192 | — | — |" in text
     never = rows.assign(rollouts_to_target=math.nan)  # no run reached the target: no mean to show
-    assert "| `grpo` | 0 of 1 | — | — |" in saved.primary_b(never)
+    assert "| `grpo` | 0 of 1 | — | — | — |" in saved.primary_b(never)
