@@ -17,9 +17,9 @@ the accuracy in points and the cumulative rollouts at each evaluation step: the 
 - primary (b): each arm's cumulative rollouts to reach the mix's target accuracy (the first crossing
   of its accuracy curve, linearly interpolated between evaluations) as a ratio to ``grpo``: the ratio
   of the means over seeds, with a paired bootstrap interval over seeds. A run that never reaches the
-  target is censored: it counts with its total rollouts, a lower bound, and the ratio is then marked
-  a bound, with no verdict; otherwise an arm needs fewer (more) rollouts than grpo iff the interval
-  lies below (above) 1;
+  target is censored: it counts with its total rollouts, a lower bound; where more than a fifth of
+  either arm's runs are censored the ratio is marked a bound, with no verdict; otherwise an arm needs
+  fewer (more) rollouts than grpo iff the interval lies below (above) 1;
 - the per-arm table (final accuracy, rollouts per step, raw ACR, skip counts, shares of the training
   set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
 
