@@ -1,7 +1,8 @@
 """The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
 loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
 (20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
-sampling (dapo_resample) and the rollout counts every run logs are checked on their own run."""
+sampling (dapo_resample), the rollout counts every run logs and the epochs mode (--train-set) are
+checked on their own runs."""
 
 import json
 import math
@@ -337,3 +338,23 @@ def test_the_sampling_temperature_is_a_setting(comparison, tmp_path):
     assert hot.loc[1, "actor/entropy"] > grpo.loc[1, "actor/entropy"]
     assert hot.loc[0, "eval/acc_mean"] == grpo.loc[0, "eval/acc_mean"]  # same policy before training
     assert "temperature 2, verl's" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_epochs_mode_visits_each_prompt_of_its_set_at_least_five_times(torch_settings, tmp_path):
+    from collections import Counter
+
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    config = SandboxConfig(
+        levels="1+1,2+1", steps=5, eval_every=5, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
+    )
+    visits = Counter()
+    (spec,) = parse_estimators("grpo")
+    train(config, spec, 0, tmp_path / "epochs.jsonl", tmp_path / "cache", lambda _s, _m, b: visits.update(b.prompts))
+    assert len(visits) == 16 and set(visits.values()) == {5}  # 5 steps x 16 prompts over a set of 16
+    steps = read_metrics(tmp_path / "epochs.jsonl").loc[1:]
+    assert (steps["prompts/seen"] == 16).all()  # the whole set in the first epoch, no prompt outside it
+    shares = steps[["prompts/always_solved", "prompts/never_solved"]].iloc[-1]
+    assert shares.between(0, 1).all() and shares.sum() <= 1

@@ -1,9 +1,11 @@
 """The sandbox's pieces: task split and verifier, tokenizer, its sampler (the distribution it draws
 from, greedy decoding, its own generator), token rewards, estimator specs, validation messages,
 DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the skip rule's
-candidate draws (``+skip``), padding rollouts together, the summary verdict and the plots. No model
-training here."""
+candidate draws (``+skip``), the epochs mode's fixed training set (``--train-set``: its draw, its
+permutations, refills from the current epoch, its validation), padding rollouts together, the summary
+verdict, its training-prompt shares and the plots. No model training here."""
 
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +17,7 @@ from verl_avspo.cli import main
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.policy import Rollout
-from verl_avspo.sandbox.sampling import draw_kept, dynamic_sampling
+from verl_avspo.sandbox.sampling import TrainingEpochs, draw_kept, dynamic_sampling
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
 from verl_avspo.tools.plots import plot_metrics
@@ -414,3 +416,106 @@ def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
     # DAPO's batches: one place filled, the others left open (its next batch tops up only if needed).
     assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["16", "18"]
     assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["20", "22"]
+
+
+def test_the_training_set_is_drawn_once_evenly_over_levels_without_repeats():
+    task = ArithmeticTask(parse_levels("1+1,2+1,1*1"), 8)
+    problems = task.training_set(100, torch.Generator().manual_seed(3))
+    assert torch.bincount(problems.level).tolist() == [34, 33, 33]  # the first level takes the remainder
+    assert len(set(problems.prompts)) == 100
+    held_out = {p for i in range(3) for p in task.eval_set(i).prompts}
+    assert not set(problems.prompts) & held_out
+    again = task.training_set(100, torch.Generator().manual_seed(3))
+    assert again.prompts == problems.prompts  # determined by the seed
+    assert task.training_set(100, torch.Generator().manual_seed(4)).prompts != problems.prompts
+
+
+def test_each_epoch_is_a_permutation_of_the_set_and_draws_run_on_into_the_next():
+    task = ArithmeticTask(parse_levels("1+1,2+1"), 8)
+    epochs = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    draws = [epochs.sample(8, generator).prompts for _ in range(9)]  # 3 epochs of 3 draws
+    for epoch in range(3):
+        seen = [p for draw in draws[3 * epoch : 3 * epoch + 3] for p in draw]
+        assert sorted(seen) == sorted(epochs.problems.prompts)  # each prompt exactly once per epoch
+    assert epochs.epoch == 3 and draws[:3] != draws[3:6]  # a fresh permutation each epoch
+    assert epochs.max_answer_chars == task.max_answer_chars
+    # A draw that straddles two epochs takes the end of one and the start of the next.
+    odd = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    first, second = odd.sample(20, generator).prompts, odd.sample(8, generator).prompts
+    assert sorted(first + second[:4]) == sorted(odd.problems.prompts) and odd.epoch == 2
+    # Same seeds, same draws.
+    replay = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    assert [replay.sample(8, generator).prompts for _ in range(9)] == draws
+
+
+def test_the_skip_rules_refills_come_from_the_current_epoch():
+    task = ArithmeticTask(parse_levels("1+1"), 8)
+    epochs = TrainingEpochs(task, 32, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    candidates = []
+
+    def draw():
+        candidates.append(epochs.sample(8, generator))
+        return candidates[-1]
+
+    def keep_first_half(prompts, at_least, *_):  # the rule keeps half of each candidate batch
+        mask = torch.zeros(len(prompts), dtype=torch.bool)
+        mask[: max(len(prompts) // 2, at_least)] = True
+        return mask.numpy()
+
+    kept = draw_kept(draw, keep_first_half, 8, 10)
+    assert len(kept.prompts) == 8 and len(candidates) == 2  # the refill drew the next 8 of the epoch
+    assert len(set(candidates[0].prompts + candidates[1].prompts)) == 16 and epochs.epoch == 1
+    draw_kept(draw, keep_first_half, 8, 10)  # the next step's draws finish the epoch
+    assert sorted(p for c in candidates for p in c.prompts) == sorted(epochs.problems.prompts)
+
+
+def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epochs():
+    with pytest.raises(ValueError, match=r"train_set=8 is invalid: a step draws prompts_per_step=16 .* at least 16"):
+        SandboxConfig(train_set=8)
+    # 1+1 keeps 80 of its 100 problems for training (a fifth held out): 100 prompts over 1 level is too many.
+    with pytest.raises(ValueError, match=r"train_set=100 is too large .* level 1\+1 would give 100 prompts but has 80"):
+        SandboxConfig(levels="1+1", train_set=100)
+    with pytest.warns(UserWarning, match=r"steps=60 x prompts_per_step=16 = 960 .* each prompt 3 time.*<= 192"):
+        SandboxConfig(train_set=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SandboxConfig(train_set=192)  # 960 draws: each prompt 5 times
+    with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
+        main(["sandbox", "--train-set", "8"])
+    from verl_avspo.sandbox.cli import _prompts_text
+
+    assert "a fixed training set of 128 prompts" in _prompts_text(SandboxConfig(train_set=128))
+    assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(train_set=128))  # 960 draws / 128
+    assert "with replacement" in _prompts_text(SandboxConfig())
+
+
+def test_the_summary_reports_the_training_prompts_shares_at_the_end_of_the_run():
+    from verl_avspo.sandbox.summary import render_summary, run_statistics
+
+    frame = pd.DataFrame(
+        {
+            "acr/rate": [None, 0.5, 0.25],
+            "acr/effective": [None, 0.5, 0.25],
+            "acr/all_correct": [None, 0.25, 0.0],
+            "acr/all_wrong": [None, 0.25, 0.25],
+            "eval/acc_level_1": [0.1, None, 0.5],
+            "eval/acc_mean": [0.1, None, 0.5],
+            "eval/pass@8_level_1": [0.2, None, 0.75],
+            "prompts/seen": [None, 16, 32],
+            "prompts/always_solved": [None, 0.5, 0.25],
+            "prompts/never_solved": [None, 0.125, 0.0625],
+        },
+        index=pd.Index([0, 1, 2], name="step"),
+    )
+    stats = run_statistics(frame, 1, 8, 1)
+    assert (stats["prompts_seen"], stats["prompts_always_solved"], stats["prompts_never_solved"]) == (32, 0.25, 0.0625)
+    text = render_summary({"grpo": [stats]}, ["1+1"], 8, 1, "setup", [])
+    assert "### Training prompts at the end of the run" in text and "| `grpo` | 32 | 0.250 | 0.062 |" in text
+    older = run_statistics(
+        frame.drop(columns=["prompts/seen", "prompts/always_solved", "prompts/never_solved"]), 1, 8, 1
+    )
+    assert "Training prompts" not in render_summary({"grpo": [older]}, ["1+1"], 8, 1, "setup", [])

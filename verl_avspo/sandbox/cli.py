@@ -103,6 +103,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"(default {defaults.max_gen_batches})",
     )
     parser.add_argument(
+        "--train-set",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the epochs mode, as RLVR recipes train: draw a fixed set of N distinct training prompts once per seed "
+        "(evenly over the levels) and train over it in epochs, each a fresh permutation without replacement (the "
+        "skip rule's refills and dapo_resample's further batches draw on from the current epoch); choose N so that "
+        "--steps x --prompts-per-step is at least 5 N, each prompt seen at least 5 times (default: draw every step's "
+        "prompts with replacement from the levels' whole pools)",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=defaults.policy.sft_steps,
@@ -168,6 +179,19 @@ def _skip_text(config, estimators) -> str:
     )
 
 
+def _prompts_text(config) -> str:
+    """Where the steps' prompts come from: the whole pools, or a fixed set in epochs."""
+    if config.train_set is None:
+        return "Each step draws its prompts with replacement from the levels' training pools."
+    visits = config.steps * config.prompts_per_step // config.train_set
+    return (
+        f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels), drawn in "
+        f"epochs without replacement, each prompt seen at least {visits} times by an estimator that draws "
+        f"{config.prompts_per_step} prompts a step (more by one that re-samples or skips). `prompts/always_solved` "
+        "and `prompts/never_solved` are the shares of the set that were all-correct or all-wrong on every visit."
+    )
+
+
 def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
     from verl_avspo.sandbox.summary import first_steps_column
 
@@ -186,7 +210,7 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
         f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
         f"{_skip_text(config, estimators)}"
-        f"{_baselines_text(estimators)}\n"
+        f"{_baselines_text(estimators)} {_prompts_text(config)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
@@ -270,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,
             max_gen_batches=args.max_gen_batches,
+            train_set=args.train_set,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
     except ValueError as err:

@@ -51,7 +51,7 @@ from verl_avspo.sandbox.policy import (
     token_log_probs,
     warm_policy,
 )
-from verl_avspo.sandbox.sampling import SampledGroups, dynamic_sampling, sample_groups
+from verl_avspo.sandbox.sampling import SampledGroups, TrainingEpochs, dynamic_sampling, sample_groups
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
@@ -142,6 +142,8 @@ def train(
     # torch's global generator: the prompts and the update order, and the sampled tokens.
     prompt_rng = torch.Generator().manual_seed(seed)
     token_rng = torch.Generator().manual_seed(seed + TOKEN_SEED_OFFSET)
+    # The steps' prompts: the levels' whole pools, or a fixed set in epochs (config.train_set).
+    source = task if config.train_set is None else TrainingEpochs(task, config.train_set, prompt_rng)
     register.register()  # the estimators this loop selects by name (a test may have cleared verl's registry)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
@@ -183,7 +185,7 @@ def train(
                 # DAPO tops the step up with further batches: a skipped prompt's place is left open (fill=1).
                 drawn, picks = dynamic_sampling(
                     lambda b, step=step: sample_groups(
-                        model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule, fill=1
+                        model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule, fill=1
                     ),
                     config.group_size,
                     config.prompts_per_step,
@@ -193,7 +195,7 @@ def train(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
             else:
-                drawn = [sample_groups(model, tokenizer, task, config, (prompt_rng, token_rng), f"{step}", skip_rule)]
+                drawn = [sample_groups(model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}", skip_rule)]
                 batch = drawn[0]
             if on_rollout is not None:
                 on_rollout(step, model, batch)

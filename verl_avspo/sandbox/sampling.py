@@ -1,5 +1,6 @@
 """Sampling a step's groups in the sandbox: ``prompts_per_step`` prompts x G answers, scored
-(:func:`sample_groups`), the prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
+(:func:`sample_groups`), from the pools or a fixed set in epochs (:class:`TrainingEpochs`), the
+prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
 dynamic sampling with verl's semantics (:func:`dynamic_sampling`). The loop that trains on them is
 :mod:`verl_avspo.sandbox.loop`.
 """
@@ -19,7 +20,7 @@ from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.policy import CharTokenizer, Rollout, pad_cat, response_logits, sample
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match
 
-__all__ = ["SampledGroups", "sample_groups", "draw_kept", "dynamic_sampling", "collapsed_groups"]
+__all__ = ["SampledGroups", "TrainingEpochs", "sample_groups", "draw_kept", "dynamic_sampling", "collapsed_groups"]
 
 Batch = TypeVar("Batch")
 
@@ -113,10 +114,35 @@ def draw_kept(
     return Problems.concat([candidates.select(torch.from_numpy(chosen)) for candidates, chosen in picked.chunks])
 
 
+class TrainingEpochs:
+    """The epochs mode's prompts (``SandboxConfig.train_set``): a fixed training set drawn once from
+    ``task`` (:meth:`ArithmeticTask.training_set`), then handed out in epochs, each a fresh
+    permutation of the set without replacement. Every draw (a step's, a refill's, DAPO's next batch)
+    takes the prompts next in line, as verl's dataloader hands out its batches; a draw that runs past
+    the end of an epoch goes on into the next (verl drops an epoch's incomplete last batch instead: the
+    two agree when the set is a multiple of the draws' size). It stands in for the task where
+    :func:`sample_groups` draws."""
+
+    def __init__(self, task: ArithmeticTask, size: int, generator: torch.Generator):
+        self.problems = task.training_set(size, generator)
+        self.max_answer_chars = task.max_answer_chars
+        self.epoch = 0  # epochs begun so far
+        self._order = torch.empty(0, dtype=torch.long)
+
+    def sample(self, num_prompts: int, generator: torch.Generator) -> Problems:
+        """The next ``num_prompts`` prompts of the current epoch, beginning new ones as needed."""
+        while len(self._order) < num_prompts:
+            permutation = torch.randperm(len(self.problems.prompts), generator=generator)
+            self._order = torch.cat([self._order, permutation])
+            self.epoch += 1
+        rows, self._order = self._order[:num_prompts], self._order[num_prompts:]
+        return self.problems.select(rows)
+
+
 def sample_groups(
     model,
     tokenizer: CharTokenizer,
-    task: ArithmeticTask,
+    task: ArithmeticTask | TrainingEpochs,
     config: SandboxConfig,
     rngs: tuple[torch.Generator, torch.Generator],
     tag: str,
@@ -125,8 +151,9 @@ def sample_groups(
 ) -> SampledGroups:
     """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
     one prompt share the uid ``<tag>-<prompt index>``. ``rngs``: the prompts' generator and the
-    tokens'. With ``keep`` (the skip rule), the prompts are the candidates it keeps, at least ``fill``
-    of them (:func:`draw_kept`)."""
+    tokens'. The prompts come from ``task``'s pools, or its epochs (:class:`TrainingEpochs`). With
+    ``keep`` (the skip rule), the prompts are the candidates it keeps, at least ``fill`` of them
+    (:func:`draw_kept`)."""
     prompt_rng, token_rng = rngs
     if keep is None:
         problems = task.sample(config.prompts_per_step, prompt_rng)
