@@ -107,7 +107,7 @@ def replay_prompts(tracker, settings, record, dataset) -> list[str]:
     if tracker.skipper is not None:
         replacements = select_groups(
             keys,
-            lambda candidates, at_least: tracker.select_prompts(candidates, GROUP_SIZE, at_least=at_least),
+            lambda candidates, at_least, refill: tracker.select_prompts(candidates, GROUP_SIZE, at_least, refill),
             refill_candidates(len(dataset), settings.prompts.skip.seed, record["step"]),
             lambda index: prompt_key(dataset[index]["prompt"]),
         )
