@@ -263,23 +263,25 @@ def test_paper_baseline_specs():
         parse_estimators("dcpo:paper")
 
 
+def three_step_run(extra: dict) -> pd.DataFrame:
+    """A one-level run's log as summary.py reads it: step 0 evaluated, steps 1-2 trained and 2 evaluated,
+    with ``extra`` columns beside the ACR and evaluation ones."""
+    columns = {
+        "acr/rate": [None, 0.5, 0.25],
+        "acr/effective": [None, 0.5, 0.25],
+        "acr/all_correct": [None, 0.25, 0.0],
+        "acr/all_wrong": [None, 0.25, 0.25],
+        "eval/acc_level_1": [0.1, None, 0.5],
+        "eval/acc_mean": [0.1, None, 0.5],
+        "eval/pass@8_level_1": [0.2, None, 0.75],
+    }
+    return pd.DataFrame({**columns, **extra}, index=pd.Index([0, 1, 2], name="step"))
+
+
 def test_summary_marks_intrinsic_rewards_and_shows_entropy():
     from verl_avspo.sandbox.summary import render_summary, run_statistics
 
-    steps = pd.Index([0, 1, 2], name="step")
-    frame = pd.DataFrame(
-        {
-            "acr/rate": [None, 0.5, 0.25],
-            "acr/effective": [None, 0.5, 0.25],
-            "acr/all_correct": [None, 0.25, 0.0],
-            "acr/all_wrong": [None, 0.25, 0.25],
-            "actor/entropy": [None, 1.5, 0.5],
-            "eval/acc_level_1": [0.1, None, 0.5],
-            "eval/acc_mean": [0.1, None, 0.5],
-            "eval/pass@8_level_1": [0.2, None, 0.75],
-        },
-        index=steps,
-    )
+    frame = three_step_run({"actor/entropy": [None, 1.5, 0.5]})
     stats = run_statistics(frame, 1, 8, 1)
     assert stats["entropy"] == 1.0 and stats["acr"] == 0.375
     old = run_statistics(frame.drop(columns="actor/entropy"), 1, 8, 1)  # a log from before the column
@@ -496,20 +498,12 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
 def test_the_summary_reports_the_training_prompts_shares_at_the_end_of_the_run():
     from verl_avspo.sandbox.summary import render_summary, run_statistics
 
-    frame = pd.DataFrame(
+    frame = three_step_run(
         {
-            "acr/rate": [None, 0.5, 0.25],
-            "acr/effective": [None, 0.5, 0.25],
-            "acr/all_correct": [None, 0.25, 0.0],
-            "acr/all_wrong": [None, 0.25, 0.25],
-            "eval/acc_level_1": [0.1, None, 0.5],
-            "eval/acc_mean": [0.1, None, 0.5],
-            "eval/pass@8_level_1": [0.2, None, 0.75],
             "prompts/seen": [None, 16, 32],
             "prompts/always_solved": [None, 0.5, 0.25],
             "prompts/never_solved": [None, 0.125, 0.0625],
-        },
-        index=pd.Index([0, 1, 2], name="step"),
+        }
     )
     stats = run_statistics(frame, 1, 8, 1)
     assert (stats["prompts_seen"], stats["prompts_always_solved"], stats["prompts_never_solved"]) == (32, 0.25, 0.0625)
