@@ -451,7 +451,10 @@ def test_groups_of_a_call_that_trains_nothing_are_measured_with_the_next_step(op
     args = make_args("group_norm", dynamic_filtering_enable=True)
     args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 2
     generator = openrlhf.sg.SamplesGenerator(
-        SimpleNamespace(args=args), [(["source"], [f"p{i}"], [str(i)], [None]) for i in (1, 2)], None, Tokenizer(),
+        SimpleNamespace(args=args),
+        [(["source"], [f"p{i}"], [str(i)], [None]) for i in (1, 2)],
+        None,
+        Tokenizer(),
         [FakeEngines(ray_session)],
     )
     rollout, _, consumed, exhausted = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
