@@ -1,27 +1,26 @@
 """verl 0.9.1's own trainer, end to end on CPU, in every V1 mode: dataset, agent-loop rollout, reward,
 old log-prob, the advantage stage with ACR metrics, the FSDP actor update, checkpoint and resume.
 
-Every run is a real ``python -m verl.trainer.main_ppo`` or ``python -m verl_avspo.main_ppo`` of a
-tiny random Qwen2 on gloo FSDP ranks (the harness in ``verl_cpu``; nothing is mocked). A run costs
-about one to three minutes, mostly process start-ups, so the eight runs are launched once per module, two at a
-time, and each test reads the logs and checkpoints of the run it is about:
+Every run is a real ``python -m verl.trainer.main_ppo trainer.v1.trainer_mode=avspo_<mode>`` (stock verl
+choosing our trainer through its own registry) or ``python -m verl_avspo.main_ppo`` (our launcher, which checks
+the config and then runs that same ``main_ppo`` with that same mode) of a tiny random Qwen2 on gloo FSDP ranks
+(the harness in ``verl_cpu``; nothing is mocked). The two are one route, so each mode is run once, on one of
+them. A run costs about one to three minutes, mostly process start-ups, so the eight runs are launched once per
+module, two at a time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
   a checkpoint at steps 2 and 3;
 - ``resumed``: our launcher again, resumed (``resume_mode=auto``) from ``avspo``'s step-2 checkpoint, in a
   folder holding ``avspo``'s whole log (steps 1-3), as a run that crashed after step 3 leaves it;
 - ``dcpo``: our launcher, ``sync``, DCPO's estimator and policy loss, 1 step, checkpointed;
-- ``colocate`` and ``colocate_resumed``: our launcher, ``colocate_async``, ``avspo``, prompts skipped
-  before rollout, 3 steps with a checkpoint at step 2, and the same resumed from it;
-- ``separate_stop``: our launcher, ``separate_async``, ``grpo``, with an alert that trips on the
+- ``colocate`` and ``colocate_resumed``: stock ``main_ppo``, ``avspo_colocate_async``, ``avspo``, prompts
+  skipped before rollout, 3 steps with a checkpoint at step 2, and the same resumed from it;
+- ``separate_stop``: stock ``main_ppo``, ``avspo_separate_async``, ``grpo``, with an alert that trips on the
   first step and stops the run;
-- ``hook_sync_dapo``: verl's own ``main_ppo`` with the ACR hook (``trainer.v1.sampler.custom_sampler``),
-  ``sync``, ``grpo`` with DAPO's ``filter_groups``, 2 steps, checkpointed at the last;
-- ``hook_avspo`` and ``hook_avspo_resumed``: verl's own ``main_ppo`` with the hook, ``sync``, ``avspo``
-  (θ_1 = 0.2), prompts skipped before rollout, a checkpoint every step: 3 steps, then the same folder
-  resumed to step 5;
-- ``launcher_five``: our launcher, the same settings, 5 steps without a stop (also read by
-  ``verl-avspo prompts``).
+- ``stock_sync_dapo``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups``, 2 steps,
+  checkpointed at the last;
+- ``launcher_five``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, a checkpoint
+  every step, 5 steps (also read by ``verl-avspo prompts``).
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -42,7 +41,7 @@ from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_fr
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory
-from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES
+from verl_avspo.verl_plugin.trainer_modes import MODE_KEY
 
 pytestmark = [pytest.mark.slow, pytest.mark.verl, pytest.mark.ray]
 
@@ -55,15 +54,13 @@ SKIP_PROMPTS = ["prompts.skip.enable=True", "prompts.skip.explore=0.05", "prompt
 # 1-3 collapsed groups of 4, and ACR must exceed θ for the trigger to fire whatever this CPU samples.
 AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=2",
               *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
-COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async"]
-# The colocate_async pair skips prompts too: the async trainers ask _next_train_batch for an exact count.
-COLOCATE_SKIP = ["algorithm.adv_estimator=avspo", *(f"algorithm.{key}" for key in SKIP_PROMPTS)]
-# The stock-hook and launcher runs that are compared step for step across a stop and resume, skipping prompts.
+# Stock main_ppo in colocate_async, skipping prompts too (the async trainers ask _next_train_batch for an exact
+# count); verl's config does not declare algorithm.prompts, hence the +.
+COLOCATE_SKIP = [f"{MODE_KEY}=avspo_colocate_async", "algorithm.adv_estimator=avspo",
+                 *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
+# The launcher's five steps, skipping prompts, a checkpoint every step.
 AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
                     *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
-# The same on stock verl, whose config does not declare algorithm.avspo or algorithm.prompts.
-STOCK_AVSPO_EVERY_STEP = [*HOOK_OVERRIDES, "algorithm.adv_estimator=avspo", "+algorithm.avspo.threshold_init=0.2",
-                          "trainer.save_freq=1", *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 # The skip rule's metrics, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
              "prompts/rollouts_skipped_cumulative")  # fmt: skip
@@ -97,18 +94,6 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             ),
             num_ranks=2,
         )
-        # Stock verl + the hook, sync, avspo: 3 steps, then resumed in the same folder to step 5.
-        hook_avspo = launch(
-            "hook_avspo",
-            VERL_ENTRY,
-            [*STOCK_AVSPO_EVERY_STEP, *THREE_STEPS],
-        )
-        hook_run = hook_avspo.run
-        resumed_code = hook_run.launch(
-            VERL_ENTRY,
-            [*STOCK_AVSPO_EVERY_STEP, "trainer.resume_mode=auto", "trainer.total_training_steps=5"],
-            console="resumed",
-        ).returncode
         dcpo = launch(
             "dcpo",
             AVSPO_ENTRY,
@@ -123,19 +108,17 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
         return {
             "avspo": avspo,
             "resumed": resumed,
-            "hook_avspo": hook_avspo,
-            "hook_avspo_resumed": Outcome(hook_run, resumed_code, console="resumed"),
             "dcpo": dcpo,
         }
 
     def lane_two() -> dict[str, Outcome]:
         outcomes = {
-            # Stock verl + the hook, sync, grpo with DAPO's filter_groups on the reward.
-            "hook_sync_dapo": launch(
-                "hook_sync_dapo",
+            # Stock verl with our sync trainer, grpo with DAPO's filter_groups on the reward.
+            "stock_sync_dapo": launch(
+                "stock_sync_dapo",
                 VERL_ENTRY,
                 [
-                    *HOOK_OVERRIDES,
+                    f"{MODE_KEY}=avspo_sync",
                     "algorithm.adv_estimator=grpo",
                     "algorithm.filter_groups.enable=True",
                     "algorithm.filter_groups.metric=reward",
@@ -143,31 +126,28 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     "trainer.save_freq=2",
                 ],
             ),
-            # Our launcher in separate_async: grpo, and an alert that trips on the first step and stops the run.
+            # Stock verl with our separate_async trainer: grpo, and an alert that trips on the first step and
+            # stops the run (verl's config does not declare algorithm.acr, hence the +).
             "separate_stop": launch(
                 "separate_stop",
-                AVSPO_ENTRY,
+                VERL_ENTRY,
                 [
-                    *separate_async_overrides(1),
+                    *separate_async_overrides(1, mode="avspo_separate_async"),
                     "algorithm.adv_estimator=grpo",
                     # The paper's rule, which needs no reward history: stalled on step 1.
-                    "algorithm.acr.alert.rule=acr",
-                    "algorithm.acr.alert.threshold=0.0",
-                    "algorithm.acr.alert.window=1",
-                    "algorithm.acr.alert.action=stop",
+                    "+algorithm.acr.alert.rule=acr",
+                    "+algorithm.acr.alert.threshold=0.0",
+                    "+algorithm.acr.alert.window=1",
+                    "+algorithm.acr.alert.action=stop",
                     *THREE_STEPS,
                 ],
             ),
         }
-        colocate = launch(
-            "colocate",
-            AVSPO_ENTRY,
-            [*COLOCATE_ASYNC, *COLOCATE_SKIP, "trainer.save_freq=2", *THREE_STEPS],
-        )
+        colocate = launch("colocate", VERL_ENTRY, [*COLOCATE_SKIP, "trainer.save_freq=2", *THREE_STEPS])
         colocate_resumed = launch(
             "colocate_resumed",
-            AVSPO_ENTRY,
-            [*COLOCATE_ASYNC, *COLOCATE_SKIP, "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
+            VERL_ENTRY,
+            [*COLOCATE_SKIP, "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
             prepare=lambda run: resume_from(colocate.run, 2, run),
         )
         launcher_five = launch("launcher_five", AVSPO_ENTRY, [*AVSPO_EVERY_STEP, "trainer.total_training_steps=5"])
@@ -319,8 +299,8 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     )
 
 
-def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_filters(runs):
-    outcome = runs["hook_sync_dapo"]
+def test_stock_main_ppo_with_our_sync_mode_logs_acr_every_step_and_dapo_still_filters(runs):
+    outcome = runs["stock_sync_dapo"]
     records = outcome.records()
     assert [record["step"] for record in records] == [1, 2]
     for record in records:
@@ -338,36 +318,6 @@ def test_stock_main_ppo_with_the_hook_logs_acr_every_sync_step_and_dapo_still_fi
     history = PromptHistory()
     history.load_state_dict(outcome.state(2)["prompt_history"])
     assert history.table()["visits"].sum() == sum(record["data"]["acr/groups"] for record in records)
-
-
-def test_stock_main_ppo_stopped_and_resumed_logs_like_an_uninterrupted_launcher_run(runs):
-    """The hook's trainer saves the run's state with every checkpoint and restores it, and its log keeps
-    the first attempt's rows: steps 4-5 after a stop at 3 are the uninterrupted launcher run's, the
-    prompts skipped before rollout included."""
-    first = runs["hook_avspo"]
-    assert first.returncode == 0, first.log[-6000:]
-    resumed = runs["hook_avspo_resumed"].records()
-    straight = {record["step"]: record["data"] for record in runs["launcher_five"].records()}
-    assert [record["step"] for record in resumed] == [1, 2, 3, 4, 5]
-    for record in resumed:
-        data, step = record["data"], record["step"]
-        assert all(key in data for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS)), step
-        # The rollout is seeded from the weights, the prompt and its place in the batch: both routes sample alike.
-        for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean"):
-            assert data[key] == pytest.approx(straight[step][key], abs=1e-6), (step, key)
-    resumed_state, straight_state = runs["hook_avspo_resumed"].state(5), runs["launcher_five"].state(5)
-    assert _same_controller(resumed_state["controller"], straight_state["controller"])
-    assert runs["hook_avspo_resumed"].state(3)["controller"]["step"] == 3
-    # The same prompts visited (keyed by extra_info.index, unique in the train file) and the skip rule's
-    # generator at the same place: the resumed run skipped exactly what the uninterrupted one did.
-    for name, value in resumed_state["prompt_history"].items():
-        assert (
-            value == straight_state["prompt_history"][name]
-            if name == "key_kind"
-            else torch.equal(value, straight_state["prompt_history"][name])
-        ), name
-    assert resumed_state["prompt_history"]["key_kind"] == "int"
-    assert torch.equal(resumed_state["prompt_skip"]["generator"], straight_state["prompt_skip"]["generator"])
 
 
 def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):
