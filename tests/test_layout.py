@@ -70,6 +70,19 @@ def test_core_imports_no_framework(name):
     assert not bad, f"{name} imports outside the framework-free core: {bad}"
 
 
+# The host adapters sit on the core only: the tools and the sandbox sit above them and may import them, not back.
+HOSTS = ("verl_avspo.verl_plugin", "verl_avspo.openrlhf", "verl_avspo.trl")
+ABOVE_HOSTS = ("verl_avspo.tools", "verl_avspo.sandbox")
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if name.startswith(HOSTS)])
+def test_host_adapters_import_no_layer_above_them(name):
+    bad = [
+        f"line {line}: {imported}" for imported, line in imports_of(MODULES[name]) if imported.startswith(ABOVE_HOSTS)
+    ]
+    assert not bad, f"{name} imports a layer above the host adapters: {bad}"
+
+
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     # The control for the test above: a lazy import is found, and a relative one is resolved.
     source = tmp_path / "verl_avspo" / "core" / "probe.py"

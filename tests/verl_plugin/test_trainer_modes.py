@@ -18,7 +18,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from verl_avspo.verl_plugin.trainer_modes import MODES
-from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS, AVSPOTrainerV1Mixin
+from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS, ACRTrainerV1Mixin
 
 pytestmark = [pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state"), pytest.mark.verl]
 
@@ -47,7 +47,7 @@ def build(mode, *overrides):
 def test_verls_registry_gives_our_trainer_for_each_of_our_modes():
     assert set(V1_TRAINERS) == set(MODES) == {"avspo_sync", "avspo_colocate_async", "avspo_separate_async"}
     for mode, cls in V1_TRAINERS.items():
-        assert get_trainer_cls(mode) is cls and issubclass(cls, AVSPOTrainerV1Mixin)
+        assert get_trainer_cls(mode) is cls and issubclass(cls, ACRTrainerV1Mixin)
         assert issubclass(cls, get_trainer_cls(MODES[mode]))  # verl's own trainer of that mode
     assert get_trainer_cls("sync").__module__.startswith("verl.")  # verl's own names are left alone
 

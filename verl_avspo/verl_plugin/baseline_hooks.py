@@ -55,7 +55,7 @@ def intrinsic_rewards(
 
 
 class BaselineHooksV1:
-    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`, which sets
+    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`, which sets
     ``tracker`` and ``intrinsic``."""
 
     def _apply_baselines(self, batch, metrics: dict) -> None:

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 class PromptHooksV1:
-    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
+    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`,
     which sets ``tracker``, ``prompt_identity`` and ``skips_prompts``."""
 
     def _pass_prompt_keys(self, batch, uids: np.ndarray, prompts: list | None) -> None:

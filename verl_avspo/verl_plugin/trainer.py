@@ -1,6 +1,6 @@
 """What our verl trainer adds: ACR metrics, the stagnation alert, the run's checkpointed state.
 
-:class:`AVSPOTrainerMixin` is mixed into verl's V1 trainers of every mode by
+:class:`ACRTrainerMixin` is mixed into verl's V1 trainers of every mode by
 :mod:`verl_avspo.verl_plugin.trainer_v1`. This module imports no trainer of verl's (no TransferQueue).
 
 The run's :class:`~verl_avspo.core.run_tracker.RunTracker` (handed to verl's estimator functions during the
@@ -39,12 +39,12 @@ from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
 
-__all__ = ["STATE_FILE", "AVSPOTrainerMixin"]
+__all__ = ["STATE_FILE", "ACRTrainerMixin"]
 
 logger = logging.getLogger(__name__)
 
 
-class AVSPOTrainerMixin:
+class ACRTrainerMixin:
     """The run's tracker (ACR metrics, the stagnation alert) and its checkpointed state.
 
     Mixed in before a verl trainer class; relies on its ``config`` and ``global_steps``.

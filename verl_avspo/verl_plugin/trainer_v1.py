@@ -16,7 +16,7 @@ its mode before verl's ``__init__`` runs: the config is the TaskRunner's own obj
 (the trainer, the replay buffer, the agent loop, rollout skip) sees verl's name.
 
 All three verl trainers inherit ``_compute_advantage``, ``step``, ``_save_checkpoint`` and ``_load_checkpoint``
-from the base ``PPOTrainer``, so one mixin, :class:`AVSPOTrainerV1Mixin`, serves them all. What it logs and
+from the base ``PPOTrainer``, so one mixin, :class:`ACRTrainerV1Mixin`, serves them all. What it logs and
 saves: :mod:`verl_avspo.verl_plugin.trainer`. The prompt identity of every step's groups and prompt skipping
 before rollout hook in through :class:`verl_avspo.verl_plugin.prompt_hooks.PromptHooksV1`; the intrinsic rewards
 of RENT and INTUITOR (``sync`` mode only) through :class:`verl_avspo.verl_plugin.baseline_hooks.BaselineHooksV1`.
@@ -41,12 +41,12 @@ from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
 from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
 from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
-from verl_avspo.verl_plugin.trainer import AVSPOTrainerMixin
+from verl_avspo.verl_plugin.trainer import ACRTrainerMixin
 from verl_avspo.verl_plugin.trainer_modes import our_mode
 from verl_avspo.verl_plugin.v1_batch import dropped_groups, read_advantages, read_scores, real_rows
 
 __all__ = [
-    "AVSPOTrainerV1Mixin",
+    "ACRTrainerV1Mixin",
     "AVSPOTrainerSync",
     "AVSPOTrainerColocateAsync",
     "AVSPOTrainerSeparateAsync",
@@ -59,9 +59,9 @@ logger = logging.getLogger(__name__)
 ACR_TIMING_KEY = "timing_s/acr"
 
 
-class AVSPOTrainerV1Mixin(AVSPOTrainerMixin, PromptHooksV1, BaselineHooksV1):
+class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, BaselineHooksV1):
     """What our V1 trainer adds to verl's (any mode). Mixed in before verl's trainer class; the run's
-    :class:`AVSPOTrainerMixin` first, so its ``__init__`` runs verl's and then sets what the hooks read."""
+    :class:`ACRTrainerMixin` first, so its ``__init__`` runs verl's and then sets what the hooks read."""
 
     verl_mode: str
     """verl's name of the mode this trainer runs: what verl's code is shown as ``trainer.v1.trainer_mode``."""
@@ -132,20 +132,20 @@ def _register(name: str, cls: type) -> type:
     return trainer_base.register_trainer(name)(cls)
 
 
-class AVSPOTrainerSync(AVSPOTrainerV1Mixin, PPOTrainerSync):
+class AVSPOTrainerSync(ACRTrainerV1Mixin, PPOTrainerSync):
     """verl's V1 ``sync`` trainer with ACR metrics, the alert and AVSPO checkpoint state."""
 
     verl_mode = "sync"
 
 
-class AVSPOTrainerColocateAsync(AVSPOTrainerV1Mixin, PPOTrainerColocateAsync):
+class AVSPOTrainerColocateAsync(ACRTrainerV1Mixin, PPOTrainerColocateAsync):
     """verl's V1 ``colocate_async`` trainer (partial rollouts on the training GPUs) with ACR metrics,
     the alert and AVSPO checkpoint state."""
 
     verl_mode = "colocate_async"
 
 
-class AVSPOTrainerSeparateAsync(AVSPOTrainerV1Mixin, PPOTrainerSeparateAsync):
+class AVSPOTrainerSeparateAsync(ACRTrainerV1Mixin, PPOTrainerSeparateAsync):
     """verl's V1 ``separate_async`` trainer (a standalone rollout pool) with ACR metrics, the alert
     and AVSPO checkpoint state."""
 
