@@ -227,16 +227,34 @@ def late_pairs(budgets: dict[str, tuple[dict[str, list], float]], pairs: list[tu
 
 
 def plot(runs: dict[str, list], budget: float, title: str, path: Path) -> None:
+    plot_curves({label: [curve(f) for f in frames] for label, frames in runs.items()}, title, path, budget=budget)
+
+
+def plot_curves(
+    curves: dict[str, list[tuple[np.ndarray, np.ndarray]]],
+    title: str,
+    path: Path,
+    budget: float | None = None,
+    target: float | None = None,
+) -> None:
+    """Held-out accuracy against cumulative rollouts: per label, the mean of its runs' curves
+    ((rollouts, accuracy in points) each) with a ± std band, on the range every run reached; a dotted
+    vertical line at ``budget`` and a dashed horizontal one at ``target`` where given."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, frames in runs.items():
-        curves = [curve(f) for f in frames]
-        grid = np.linspace(0, min(r[-1] for r, _ in curves), 60)
-        values = np.array([np.interp(grid, r, a) for r, a in curves])
+    for label, runs in curves.items():
+        grid = np.linspace(0, min(r[-1] for r, _ in runs), 60)
+        values = np.array([np.interp(grid, r, a) for r, a in runs])
         mean, std = mean_std(values)
         (line,) = ax.plot(grid, mean, label=label)
         ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-    ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("cumulative rollouts generated (dotted: the equal-rollout budget)")
+    xlabel = "cumulative rollouts generated"
+    if budget is not None:
+        ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
+        xlabel += " (dotted: the equal-rollout budget)"
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+        xlabel += " (dashed: the target accuracy)"
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("held-out greedy accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)

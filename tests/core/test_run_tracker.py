@@ -10,6 +10,7 @@ from verl_avspo.core import collapse
 from verl_avspo.core.acr_config import ACRConfig, AlertConfig
 from verl_avspo.core.collapse import DroppedGroups
 from verl_avspo.core.config import resolve_settings
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.run_tracker import STATE_VERSION, RunTracker
 
 # Three groups of 4: all correct, all wrong, mixed.
@@ -127,6 +128,7 @@ def test_state_round_trips_and_a_resumed_run_continues_exactly():
         "dcpo",
         "prompt_history",
         "prompt_skip",
+        "rollouts_cumulative",
     }
     resumed = avspo_tracker(**settings)
     resumed.load_state_dict(state)
@@ -227,6 +229,36 @@ def test_skipping_counts_rollouts_and_a_resumed_run_skips_the_same():
     assert reports[-1]["prompts/explore_all_correct"] == pytest.approx(0.5 - 8 * 0.01)
 
 
+def collapsing_steps(tracker, steps: range, fill=None, batch: int = 4, group_size: int = 4) -> list[dict]:
+    """Steps whose every group is all correct; each step's batch is filled by the core's skip-and-refill loop
+    from a stream of 6 prompts (``fill``: the places it must fill, as ``skip_and_refill``'s), the 4th refill
+    forced (the hosts' guard). Each step counts the rollouts it generated."""
+    dataset = iter(range(10**6))
+
+    def draw(_missing):
+        return [next(dataset) % 6 for _ in range(batch)]
+
+    reports = []
+    for step in steps:
+        picked = skip_and_refill(
+            draw(batch),
+            lambda chunk: chunk,
+            lambda keys, at_least, refill: tracker.select_prompts(keys, group_size, at_least, refill),
+            draw,
+            batch,
+            fill=fill,
+            forced=lambda number, _chunk: number >= 4,
+        )
+        chosen = [chunk[i] for chunk, positions in picked.chunks for i in positions]
+        tracker.count_rollouts(len(chosen) * group_size, len(picked.chunks))
+        scores = torch.ones(len(chosen) * group_size)  # every group all correct
+        index = np.repeat(np.array([f"u{i}" for i in range(len(chosen))], dtype=object), group_size)
+        tracker.measure(scores, index)
+        tracker.set_prompt_keys({f"u{i}": key for i, key in enumerate(chosen)})
+        reports.append(tracker.end_step(step))
+    return reports
+
+
 def test_skipped_prompts_a_host_replaces_are_reselections_not_savings():
     """Every prompt collapses on every visit, and the host refills each batch to its size (as verl's V1
     trainer, OpenRLHF's prompt draw, TRL's and the sandbox's do): the rule turns many candidates down, but
@@ -234,25 +266,12 @@ def test_skipped_prompts_a_host_replaces_are_reselections_not_savings():
     (Counting every skipped candidate's rollouts as saved once exceeded the rollouts generated.)"""
     batch, group_size, steps = 4, 4, 12
     tracker = prompt_tracker(enable=True, explore=0.05, adaptive=False, seed=3)
-    dataset = iter(range(10**6))
-    reports, generated = [], 0
-    for step in range(1, steps + 1):
-        chosen = []
-        for refill in range(100):  # the first draw, then refills; the 4th refill must fill what is missing
-            candidates = [next(dataset) % 6 for _ in range(batch)]
-            at_least = batch - len(chosen) if refill >= 4 else 0
-            keep = tracker.select_prompts(candidates, group_size, at_least=at_least)
-            chosen += [key for key, kept in zip(candidates, keep, strict=True) if kept][: batch - len(chosen)]
-            if len(chosen) == batch:
-                break
-        generated += batch * group_size
-        scores = torch.ones(batch * group_size)  # every group all correct
-        index = np.repeat(np.array([f"u{i}" for i in range(batch)], dtype=object), group_size)
-        tracker.measure(scores, index)
-        tracker.set_prompt_keys({f"u{i}": key for i, key in enumerate(chosen)})
-        reports.append(tracker.end_step(step))
+    reports = collapsing_steps(tracker, range(1, steps + 1))
     skipped = sum(report["prompts/skipped"] for report in reports)
-    assert skipped * group_size > generated  # what the former count would have called saved
+    generated = [report["train/rollouts_generated"] for report in reports]
+    assert generated == [batch * group_size] * steps  # the whole batch, every step
+    assert reports[-1]["train/rollouts_cumulative"] == sum(generated)
+    assert skipped * group_size > sum(generated)  # what the former count would have called saved
     for report in reports:
         assert report["prompts/rollouts_skipped"] == 0 and report["prompts/reselected"] == report["prompts/skipped"]
     assert reports[-1]["prompts/rollouts_skipped_cumulative"] == 0
@@ -260,11 +279,71 @@ def test_skipped_prompts_a_host_replaces_are_reselections_not_savings():
     # A host that does not replace them (one draw a step): every skipped prompt's rollouts are saved, at most
     # the batch's.
     for step in range(steps + 1, steps + 4):
-        keep = tracker.select_prompts([next(dataset) % 6 for _ in range(batch)], group_size)
+        keep = tracker.select_prompts([step % 6, (step + 1) % 6, (step + 2) % 6, (step + 3) % 6], group_size)
         report: dict = {}
         tracker.observe_step(step, report)
         assert report["prompts/rollouts_skipped"] == group_size * int((~keep).sum()) <= batch * group_size
         assert report["prompts/reselected"] == 0
+
+
+def test_where_later_batches_top_up_skipping_saves_what_it_leaves_open():
+    """DAPO's dynamic sampling tops a step up with later generation batches, so the loop fills one place and
+    leaves the others open: on the same seeds, every step generates fewer rollouts than the refilling host,
+    and what it did not generate is exactly the rollouts saved (no re-selection where nothing was redrawn)."""
+    settings = {"enable": True, "explore": 0.05, "adaptive": False, "seed": 3}
+    refilled = collapsing_steps(prompt_tracker(**settings), range(1, 9))
+    topped_up = collapsing_steps(prompt_tracker(**settings), range(1, 9), fill=1)
+    full = [report["train/rollouts_generated"] for report in refilled]
+    lean = [report["train/rollouts_generated"] for report in topped_up]
+    assert all(a <= b for a, b in zip(lean, full, strict=True)) and sum(lean) < sum(full)
+    for report, generated in zip(topped_up, lean, strict=True):
+        assert report["prompts/rollouts_skipped"] == 16 - generated
+    assert topped_up[-1]["prompts/rollouts_skipped_cumulative"] == sum(full) - sum(lean) > 0
+    assert topped_up[-1]["train/rollouts_cumulative"] == sum(lean)
+
+
+def test_the_rollout_counts_survive_a_resume():
+    settings = {"enable": True, "explore": 0.05, "adaptive": False, "seed": 3}
+    straight = collapsing_steps(prompt_tracker(**settings), range(1, 7), fill=1)
+    first = prompt_tracker(**settings)
+    collapsing_steps(first, range(1, 4), fill=1)
+    resumed = prompt_tracker(**settings)
+    resumed.load_state_dict(first.state_dict())
+    # (Its prompt stream restarts: the data position is the host's to restore; the counts carry on.)
+    after = collapsing_steps(resumed, range(4, 5), fill=1)[0]
+    assert (
+        after["train/rollouts_cumulative"]
+        == straight[2]["train/rollouts_cumulative"] + after["train/rollouts_generated"]
+    )
+    assert after["prompts/rollouts_skipped_cumulative"] == (
+        straight[2]["prompts/rollouts_skipped_cumulative"] + after["prompts/rollouts_skipped"]
+    )
+    assert prompt_tracker().state_dict()["rollouts_cumulative"] is None  # a host that counts nothing logs nothing
+
+
+def test_the_loop_fills_its_places_in_draw_order_and_forces_the_guarded_draw():
+    calls = []
+
+    def select(keys, at_least, refill):
+        calls.append((list(keys), at_least, refill))
+        keep = np.array([key % 2 == 0 for key in keys])
+        keep[np.flatnonzero(~keep)[: max(0, at_least - int(keep.sum()))]] = True
+        return keep
+
+    chunks = iter([[4, 5, 7], [9, 11, 13], [15, 17, 19]])
+    picked = skip_and_refill([1, 2, 3], list, select, lambda missing: next(chunks), 3, forced=lambda n, _c: n >= 3)
+    assert [(chunk, chosen.tolist()) for chunk, chosen in picked.chunks] == [
+        ([1, 2, 3], [1]),
+        ([4, 5, 7], [0]),
+        ([9, 11, 13], []),
+        ([15, 17, 19], [0]),  # the guarded draw keeps what is missing whatever the rule says
+    ]
+    assert picked.open_places == 0 and picked.count == 3
+    assert [refill for _, _, refill in calls] == [False, True, True, True]
+    assert [at_least for _, at_least, _ in calls] == [0, 0, 0, 1]
+    # A host whose data runs out leaves its places open; a top-up's first chunk is a refill.
+    ran_out = skip_and_refill([1, 3], list, select, lambda missing: None, 2, refill=True)
+    assert ran_out.open_places == 2 and calls[-1] == ([1, 3], 0, True)
 
 
 def test_only_the_places_a_host_leaves_empty_save_rollouts():
@@ -273,14 +352,14 @@ def test_only_the_places_a_host_leaves_empty_save_rollouts():
     from verl_avspo.core.prompt_step import StepPrompts
 
     skipper, draws = PromptSkipper(PromptSkipConfig(enable=True)), StepPrompts()
-    draws.count_selection(np.array([True, False, False, False]), 4)  # a batch: 3 places open
-    draws.count_selection(np.array([False, True, False]), 4)  # a refill fills one; its 2 skipped open none
+    draws.count_selection(np.array([True, False, False, False]), 4, False)  # a batch: 3 places open
+    draws.count_selection(np.array([False, True, False]), 4, True)  # a refill fills one; its 2 skipped open none
     metrics = draws.close(PromptHistory(), skipper, 1)  # the host stopped (its data ran out): 2 places empty
     assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (5, 3, 8)
     draws = StepPrompts()
-    draws.count_selection(np.array([False, False]), 4)
-    draws.count_selection(np.array([True, True, True]), 4)  # fills both (one kept beyond them, unused)
-    draws.count_selection(np.array([False, True]), 4)  # the next batch: one place open
+    draws.count_selection(np.array([False, False]), 4, False)
+    draws.count_selection(np.array([True, True, True]), 4, True)  # fills both (one kept beyond them, unused)
+    draws.count_selection(np.array([False, True]), 4, False)  # the next batch: one place open
     metrics = draws.close(PromptHistory(), skipper, 2)
     assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (3, 2, 4)
     assert (metrics["prompts/reselected_cumulative"], metrics["prompts/rollouts_skipped_cumulative"]) == (5, 12)

@@ -107,7 +107,7 @@ def replay_prompts(tracker, settings, record, dataset) -> list[str]:
     if tracker.skipper is not None:
         replacements = select_groups(
             keys,
-            lambda candidates, at_least: tracker.select_prompts(candidates, GROUP_SIZE, at_least=at_least),
+            lambda candidates, at_least, refill: tracker.select_prompts(candidates, GROUP_SIZE, at_least, refill),
             refill_candidates(len(dataset), settings.prompts.skip.seed, record["step"]),
             lambda index: prompt_key(dataset[index]["prompt"]),
         )
@@ -158,6 +158,12 @@ def test_avspo_run_logs_every_metric_on_every_step_beside_trls_own(avspo_run):
     assert rows[4]["prompts/rollouts_skipped_cumulative"] == 0
     assert rows[4]["prompts/seen"] == 6
     assert all(len(group_prompt_keys(record["prompts"])) == 2 for record in avspo_run.records)
+    # Each step generated its 2 groups, in one generation batch, and the counts add up.
+    assert [rows[step]["train/rollouts_generated"] for step in (1, 2, 3, 4)] == [2 * GROUP_SIZE] * 4
+    assert [rows[step]["train/rollouts_cumulative"] for step in (1, 2, 3, 4)] == [
+        2 * GROUP_SIZE * s for s in (1, 2, 3, 4)
+    ]
+    assert all(row["train/gen_batches"] == 1 for row in rows.values())
 
 
 def test_avspo_advantages_are_the_core_estimators_and_reach_the_loss_and_completions_log(avspo_run):

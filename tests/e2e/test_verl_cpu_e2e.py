@@ -17,8 +17,9 @@ module, two at a time, and each test reads the logs and checkpoints of the run i
   skipped before rollout, 3 steps with a checkpoint at step 2, and the same resumed from it;
 - ``separate_stop``: stock ``main_ppo``, ``avspo_separate_async``, ``grpo``, with an alert that trips on the
   first step and stops the run;
-- ``stock_sync_dapo``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups``, 2 steps,
-  checkpointed at the last;
+- ``stock_dapo_skip``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts
+  skipped before rollout, 4 steps, checkpointed at the last: skipped places left open, the rollouts saved and
+  generated counted;
 - ``launcher_five``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, a checkpoint
   every step, 5 steps (also read by ``verl-avspo prompts``).
 
@@ -37,7 +38,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from closed_forms import ACR_KEYS, AVSPO_KEYS, PROMPT_KEYS, next_threshold
-from verl_cpu.launch import AVSPO_ENTRY, VERL_ENTRY, Outcome, TinyRun, resume_from, separate_async_overrides
+from verl_cpu.launch import (
+    AVSPO_ENTRY,
+    GROUP_SIZE,
+    PROMPTS_PER_STEP,
+    VERL_ENTRY,
+    Outcome,
+    TinyRun,
+    resume_from,
+    separate_async_overrides,
+)
 
 from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory
@@ -64,6 +74,13 @@ AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_
 # The skip rule's metrics, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
              "prompts/rollouts_skipped_cumulative")  # fmt: skip
+# Every step's generated rollouts (every dispatch of prompts to rollout, DAPO's refills included).
+ROLLOUT_KEYS = ("train/rollouts_generated", "train/gen_batches", "train/rollouts_cumulative")
+# Stock main_ppo, our sync trainer, grpo with DAPO's filter_groups and prompts skipped before rollout: 4 steps,
+# checkpointed at the last (verl's config does not declare algorithm.prompts, hence the +).
+DAPO_SKIP = [f"{MODE_KEY}=avspo_sync", "algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=True",
+             "algorithm.filter_groups.metric=reward", *(f"+algorithm.{key}" for key in SKIP_PROMPTS),
+             "trainer.total_training_steps=4", "trainer.save_freq=4"]  # fmt: skip
 # verl's own metrics of the FSDP actor update: present only if the step reached it.
 ACTOR_KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/lr")
 
@@ -113,19 +130,8 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
 
     def lane_two() -> dict[str, Outcome]:
         outcomes = {
-            # Stock verl with our sync trainer, grpo with DAPO's filter_groups on the reward.
-            "stock_sync_dapo": launch(
-                "stock_sync_dapo",
-                VERL_ENTRY,
-                [
-                    f"{MODE_KEY}=avspo_sync",
-                    "algorithm.adv_estimator=grpo",
-                    "algorithm.filter_groups.enable=True",
-                    "algorithm.filter_groups.metric=reward",
-                    "trainer.total_training_steps=2",
-                    "trainer.save_freq=2",
-                ],
-            ),
+            # Stock verl with our sync trainer, grpo with DAPO's filter_groups on the reward, skipping prompts.
+            "stock_dapo_skip": launch("stock_dapo_skip", VERL_ENTRY, DAPO_SKIP),
             # Stock verl with our separate_async trainer: grpo, and an alert that trips on the first step and
             # stops the run (verl's config does not declare algorithm.acr, hence the +).
             "separate_stop": launch(
@@ -221,8 +227,8 @@ def test_resumed_run_continues_like_the_uninterrupted_one(runs):
     resumed = resumed_records[2]["data"]
     # The rollout is seeded from the weights, the prompt and its place in the batch (hf_rollout.py), so
     # step 3 samples the same groups of responses; everything computed from them must match.
-    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, "critic/score/mean", "critic/advantages/max",
-                "critic/advantages/min"):  # fmt: skip
+    for key in (*ACR_KEYS, *AVSPO_KEYS, *PROMPT_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS, "critic/score/mean",
+                "critic/advantages/max", "critic/advantages/min"):  # fmt: skip
         assert resumed[key] == pytest.approx(uninterrupted[3][key], abs=1e-6), key
     assert resumed["actor/pg_loss"] == pytest.approx(uninterrupted[3]["actor/pg_loss"], rel=1e-4, abs=1e-6)
     # The whole controller (step count, θ, J_3, RNG): a restarted one fails this whether or not θ moved.
@@ -240,6 +246,7 @@ def test_dcpo_run_checkpoints_its_per_prompt_history(runs):
     records = outcome.records()
     assert [record["step"] for record in records] == [1]
     assert all(key in records[0]["data"] for key in (*ACR_KEYS, *ACTOR_KEYS))
+    assert not any(key in records[0]["data"] for key in SKIP_KEYS)  # skipping is off unless asked for
     history = outcome.state(1)["dcpo"]
     assert history["prompt_key"] == "index"
     # The 4 prompts of the step, keyed by their extra_info.index (0..7 in the train file), each seen once.
@@ -270,18 +277,24 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
         missing = [
-            key for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS, *SKIP_KEYS) if key not in record["data"]
+            key
+            for key in (*ACR_KEYS, *AVSPO_KEYS, *ACTOR_KEYS, *PROMPT_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS)
+            if key not in record["data"]
         ]
         assert not missing, f"step {record['step']} lacks {missing}"
         assert record["data"]["acr/effective"] <= record["data"]["acr/rate"]
-    # Each skipped prompt's place is refilled: a re-selection, no rollout saved; counted step by step and
-    # across the resume.
+    # Each skipped prompt's place is refilled (the async modes ask for exact counts): a re-selection, no rollout
+    # saved; counted step by step and across the resume.
     for run in (records, runs["colocate_resumed"].records()):
         skipped = [record["data"]["prompts/skipped"] for record in run]
         assert [record["data"]["prompts/reselected"] for record in run] == skipped
         assert [record["data"]["prompts/rollouts_skipped"] for record in run] == [0.0] * len(run)
     cumulative = [record["data"]["prompts/reselected_cumulative"] for record in records]
     assert cumulative == list(itertools.accumulate(r["data"]["prompts/skipped"] for r in records))
+    assert cumulative[-1] > 0, "nothing was skipped: the counts above would hold vacuously"
+    generated = [record["data"]["train/rollouts_generated"] for record in records]
+    assert all(count > 0 and count % GROUP_SIZE == 0 for count in generated), generated
+    assert [r["data"]["train/rollouts_cumulative"] for r in records] == list(itertools.accumulate(generated))
     saved = outcome.state(2)["controller"]
     assert saved["step"] == 2
     # Step 3's threshold is the one step 2 left in the controller (θ moves from step 2 on: ΔJ is 0 on step 1).
@@ -297,27 +310,61 @@ def test_colocate_async_launcher_logs_everything_and_resumes_the_avspo_state(run
     assert step_three["prompts/reselected_cumulative"] == (
         outcome.state(2)["prompt_skip"]["reselected"] + step_three["prompts/reselected"]
     )
+    assert step_three["prompts/reselected_cumulative"] > 0, "nothing was skipped: the sum above would hold vacuously"
+    assert step_three["train/rollouts_cumulative"] == (
+        outcome.state(2)["rollouts_cumulative"] + step_three["train/rollouts_generated"]
+    )
 
 
 def test_stock_main_ppo_with_our_sync_mode_logs_acr_every_step_and_dapo_still_filters(runs):
-    outcome = runs["stock_sync_dapo"]
+    outcome = runs["stock_dapo_skip"]
+    assert outcome.returncode == 0, outcome.log[-6000:]
     records = outcome.records()
-    assert [record["step"] for record in records] == [1, 2]
+    assert [record["step"] for record in records] == [1, 2, 3, 4]
     for record in records:
         data = record["data"]
         assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS, *PROMPT_KEYS)), record["step"]
         assert data["acr/effective"] == 0.0  # the trained batch holds no collapsed group
-        assert not any(key in data for key in SKIP_KEYS)  # skipping is off unless asked for
     # DAPO filtering stayed on: verl's own eviction metric, and collapsed groups counted in ACR
     # although none is in the trained batch.
     filtered = [r["data"] for r in records if r["data"].get("training/filter_groups/evicted_samples", 0) > 0]
     assert filtered, "no step filtered a group: the DAPO check would be vacuous"
     for data in filtered:
         assert data["acr/rate"] > 0 and data["acr/groups"] > 4
-    # Every group ACR counted, the trained, the evicted and the surplus, is a visit in the prompt history.
+    # Every group ACR counted, the trained, the evicted and the surplus, is a visit in the prompt history
+    # (a skipped prompt is not: it was never generated).
     history = PromptHistory()
-    history.load_state_dict(outcome.state(2)["prompt_history"])
+    history.load_state_dict(outcome.state(4)["prompt_history"])
     assert history.table()["visits"].sum() == sum(record["data"]["acr/groups"] for record in records)
+
+
+def dapo_groups(data: dict) -> int:
+    """The groups a sync DAPO step generated, by verl's own counts: the batch, the evicted, the surplus."""
+    return PROMPTS_PER_STEP + sum(
+        int(data.get(f"training/filter_groups/{name}_samples", 0)) for name in ("evicted", "discarded_surplus")
+    )
+
+
+def test_dapo_with_skipping_leaves_skipped_places_open_and_saves_their_rollouts(runs):
+    """With DAPO's filter_groups the buffer generates more prompts until it has a batch of groups with
+    spread, so a skipped prompt's place stays open until the buffer runs short: each step logs its
+    generation batches and the rollouts generated (verl's own counts agree), and the places never needed
+    are the rollouts saved."""
+    records = runs["stock_dapo_skip"].records()
+    assert [record["step"] for record in records] == [1, 2, 3, 4]
+    for record in records:
+        data = record["data"]
+        assert all(key in data for key in (*ACR_KEYS, *SKIP_KEYS, *ROLLOUT_KEYS)), record["step"]
+        assert data["train/rollouts_generated"] == GROUP_SIZE * dapo_groups(data), record["step"]
+        assert data["train/gen_batches"] >= 1 and data["acr/effective"] == 0.0
+        # Each skipped prompt's place was either filled by a later draw or left open (saved).
+        assert data["prompts/reselected"] + data["prompts/rollouts_skipped"] / GROUP_SIZE == data["prompts/skipped"]
+    generated = [record["data"]["train/rollouts_generated"] for record in records]
+    assert [r["data"]["train/rollouts_cumulative"] for r in records] == list(itertools.accumulate(generated))
+    assert any(record["data"]["train/gen_batches"] > 1 for record in records), "DAPO never refilled"
+    saved = [record["data"]["prompts/rollouts_skipped"] for record in records]
+    assert sum(saved) > 0, (saved, [record["data"]["prompts/skipped"] for record in records])
+    assert records[-1]["data"]["prompts/rollouts_skipped_cumulative"] == sum(saved)
 
 
 def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):

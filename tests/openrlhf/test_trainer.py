@@ -586,16 +586,15 @@ def test_raw_rewards_are_measured_once_per_step(openrlhf, monkeypatch, estimator
         assert ("avspo/threshold" in stats) == (estimator == "group_norm")
 
 
-def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, ray_session, monkeypatch):
-    """The sync trainer's start links its generator to the maker's tracker; prompts whose groups
-    collapsed on every earlier visit are not sent to rollout, others are drawn in their place; the
-    trained groups are recorded under the hash of their prompt text."""
-    from verl_avspo.core.prompt_history import prompt_key
+def skipping_generator(openrlhf, ray_session, monkeypatch, skip: bool, **overrides):
+    """OpenRLHF's sync sample generator over prompts p0..p5 (3 a batch) and its experience maker, started
+    as PPOTrainer.fit starts them, with skipping on or off; p1 and p2 collapsed on 12 earlier visits (kept
+    with probability 0.05**12 when skipping). Returns (generator, experience_maker)."""
     from verl_avspo.openrlhf.advantage_step import PROMPT_SKIP_ENV
 
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
-    monkeypatch.setenv(PROMPT_SKIP_ENV, json.dumps({"enable": True, "explore": 0.05, "adaptive": False}))
-    args = make_args("group_norm")
+    monkeypatch.setenv(PROMPT_SKIP_ENV, json.dumps({"enable": skip, "explore": 0.05, "adaptive": False}))
+    args = make_args("group_norm", **overrides)
     args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 3
     args.ckpt.load_enable = False
     prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
@@ -604,14 +603,22 @@ def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, 
     )
     experience_maker = maker(openrlhf, args)
     trainer = SimpleNamespace(args=args, experience_maker=experience_maker, samples_generator=generator)
-    openrlhf.pt.BasePPOTrainer.init_checkpoint_states(trainer)  # as PPOTrainer.fit starts
+    openrlhf.pt.BasePPOTrainer.init_checkpoint_states(trainer)
+    tracker = experience_maker._verl_avspo_step.tracker
+    for visit in range(12):
+        tracker.prompt_history.record(
+            [prompt_key("p1"), prompt_key("p2")], [1.0, 0.0], [True, False], [False, True], visit
+        )
+    return generator, experience_maker
+
+
+def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, ray_session, monkeypatch):
+    """The sync trainer's start links its generator to the maker's tracker; prompts whose groups
+    collapsed on every earlier visit are not sent to rollout, others are drawn in their place; the
+    trained groups are recorded under the hash of their prompt text."""
+    generator, experience_maker = skipping_generator(openrlhf, ray_session, monkeypatch, skip=True)
     tracker = experience_maker._verl_avspo_step.tracker
     assert generator._verl_avspo_tracker is tracker and tracker.skipper is not None
-    # p1 and p2 collapsed on 12 earlier visits: kept with probability 0.05**12.
-    for step in range(12):
-        tracker.prompt_history.record(
-            [prompt_key("p1"), prompt_key("p2")], [1.0, 0.0], [True, False], [False, True], step
-        )
 
     rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
     assert sorted({sample.prompts[0] for sample in rollout}) == ["p0", "p3", "p4"] and consumed == 3
@@ -623,6 +630,34 @@ def test_prompts_are_keyed_for_the_history_and_skipped_before_rollout(openrlhf, 
     tracker.observe_step(1, metrics)
     # p3 and p4 were drawn in their place: re-selections, no rollout saved.
     assert metrics["prompts/skipped"] == metrics["prompts/reselected"] == 2 and metrics["prompts/rollouts_skipped"] == 0
+    assert (metrics["train/rollouts_generated"], metrics["train/gen_batches"]) == (3 * GROUP_SIZE, 1)
     assert metrics["prompts/seen"] == 5  # p1, p2 and the three trained now
     records = tracker.prompt_history.lookup([prompt_key(p) for p in ("p0", "p3", "p4")])
     assert records.visits.tolist() == [1, 1, 1] and records.last_pass_rate.tolist() == [0.75, 0.25, 0.4375]
+
+
+def test_with_dynamic_filtering_skipping_generates_fewer_rollouts_than_filtering_alone(
+    openrlhf, ray_session, monkeypatch
+):
+    """The same prompts, the same history (p1 and p2 collapsed on 12 visits), dynamic filtering on: alone,
+    it generates p1 and p2, drops them and draws p3 and p4 for them; with skipping, p1 and p2 are never
+    generated and p3 and p4 go out at once. Each step logs the rollouts it generated and its generation
+    batches (the batch, then one per prompt filtering replaced); the skipped places were refilled, so the
+    saving shows in the rollouts generated, not as rollouts skipped."""
+
+    def step(skip: bool) -> dict:
+        generator, experience_maker = skipping_generator(
+            openrlhf, ray_session, monkeypatch, skip=skip, dynamic_filtering_enable=True
+        )
+        tracker = experience_maker._verl_avspo_step.tracker
+        rollout, _, _, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+        assert sorted({sample.prompts[0] for sample in rollout}) == ["p0", "p3", "p4"]
+        metrics: dict = {}
+        tracker.observe_step(1, metrics)
+        return metrics
+
+    alone, skipping = step(False), step(True)
+    assert (alone["train/rollouts_generated"], alone["train/gen_batches"]) == (5 * GROUP_SIZE, 3)
+    assert (skipping["train/rollouts_generated"], skipping["train/gen_batches"]) == (3 * GROUP_SIZE, 1)
+    assert skipping["train/rollouts_cumulative"] == 3 * GROUP_SIZE
+    assert skipping["prompts/reselected"] == 2 and skipping["prompts/rollouts_skipped"] == 0

@@ -1,7 +1,8 @@
 """The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
 loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
 (20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
-sampling (dapo_resample) and the rollout counts every run logs are checked on their own run."""
+sampling (dapo_resample), the rollout counts every run logs and the epochs mode (--train-set) are
+checked on their own runs."""
 
 import json
 import math
@@ -247,6 +248,27 @@ def test_skip_rolls_out_a_full_batch_and_counts_what_it_skipped(torch_settings, 
     assert steps["prompts/explore_all_wrong"].between(0.05, 1).all()
 
 
+def test_dapo_resample_with_skip_leaves_skipped_places_open_and_saves_their_rollouts(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    # As above: most groups all-wrong, prompts come back; DAPO draws up to 4 batches a step.
+    config = SandboxConfig(
+        levels="1+1", steps=4, eval_every=4, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=20)
+    )
+    (spec,) = parse_estimators("dapo_resample+skip")
+    train(config, spec, 0, tmp_path / "dapo_skip.jsonl", tmp_path / "cache")
+    steps = read_metrics(tmp_path / "dapo_skip.jsonl").loc[1:]
+    # Every group drawn is paid for (G=8) and measured; a batch's skipped places stay open (DAPO's next batch
+    # tops up), so each skipped prompt is a saving unless a batch whose every candidate was skipped drew one more.
+    assert (steps["train/rollouts_generated"] == 8 * steps["acr/groups"]).all()
+    assert (steps["train/rollouts_cumulative"] == steps["train/rollouts_generated"].cumsum()).all()
+    assert (steps["prompts/reselected"] + steps["prompts/rollouts_skipped"] / 8 == steps["prompts/skipped"]).all()
+    assert steps["prompts/rollouts_skipped"].sum() > 0
+    assert steps["prompts/rollouts_skipped_cumulative"].iloc[-1] == steps["prompts/rollouts_skipped"].sum()
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.
@@ -316,3 +338,23 @@ def test_the_sampling_temperature_is_a_setting(comparison, tmp_path):
     assert hot.loc[1, "actor/entropy"] > grpo.loc[1, "actor/entropy"]
     assert hot.loc[0, "eval/acc_mean"] == grpo.loc[0, "eval/acc_mean"]  # same policy before training
     assert "temperature 2, verl's" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_epochs_mode_visits_each_prompt_of_its_set_at_least_five_times(torch_settings, tmp_path):
+    from collections import Counter
+
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    config = SandboxConfig(
+        levels="1+1,2+1", steps=5, eval_every=5, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
+    )
+    visits = Counter()
+    (spec,) = parse_estimators("grpo")
+    train(config, spec, 0, tmp_path / "epochs.jsonl", tmp_path / "cache", lambda _s, _m, b: visits.update(b.prompts))
+    assert len(visits) == 16 and set(visits.values()) == {5}  # 5 steps x 16 prompts over a set of 16
+    steps = read_metrics(tmp_path / "epochs.jsonl").loc[1:]
+    assert (steps["prompts/seen"] == 16).all()  # the whole set in the first epoch, no prompt outside it
+    shares = steps[["prompts/always_solved", "prompts/never_solved"]].iloc[-1]
+    assert shares.between(0, 1).all() and shares.sum() <= 1

@@ -1,15 +1,20 @@
 """The sandbox's pinned floating-point kernels (verl_avspo.sandbox.kernels): the `verl-avspo sandbox`
-command prints the same numbers whichever kernels torch, MKL and oneDNN would pick on this CPU, and
-a control run that imports torch first (so nothing is pinned) shows that the same tiny run does
-tell those kernels apart. Each run is a fresh process, as the environment is read when torch loads."""
+command prints the same numbers whichever kernels torch, MKL and oneDNN would pick on this CPU and
+with 1 or 2 threads, and a control run that imports torch first (so nothing is pinned) shows that
+the same tiny run does tell those kernels apart. `verl-avspo sandbox --fingerprint` prints the line
+the docs quote under each of those selections. Each run is a fresh process, as the environment is
+read when torch loads."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from verl_avspo.sandbox.kernels import PINNED_KERNELS
 
@@ -65,7 +70,9 @@ def test_the_printed_numbers_do_not_depend_on_the_cpus_kernels(tmp_path):
             ("pinned", [sys.executable, "-m", "verl_avspo.cli", "sandbox"]),
             ("unpinned", [sys.executable, "-c", UNPINNED, "sandbox"]),
         ):
-            commands[how, name] = ([*argv, *TINY, "--out", str(tmp_path / how / name)], _env(selection))
+            # The pinned plain run also takes 2 threads: the numbers must not depend on them either.
+            threads = ["--threads", "2"] if (how, name) == ("pinned", "plain") else []
+            commands[how, name] = ([*argv, *TINY, *threads, "--out", str(tmp_path / how / name)], _env(selection))
     runs = _run_all(commands)
     control = {name: _log(tmp_path / "unpinned" / name) for name in SELECTIONS}
     # The control: the tiny run's metrics differ between the two selections when nothing is pinned.
@@ -76,7 +83,7 @@ def test_the_printed_numbers_do_not_depend_on_the_cpus_kernels(tmp_path):
     assert logs["widest"] == logs["plain"]  # every metric of every step, to the last bit
     assert _tables(tmp_path / "pinned" / "widest") == _tables(tmp_path / "pinned" / "plain")
     assert [json.loads(line)["step"] for line in logs["plain"].splitlines()] == [0, 1, 2]
-    assert "the same numbers on any x86-64 CPU with AVX2" in runs["pinned", "plain"].stdout
+    assert "one code path on any x86-64 CPU with AVX2" in runs["pinned", "plain"].stdout
 
 
 def test_the_command_pins_the_kernels_before_torch_loads():
@@ -88,3 +95,29 @@ def test_the_command_pins_the_kernels_before_torch_loads():
     late = f"import os, torch; {check}; print(os.environ['ATEN_CPU_CAPABILITY'], os.environ['MKL_CBWR'])"
     unpinned = subprocess.run([sys.executable, "-c", late], env=selection, capture_output=True, text=True, check=True)
     assert unpinned.stdout.split() == ["False", "default", "AVX2"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "results.md"
+QUOTED = re.compile(r"sandbox fingerprint: (weights \w+, samples \w+) \(torch (\S+), transformers (\S+)\)")
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="the pinned path needs a CPU with AVX2"
+)
+def test_the_fingerprint_is_the_one_the_docs_quote_whatever_the_kernels_and_threads():
+    quoted = QUOTED.search(DOCS.read_text())
+    assert quoted, f"{DOCS} quotes no `sandbox fingerprint: ...` line"
+    for page in ("README.md", "docs/reproduction.md"):  # the pages that quote the hashes again
+        assert quoted[1] in " ".join((ROOT / page).read_text().split()), f"{page} does not quote {quoted[1]}"
+    if quoted.groups()[1:] != (torch.__version__, transformers.__version__):
+        pytest.skip(f"the docs quote the fingerprint of torch {quoted[2]} and transformers {quoted[3]}")
+    command = [sys.executable, "-m", "verl_avspo.cli", "sandbox", "--fingerprint"]
+    runs = _run_all(
+        {
+            "as installed": (command, _env({})),
+            **{name: ([*command, "--threads", "2"], _env(selection)) for name, selection in SELECTIONS.items()},
+        }
+    )
+    for name, run in runs.items():
+        assert quoted[0] in run.stdout.splitlines(), f"{name}: {run.stdout}"

@@ -1,8 +1,11 @@
-"""The sandbox's pieces: task split and verifier, tokenizer, token rewards, estimator specs,
-validation messages, DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the
-skip rule's candidate draws (``+skip``),
-padding rollouts together, the summary verdict and the plots. No model training here."""
+"""The sandbox's pieces: task split and verifier, tokenizer, its sampler (the distribution it draws
+from, greedy decoding, its own generator), token rewards, estimator specs, validation messages,
+DAPO's dynamic sampling (its rollout accounting and cap, on scripted batches), the skip rule's
+candidate draws (``+skip``), the epochs mode's fixed training set (``--train-set``: its draw, its
+permutations, refills from the current epoch, its validation), padding rollouts together, the summary
+verdict, its training-prompt shares and the plots. No model training here."""
 
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +17,7 @@ from verl_avspo.cli import main
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.policy import Rollout
-from verl_avspo.sandbox.sampling import draw_kept, dynamic_sampling
+from verl_avspo.sandbox.sampling import TrainingEpochs, draw_kept, dynamic_sampling
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
 from verl_avspo.tools.plots import plot_metrics
@@ -174,8 +177,7 @@ def test_log_probs_do_not_depend_on_padding(architecture):
 
     tokenizer = CharTokenizer()
     model = build_model(PolicyConfig(architecture=architecture, sft_steps=0), tokenizer).eval()
-    torch.manual_seed(0)
-    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], max_new_tokens=4)
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "7*8="], 4, torch.Generator().manual_seed(0))
     assert rollout.prompt_mask[0, :2].tolist() == [0, 0]  # "1+2=" is padded to the longest prompt
     with torch.no_grad():
         batched = response_log_probs(model, rollout)
@@ -191,40 +193,63 @@ def test_log_probs_do_not_depend_on_padding(architecture):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6, 1.5])
-def test_log_probs_are_those_generate_sampled_from(temperature):
-    # PPO's old_log_prob must be log π of each sampled token under the distribution generate
-    # sampled it from (at the sampling temperature, no top-k/top-p): an off-by-one in the logit
-    # slice or in the position ids would pass the padding test above but fail here, and so would
-    # log-probs at temperature 1.0 of tokens sampled at another.
+def test_log_probs_are_those_the_sampler_sampled_from(temperature):
+    # PPO's old_log_prob must be log π of each sampled token under the distribution the sampler drew
+    # it from: the logits of the prefix before it, at the sampling temperature. An off-by-one in the
+    # logit slice or in the position ids would pass the padding test above but fail here, and so
+    # would log-probs at temperature 1.0 of tokens sampled at another.
     from verl_avspo.sandbox.config import PolicyConfig
-    from verl_avspo.sandbox.policy import CharTokenizer, Rollout, build_model, response_log_probs
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, response_log_probs, sample
 
     tokenizer = CharTokenizer()
     model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
-    prompt_ids, prompt_mask = tokenizer.encode_prompts(["1+2=", "12+34=", "99*9="])
-    torch.manual_seed(0)
-    output = model.generate(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        do_sample=True,
-        temperature=temperature,
-        top_k=None,
-        top_p=None,
-        max_new_tokens=4,
-        pad_token_id=tokenizer.pad_id,
-        eos_token_id=tokenizer.eos_id,
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
-    response_ids = output.sequences[:, prompt_ids.shape[1] :]
-    sampled_from = torch.stack(output.scores, dim=1).log_softmax(dim=-1)
-    expected = sampled_from.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-    rollout = Rollout(prompt_ids, prompt_mask, response_ids, torch.ones_like(response_ids))
+    rollout = sample(model, tokenizer, ["1+2=", "12+34=", "99*9="], 4, torch.Generator().manual_seed(0), temperature)
     with torch.no_grad():
         log_probs = response_log_probs(model, rollout, temperature)
-    torch.testing.assert_close(log_probs, expected)
+        for t in range(rollout.response_ids.shape[1]):
+            ids = torch.cat([rollout.prompt_ids, rollout.response_ids[:, :t]], dim=1)
+            mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.response_ids[:, :t])], dim=1)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+            sampled_from = (logits[:, -1] / temperature).log_softmax(dim=-1)
+            expected = sampled_from.gather(-1, rollout.response_ids[:, t : t + 1]).squeeze(-1)
+            rows = rollout.response_mask[:, t].bool()
+            torch.testing.assert_close(log_probs[rows, t], expected[rows])
     if temperature != 1.0:
-        assert not torch.allclose(response_log_probs(model, rollout), expected, atol=1e-3)
+        assert not torch.allclose(response_log_probs(model, rollout), log_probs, atol=1e-3)
+
+
+def test_the_sampler_draws_from_the_tempered_distribution_with_its_own_generator():
+    from verl_avspo.sandbox.policy import next_tokens
+
+    logits = torch.tensor([[0.0, 1.0, 3.0, -1.0]]).expand(40_000, -1)
+    for temperature in (1.0, 2.0):
+        drawn = next_tokens(logits, torch.Generator().manual_seed(0), temperature)
+        frequencies = torch.bincount(drawn, minlength=4) / len(drawn)
+        torch.testing.assert_close(frequencies, torch.softmax(logits[0] / temperature, -1), atol=0.01, rtol=0)
+    assert next_tokens(logits[:3], None).tolist() == [2, 2, 2]  # no generator: greedy
+    # The draws come from the generator alone: torch's global one neither decides nor moves.
+    state = torch.random.get_rng_state()
+    first = next_tokens(logits[:500], torch.Generator().manual_seed(7))
+    torch.manual_seed(123)
+    assert torch.equal(next_tokens(logits[:500], torch.Generator().manual_seed(7)), first)
+    torch.random.set_rng_state(state)
+
+
+def test_a_response_ends_at_its_eos_and_is_padded_after_it():
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, sample
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(sft_steps=0), tokenizer).eval()
+    rollout = sample(model, tokenizer, ["1+2="] * 64, 6, torch.Generator().manual_seed(0))
+    is_eos = rollout.response_ids == tokenizer.eos_id
+    ended = is_eos.any(dim=1)
+    assert ended.any() and (~ended).any()  # a random model ends some responses within 6 tokens
+    first = is_eos.int().argmax(dim=1)
+    for row in ended.nonzero().squeeze(1).tolist():
+        assert rollout.response_mask[row].tolist() == [1] * (first[row] + 1) + [0] * (6 - first[row] - 1)
+        assert (rollout.response_ids[row, first[row] + 1 :] == tokenizer.pad_id).all()
+    assert (rollout.response_mask[~ended] == 1).all()
 
 
 def test_paper_baseline_specs():
@@ -238,23 +263,25 @@ def test_paper_baseline_specs():
         parse_estimators("dcpo:paper")
 
 
+def three_step_run(extra: dict) -> pd.DataFrame:
+    """A one-level run's log as summary.py reads it: step 0 evaluated, steps 1-2 trained and 2 evaluated,
+    with ``extra`` columns beside the ACR and evaluation ones."""
+    columns = {
+        "acr/rate": [None, 0.5, 0.25],
+        "acr/effective": [None, 0.5, 0.25],
+        "acr/all_correct": [None, 0.25, 0.0],
+        "acr/all_wrong": [None, 0.25, 0.25],
+        "eval/acc_level_1": [0.1, None, 0.5],
+        "eval/acc_mean": [0.1, None, 0.5],
+        "eval/pass@8_level_1": [0.2, None, 0.75],
+    }
+    return pd.DataFrame({**columns, **extra}, index=pd.Index([0, 1, 2], name="step"))
+
+
 def test_summary_marks_intrinsic_rewards_and_shows_entropy():
     from verl_avspo.sandbox.summary import render_summary, run_statistics
 
-    steps = pd.Index([0, 1, 2], name="step")
-    frame = pd.DataFrame(
-        {
-            "acr/rate": [None, 0.5, 0.25],
-            "acr/effective": [None, 0.5, 0.25],
-            "acr/all_correct": [None, 0.25, 0.0],
-            "acr/all_wrong": [None, 0.25, 0.25],
-            "actor/entropy": [None, 1.5, 0.5],
-            "eval/acc_level_1": [0.1, None, 0.5],
-            "eval/acc_mean": [0.1, None, 0.5],
-            "eval/pass@8_level_1": [0.2, None, 0.75],
-        },
-        index=steps,
-    )
+    frame = three_step_run({"actor/entropy": [None, 1.5, 0.5]})
     stats = run_statistics(frame, 1, 8, 1)
     assert stats["entropy"] == 1.0 and stats["acr"] == 0.375
     old = run_statistics(frame.drop(columns="actor/entropy"), 1, 8, 1)  # a log from before the column
@@ -376,7 +403,7 @@ def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
 
     calls = []
 
-    def keep_even(prompts, at_least):
+    def keep_even(prompts, at_least, refill):
         calls.append(at_least)
         mask = torch.tensor([int(p) % 2 == 0 for p in prompts]).numpy()
         mask[(~mask).nonzero()[0][: max(0, at_least - int(mask.sum()))]] = True
@@ -387,3 +414,102 @@ def test_draw_kept_fills_the_step_and_the_last_draw_keeps_what_is_missing():
     calls.clear()
     assert draw_kept(draw, keep_even, 5, 2).prompts == ["8", "10", "12", "13", "14"]  # the 2nd (last) draw tops up
     assert calls == [0, 3]
+    calls.clear()
+    # DAPO's batches: one place filled, the others left open (its next batch tops up only if needed).
+    assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["16", "18"]
+    assert draw_kept(draw, keep_even, 4, 10, fill=1).prompts == ["20", "22"]
+
+
+def test_the_training_set_is_drawn_once_evenly_over_levels_without_repeats():
+    task = ArithmeticTask(parse_levels("1+1,2+1,1*1"), 8)
+    problems = task.training_set(100, torch.Generator().manual_seed(3))
+    assert torch.bincount(problems.level).tolist() == [34, 33, 33]  # the first level takes the remainder
+    assert len(set(problems.prompts)) == 100
+    held_out = {p for i in range(3) for p in task.eval_set(i).prompts}
+    assert not set(problems.prompts) & held_out
+    again = task.training_set(100, torch.Generator().manual_seed(3))
+    assert again.prompts == problems.prompts  # determined by the seed
+    assert task.training_set(100, torch.Generator().manual_seed(4)).prompts != problems.prompts
+
+
+def test_each_epoch_is_a_permutation_of_the_set_and_draws_run_on_into_the_next():
+    task = ArithmeticTask(parse_levels("1+1,2+1"), 8)
+    epochs = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    draws = [epochs.sample(8, generator).prompts for _ in range(9)]  # 3 epochs of 3 draws
+    for epoch in range(3):
+        seen = [p for draw in draws[3 * epoch : 3 * epoch + 3] for p in draw]
+        assert sorted(seen) == sorted(epochs.problems.prompts)  # each prompt exactly once per epoch
+    assert epochs.epoch == 3 and draws[:3] != draws[3:6]  # a fresh permutation each epoch
+    assert epochs.max_answer_chars == task.max_answer_chars
+    # A draw that straddles two epochs takes the end of one and the start of the next.
+    odd = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    first, second = odd.sample(20, generator).prompts, odd.sample(8, generator).prompts
+    assert sorted(first + second[:4]) == sorted(odd.problems.prompts) and odd.epoch == 2
+    # Same seeds, same draws.
+    replay = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    assert [replay.sample(8, generator).prompts for _ in range(9)] == draws
+
+
+def test_the_skip_rules_refills_come_from_the_current_epoch():
+    task = ArithmeticTask(parse_levels("1+1"), 8)
+    epochs = TrainingEpochs(task, 32, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    candidates = []
+
+    def draw():
+        candidates.append(epochs.sample(8, generator))
+        return candidates[-1]
+
+    def keep_first_half(prompts, at_least, *_):  # the rule keeps half of each candidate batch
+        mask = torch.zeros(len(prompts), dtype=torch.bool)
+        mask[: max(len(prompts) // 2, at_least)] = True
+        return mask.numpy()
+
+    kept = draw_kept(draw, keep_first_half, 8, 10)
+    assert len(kept.prompts) == 8 and len(candidates) == 2  # the refill drew the next 8 of the epoch
+    assert len(set(candidates[0].prompts + candidates[1].prompts)) == 16 and epochs.epoch == 1
+    draw_kept(draw, keep_first_half, 8, 10)  # the next step's draws finish the epoch
+    assert sorted(p for c in candidates for p in c.prompts) == sorted(epochs.problems.prompts)
+
+
+def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epochs():
+    with pytest.raises(ValueError, match=r"train_set=8 is invalid: a step draws prompts_per_step=16 .* at least 16"):
+        SandboxConfig(train_set=8)
+    # 1+1 keeps 80 of its 100 problems for training (a fifth held out): 100 prompts over 1 level is too many.
+    with pytest.raises(ValueError, match=r"train_set=100 is too large .* level 1\+1 would give 100 prompts but has 80"):
+        SandboxConfig(levels="1+1", train_set=100)
+    with pytest.warns(UserWarning, match=r"steps=60 x prompts_per_step=16 = 960 .* each prompt 3 time.*<= 192"):
+        SandboxConfig(train_set=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SandboxConfig(train_set=192)  # 960 draws: each prompt 5 times
+    with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
+        main(["sandbox", "--train-set", "8"])
+    from verl_avspo.sandbox.cli import _prompts_text
+
+    assert "a fixed training set of 128 prompts" in _prompts_text(SandboxConfig(train_set=128))
+    assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(train_set=128))  # 960 draws / 128
+    assert "with replacement" in _prompts_text(SandboxConfig())
+
+
+def test_the_summary_reports_the_training_prompts_shares_at_the_end_of_the_run():
+    from verl_avspo.sandbox.summary import render_summary, run_statistics
+
+    frame = three_step_run(
+        {
+            "prompts/seen": [None, 16, 32],
+            "prompts/always_solved": [None, 0.5, 0.25],
+            "prompts/never_solved": [None, 0.125, 0.0625],
+        }
+    )
+    stats = run_statistics(frame, 1, 8, 1)
+    assert (stats["prompts_seen"], stats["prompts_always_solved"], stats["prompts_never_solved"]) == (32, 0.25, 0.0625)
+    text = render_summary({"grpo": [stats]}, ["1+1"], 8, 1, "setup", [])
+    assert "### Training prompts at the end of the run" in text and "| `grpo` | 32 | 0.250 | 0.062 |" in text
+    older = run_statistics(
+        frame.drop(columns=["prompts/seen", "prompts/always_solved", "prompts/never_solved"]), 1, 8, 1
+    )
+    assert "Training prompts" not in render_summary({"grpo": [older]}, ["1+1"], 8, 1, "setup", [])

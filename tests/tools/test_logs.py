@@ -1,5 +1,6 @@
 """Reading logs: verl's file-logger JSONL (merging, malformed lines and steps, a resume appended to the
-log), wandb CSV steps, which files count as logs, run naming, and one run's files merged."""
+log), a custom loop's flat JSONL and metrics logged as text, wandb CSV steps, which files count as
+logs, run naming, and one run's files merged."""
 
 import io
 import json
@@ -42,7 +43,7 @@ def test_an_empty_or_wholly_unreadable_log_is_named(tmp_path):
         read_metrics(empty)
     junk = tmp_path / "junk.jsonl"
     junk.write_text("not json\nnor this\n")
-    with pytest.raises(ValueError, match=r"junk.jsonl holds no verl file-logger record .*junk.jsonl:1 .* and 1 more"):
+    with pytest.raises(ValueError, match=r"junk.jsonl holds no metrics record .*junk.jsonl:1 .* and 1 more"):
         read_metrics(junk)
 
 
@@ -123,3 +124,12 @@ def test_one_runs_files_merge_into_one_frame_keeping_the_later_files_values(tmp_
     assert merged["acr/rate"].to_dict() == {1: 0.9, 2: 0.9, 3: 0.2, 4: 0.2}
     assert merged.attrs["repeated_steps"] == [3]
     assert run_names([first, second]) == ["r", "r"]
+
+
+def test_flat_jsonl_and_metrics_logged_as_text_are_read(tmp_path):
+    # A custom loop's log: flat records with a step key; a rate logged as a string is read as a number.
+    path = tmp_path / "custom.jsonl"
+    path.write_text("\n".join(json.dumps({"step": s, "reward": 0.5, "acr/rate": "0.25", "note": "x"}) for s in (1, 2)))
+    with pytest.warns(UserWarning, match="logged as text"):
+        frame = read_run(path)
+    assert frame["acr/rate"].tolist() == [0.25, 0.25] and "note" not in frame and frame.index.tolist() == [1, 2]

@@ -1,10 +1,13 @@
 """``verl-avspo report`` on logs written in the format of verl's loggers (file logger JSONL,
 TensorBoard event files through torch's SummaryWriter as verl uses it, wandb history and chart-panel
 CSV, OpenRLHF's train/ names), and the bad inputs a user hands it: truncated and corrupt logs, an
-empty file, a file as --out."""
+empty file, a file as --out, an unreadable file in a folder (named and counted by --fail-on), an
+unwritable --json and a full disk (named with the path); findings as headline, severity, evidence and
+actions; stalls and ACR_100 in training steps; collapse read from verl's scores without acr/*."""
 
 import json
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -45,92 +48,103 @@ def write_log(path, acr, correct_share=0.8, avspo=False, every=1, val_every=25):
     return path
 
 
+def headline(diagnosis, start):
+    """The first finding whose headline starts with ``start``, as text (None when there is none)."""
+    return next((str(f) for f in diagnosis.findings if f.headline.startswith(start)), None)
+
+
 def test_stalled_window_reports_the_steps_and_the_advice(tmp_path):
     acr = [0.2] * 10 + [0.5] * 60 + [0.1] * 30  # steps 11-70 above 0.35
     frame = read_run(write_log(tmp_path / "grpo.jsonl", acr))
-    findings = diagnose("grpo", frame, AlertConfig(rule="acr")).findings
-    assert findings[0] == (
-        "grpo: STALLED (alert rule `acr`: ACR above 0.35 for 50 consecutive steps, over logged steps) at steps "
-        f"11–70 (60 steps); most groups gave no gradient there. Try to {ADVICE}."
-    )
+    stall = headline(diagnose("grpo", frame, AlertConfig(rule="acr")), "Stalled")
+    assert stall.startswith("[ALERT] Stalled at steps 11–70 (60 steps): most groups gave no gradient there")
+    assert "rule `acr`: ACR above 0.35 for 50 consecutive steps" in stall and f"1. try to {ADVICE}" in stall
     # The same log judged on its all-wrong part (20% of ACR here, 0.1): no stall.
-    assert (
-        diagnose("grpo", frame, AlertConfig(rule="all_wrong"))
-        .findings[0]
-        .startswith("grpo: no stalled window (alert rule `all_wrong`")
-    )
+    assert headline(diagnose("grpo", frame, AlertConfig(rule="all_wrong")), "No stalled window") is not None
 
 
 def test_the_default_rule_reads_the_score_and_stalls_a_flat_run(tmp_path):
     # acr_no_gain on verl's critic/score/mean (logs without acr/reward_mean): flat scores stall.
     flat = read_run(write_log(tmp_path / "flat.jsonl", [0.9] * 120))
     flat["critic/score/mean"] = 0.3
-    assert diagnose("flat", flat).findings[0].startswith("flat: STALLED (alert rule `acr_no_gain`")
+    assert headline(diagnose("flat", flat), "Stalled") is not None
     rising = read_run(write_log(tmp_path / "rising.jsonl", [0.9] * 120))
-    assert diagnose("rising", rising).findings[0].startswith("rising: no stalled window (alert rule `acr_no_gain`")
+    assert headline(diagnose("rising", rising), "No stalled window") is not None
+    # 80 steps cannot show acr_no_gain's 2 x 50 steps of history: said, not silently passed.
+    short = diagnose("short", read_run(write_log(tmp_path / "short.jsonl", [0.9] * 80)))
+    assert "it needs 100 steps of history and the log has 80" in headline(short, "Stall rule not checked")
+    assert short.values["stalled"] is None
 
 
-def test_stall_rule_uses_logged_steps_and_the_given_window(tmp_path):
-    # Logged every 2 steps: positions 5-14 are steps 11-29.
+def test_stall_rule_counts_training_steps_not_rows(tmp_path):
+    # Logged every 2 steps: rows 5-14 are steps 11-29, each row standing for its 2 steps (10-29: 20 steps).
     frame = read_run(write_log(tmp_path / "sparse.jsonl", [0.1] * 5 + [0.4] * 10 + [0.1] * 5, every=2))
-    assert "at steps 11–29 (10 steps)" in diagnose("sparse", frame, AlertConfig(window=10, rule="acr")).findings[0]
-    assert diagnose("sparse", frame, AlertConfig(window=11, rule="acr")).findings[0] == (
-        "sparse: no stalled window (alert rule `acr`: ACR above 0.35 for 11 consecutive steps, over logged steps); "
-        "longest streak above 0.35: 10 steps."
+    assert "Stalled at steps 10–29 (20 steps)" in headline(
+        diagnose("sparse", frame, AlertConfig(window=20, rule="acr")), "Stalled"
     )
+    quiet = diagnose("sparse", frame, AlertConfig(window=21, rule="acr"))
+    assert "longest streak above 0.35: 20 steps" in headline(quiet, "No stalled window")
     strictly_above = AlertConfig(window=10, threshold=0.4, rule="acr")
-    assert "no stalled window" in diagnose("sparse", frame, strictly_above).findings[0]
+    assert headline(diagnose("sparse", frame, strictly_above), "No stalled window") is not None
 
 
-def test_acr_100_and_the_paper_fit_marked_as_the_papers(tmp_path):
+def test_acr_100_and_the_paper_fit_only_for_runs_that_long(tmp_path):
     acr = [0.4] * 50 + [0.2] * 50 + [0.9] * 20  # the first 100 steps average 0.3
     summary = diagnose("run", read_run(write_log(tmp_path / "run.jsonl", acr)))
     assert summary.row["ACR_100"] == "0.300"
-    fit = next(f for f in summary.findings if "ACR_100" in f)
-    assert f"would put it at {51.4 - 29.6 * 0.3:.1f}%" in fit
-    assert "That fit is the paper's" in fit and "not a prediction for this run" in fit
+    fit = headline(summary, "Paper's fit")
+    assert f"{51.4 - 29.6 * 0.3:.1f}% MATH-500" in fit and "not a prediction for this run" in fit
+    assert "fit on the paper's math runs" in fit
 
     short = diagnose("short", read_run(write_log(tmp_path / "short.jsonl", [0.5] * 40)))
-    assert "ACR over steps 1–40 (40 logged; ACR_100) = 0.500 (fewer than 100 logged steps)" in short.findings[1]
+    assert headline(short, "Paper's fit") is None and short.row["ACR_100"] == "—"
 
     # By step number, as `verl-avspo table` counts it: logged every 4 steps, steps 1..97 are 25 rows.
     sparse = diagnose("sparse", read_run(write_log(tmp_path / "sparse.jsonl", [0.2] * 25 + [0.8] * 75, every=4)))
-    assert sparse.row["ACR_100"] == "0.200"
+    assert sparse.row["ACR_100"] == "0.218"  # steps 1–97 at 0.2; 98–100 belong to the row at 101 (0.8)
+    assert sparse.steps == 397 and "397 steps, 100 rows logged every 4" in sparse.heading
 
 
 @pytest.mark.parametrize(
     "share,expected",
     [
-        (0.1, "all-wrong groups dominate collapse"),
-        (0.9, "all-correct groups dominate collapse"),
-        (0.5, "groups both matter"),
+        (0.1, "all-wrong groups dominate"),
+        (0.9, "all-correct groups dominate"),
+        (0.5, "both kinds matter"),
     ],
 )
 def test_which_kind_of_group_dominates(tmp_path, share, expected):
     frame = read_run(write_log(tmp_path / "run.jsonl", [0.4] * 20, correct_share=share))
-    assert any(expected in finding for finding in diagnose("run", frame).findings)
+    assert expected in headline(diagnose("run", frame), "Collapse: 40% of groups")
 
 
-def test_grpo_log_without_our_metrics_says_what_is_missing(tmp_path):
+def test_grpo_log_without_our_metrics_reads_collapse_from_the_scores(tmp_path):
     path = tmp_path / "plain.jsonl"
     with path.open("w") as stream:
         for step in range(1, 11):
-            write_record(stream, step, {"critic/score/mean": 0.5, "critic/score/max": 1.0, "critic/score/min": 0.0})
+            low = 0.0 if step <= 6 else 1.0 if step <= 8 else 0.0
+            write_record(
+                stream,
+                step,
+                {"critic/score/mean": low, "critic/score/max": 1.0 if step > 8 else low, "critic/score/min": low},
+            )
     summary = diagnose("plain", read_run(path))
-    assert len(summary.findings) == 1
-    assert summary.findings[0].startswith("plain: no acr/* metrics. ACR cannot be recovered from critic/score/*")
-    assert "python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo" in summary.findings[0]
+    collapse = headline(summary, "Every group collapsed")
+    assert collapse.startswith(
+        "[ALERT] Every group collapsed on 8 of 10 logged rows (critic/score/max == critic/score/min)"
+    )
+    assert summary.values["all_wrong"] == pytest.approx(0.6) and summary.values["all_correct"] == pytest.approx(0.2)
 
     with path.open("w") as stream:
         write_record(stream, 1, {"loss": 1.0})
-    assert "neither acr/* nor critic/score/*" in diagnose("other", read_run(path)).findings[0]
+    assert headline(diagnose("other", read_run(path)), "No collapse measure in this log") is not None
 
 
 def test_avspo_run_reports_effective_collapse_and_an_idle_trigger(tmp_path):
     frame = read_run(write_log(tmp_path / "avspo.jsonl", [0.4] * 20, avspo=True))
-    assert any("from 0.400 (raw ACR) to 0.200 (effective)" in f for f in diagnose("avspo", frame).findings)
+    assert "0.400 raw → 0.200 effective" in headline(diagnose("avspo", frame), "AVSPO augmented")
     frame["avspo/triggered"] = 0.0
-    assert any("AVSPO never augmented a group" in f for f in diagnose("avspo", frame).findings)
+    assert headline(diagnose("avspo", frame), "AVSPO never augmented a group") is not None
 
 
 def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
@@ -142,11 +156,13 @@ def test_report_side_by_side_writes_pngs_and_markdown(tmp_path, capsys):
     assert "STALLED" not in capsys.readouterr().out
     assert cli.main(["report", str(grpo), str(avspo), "--out", str(out), "--rule", "acr"]) == 0
     printed = capsys.readouterr().out
-    assert "== grpo (60 steps)" in printed and "== avspo (60 steps)" in printed and "STALLED" in printed
+    assert "== grpo (60 steps; verl log)" in printed and "== avspo (60 steps; verl log)" in printed
+    assert "[ALERT] Stalled at steps" in printed
     for name in ("acr", "acr_split", "threshold", "reward", "accuracy"):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     summary = (out / "summary.md").read_text()
-    assert "| grpo | 60 | 0.359 | HuggingFaceH4/MATH-500/acc/mean@1 0.450 | 0.450 | 0.450 |" in summary
+    # final score: the mean of the last fifth of the rows (0.348..0.359), not the last row; no ACR_100 under 100 steps.
+    assert "| grpo | 60 | 0.353 (last 0.359) | HuggingFaceH4/MATH-500/acc/mean@1 0.450 | 0.450 | — | 0.360 |" in summary
     assert "| avspo | 60 |" in summary and "![threshold](threshold.png)" in summary
 
 
@@ -218,7 +234,7 @@ def test_openrlhf_wandb_history_is_read_by_its_global_step(tmp_path):
     ).to_csv(path, index=False)
     frame = read_run(path)
     assert frame["acr/rate"].to_dict() == {1: 0.5, 2: 0.4, 3: 0.3}
-    assert diagnose("openrlhf", frame).row["final score"] == "0.750"
+    assert diagnose("openrlhf", frame).row["final score"] == "0.750 (last 0.750)"
     assert frame["eval/eval_math500_pass1"].dropna().to_dict() == {2: 0.5}
 
 
@@ -234,10 +250,10 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         cli.main(["report", str(log), "--window", "0", "--threshold", "nan", "--out", str(tmp_path / "out")])
     message = str(refused.value)
-    assert "--rule, --window and --threshold are the live stall alert's settings" in message
-    # Named by the alert's own keys (algorithm.acr.alert.*, algorithm.avspo.alert.* before).
-    assert "alert.window=0 is invalid: expected an integer >= 1." in message
-    assert "alert.threshold=nan is invalid: expected a finite number." in message
+    assert "--rule, --window and --threshold set the stall rule" in message
+    # Named by the flags the user gave, not by the live alert's verl keys.
+    assert "--window=0 is invalid: expected an integer >= 1." in message
+    assert "--threshold=nan is invalid: expected a finite number." in message and "algorithm." not in message
     assert not (tmp_path / "out").exists()
 
 
@@ -254,6 +270,26 @@ def test_a_corrupt_file_in_a_folder_does_not_hide_the_other_runs(tmp_path):
     assert any("skipped a log that cannot be read" in m and "broken.jsonl" in m for m in messages)
 
 
+def test_an_unreadable_file_in_a_folder_is_named_in_the_text_and_counted(tmp_path, capsys):
+    write_log(tmp_path / "runs" / "good" / "metrics.jsonl", [0.4] * 5)
+    (tmp_path / "runs" / "broken.jsonl").write_text("\x00\x01 not json\n")
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="broken.jsonl"):
+        assert cli.main(["report", str(tmp_path / "runs"), "--out", str(out), "--fail-on", "unreadable"]) == 3
+    printed = capsys.readouterr()
+    assert "!! not read:" in printed.out and "broken.jsonl" in printed.out
+    assert "--fail-on unreadable holds for" in printed.err
+    assert "## Logs that could not be read" in (out / "summary.md").read_text()
+
+
+def test_writes_go_through_atomic_write_and_an_unwritable_json_is_named(tmp_path):
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    target = tmp_path / "no" / "such" / "report.json"
+    with pytest.raises(SystemExit, match=f"cannot write {target}: its folder does not exist"):
+        cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", str(target)])
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+
+
 def test_openrlhf_train_prefixed_metrics_are_read_as_acr(tmp_path):
     path = tmp_path / "openrlhf.jsonl"
     with path.open("w") as stream:
@@ -263,7 +299,7 @@ def test_openrlhf_train_prefixed_metrics_are_read_as_acr(tmp_path):
             )
     frame = read_run(path)
     assert {"acr/rate", "acr/all_wrong", "avspo/triggered"} <= set(frame)
-    assert "no acr/* metrics" not in " ".join(diagnose("openrlhf", frame).findings)
+    assert diagnose("openrlhf", frame).values["acr_source"] == "acr/rate"
 
 
 def test_wandb_chart_panel_csv_gives_one_run_per_series(tmp_path):
@@ -317,12 +353,12 @@ def test_json_holds_every_finding_and_figure(tmp_path, capsys):
     }
     (run,) = report["runs"]
     diagnosis = diagnose("grpo", read_run(grpo), AlertConfig(rule="acr"))
-    assert run["findings"] == diagnosis.findings and all(
-        finding[len("grpo: ") :] in printed for finding in run["findings"]
-    )
+    assert run["findings"] == [asdict(finding) for finding in diagnosis.findings]
+    assert all(finding.headline in printed for finding in diagnosis.findings)
     assert run["row"] == diagnosis.row and run["steps"] == 70
     assert run["stalled"] is True and run["stalls"] == [{"first_step": 11, "last_step": 70, "steps": 60}]
-    assert run["mean_acr"] == pytest.approx((0.2 * 10 + 0.5 * 60) / 70) and run["final_score"] == pytest.approx(0.369)
+    assert run["mean_acr"] == pytest.approx((0.2 * 10 + 0.5 * 60) / 70) and run["final_score"] == pytest.approx(0.3625)
+    assert run["last_score"] == pytest.approx(0.369) and run["trend"]["direction"] == "rose"
     assert run["coverage"]["first"] == 1 and run["coverage"]["gaps"] == [] and run["unusable_columns"] == {}
     assert sorted(Path(f).name for f in report["files"]) == sorted(
         ["acr.png", "acr_split.png", "reward.png", "accuracy.png", "summary.md"]
@@ -335,7 +371,7 @@ def test_json_to_stdout_moves_the_text_to_stderr(tmp_path, capsys):
     assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", "-"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["runs"][0]["name"] == "run"
-    assert "== run (5 steps)" in captured.err
+    assert "== run (5 steps; verl log)" in captured.err
 
 
 def test_fail_on_sets_the_exit_status(tmp_path, capsys):
@@ -375,3 +411,28 @@ def test_json_refuses_to_overwrite_a_log(tmp_path):
     with pytest.raises(SystemExit, match=r"--json .*run.jsonl names a folder or a log"):
         cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--json", str(log)])
     assert json.loads(log.read_text().splitlines()[0])["step"] == 1
+
+
+def test_a_full_disk_is_named_with_the_path(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    log = write_log(tmp_path / "run.jsonl", [0.4] * 5)
+    real_replace = os.replace
+
+    def full(source, target):
+        if str(target).endswith("summary.md"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", full)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=f"cannot write {out / 'summary.md'}: no space left on the device"):
+        cli.main(["report", str(log), "--out", str(out)])
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_fail_on_stalled_on_a_log_too_short_for_the_rule_says_why(tmp_path, capsys):
+    log = write_log(tmp_path / "short.jsonl", [0.9] * 80)
+    assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--fail-on", "stalled"]) == 0
+    assert "Stall rule not checked: it needs 100 steps of history and the log has 80" in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """``verl-avspo table`` on logs in verl's file-logger format, with validation keys produced by
 verl's own V1 ``PPOTrainer._val_metrics_update`` (the function that names them in a real run); on
 the sandbox's logs and OpenRLHF's TensorBoard; one row per run, named as ``report`` names it; and
-the notes that say what a log lacks (steps, acr/*, validation)."""
+the notes that say what a log lacks (steps, acr/*, validation); a non-zero exit when a log cannot
+be read."""
 
 import numpy as np
 import pytest
@@ -106,7 +107,7 @@ def test_errors_name_the_problem(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert main(["table", str(bad)]) == 1
-    assert f"{bad} holds no verl file-logger record" in capsys.readouterr().err
+    assert f"{bad} holds no metrics record" in capsys.readouterr().err
     assert main(["table", str(bad), "--final-window", "0"]) == 2  # refused before any log is read
     assert "must be at least 1; got 0 and 100" in capsys.readouterr().err
 
@@ -159,12 +160,12 @@ def test_a_tensorboard_directory_reads_and_a_log_without_acr_says_why_its_row_is
     table, notes = capsys.readouterr().out.split("\n\n")
     assert table.splitlines()[2:] == [
         "| or | 75.0 | 75.0 | 0.25 | 0.25 | 0.25 | 4 |",
-        "| plain | 0.0 | 0.0 | – | – | – | – |",
+        "| plain | 0.0 | 0.0 | – | – | – | 1 |",
     ]
     assert notes.splitlines() == [
         "Notes:",
-        "- plain: no ACR: the log has no acr/* metrics (verl-avspo's trainers, hook and OpenRLHF and TRL adapters log "
-        "them; `verl-avspo report` says how to get them).",
+        "- plain: no ACR: the log holds no collapse measure (acr/*, frac_reward_zero_std, reward_std, "
+        "critic/score/max and min); `verl-avspo report` says how to log acr/*.",
     ]
 
 
@@ -183,12 +184,24 @@ def test_table_says_when_a_log_starts_late_has_gaps_or_an_unusable_acr(tmp_path,
     table, notes = capsys.readouterr().out.split("\n\n")
     assert table.splitlines()[2:] == [
         "| resumed | 100.0 | 100.0 | 0.50 | 0.50 | 0.50 | 8 |",
-        "| odd | 100.0 | 100.0 | – | – | – | – |",
+        "| odd | 100.0 | 100.0 | – | – | – | 2 |",
     ]
     assert notes.splitlines()[1] == (
-        "- resumed: the log starts at step 4: steps 1–3 are not in it (a resumed run whose earlier rows were lost; "
-        "verl's file logger rewrites its file when a run resumes); it has 1 gap(s): steps 6 missing."
+        "- resumed: the log starts at step 4: steps 1–3 are not in it (a resumed run whose "
+        "earlier rows were lost?); it has 1 gap(s): steps 6 missing."
     )
     assert notes.splitlines()[2].startswith(
         "- odd: no ACR: acr/rate holds 2 value(s) outside [0, 1] (5 at step 1, 5 at step 2)"
     )
+
+
+def test_table_exits_non_zero_when_a_log_cannot_be_read(tmp_path, capsys):
+    good = tmp_path / "runs" / "good.jsonl"
+    good.parent.mkdir()
+    with good.open("w") as stream:
+        write_record(stream, 1, {"acr/rate": 0.5})
+    (tmp_path / "runs" / "broken.jsonl").write_text("\x00 not json\n")
+    with pytest.warns(UserWarning, match="broken.jsonl"):
+        assert main(["table", str(tmp_path / "runs")]) == 1
+    captured = capsys.readouterr()
+    assert "| good |" in captured.out and "not read:" in captured.err and "broken.jsonl" in captured.err

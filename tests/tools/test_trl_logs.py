@@ -2,7 +2,10 @@
 ``GRPOTrainer`` wrote (in a checkpoint folder, or found in the output folder), the same log history
 as a wandb CSV export and the Trainer's TensorBoard callback name it (``train/`` prefix), a cut-off
 file, and the diagnosis of a TRL run with and without our ``acr/*`` metrics (TRL's
-``frac_reward_zero_std``, labelled as TRL's).
+``frac_reward_zero_std``, labelled with its source); and the shapes of TRL logs from the wild, in
+small logs written here: older TRL's names (``completion_length``, ``rewards/<f>``, ``reward_std`` 0
+as every group collapsed) in a bare ``log_history`` list, ``logging_steps`` 10 (no late start, steps
+counted as steps in ``report`` and ``table``), and completions cut at the length cap.
 
 The fixtures in ``fixtures/trl/`` come from a real CPU run of TRL 1.16's ``GRPOTrainer`` (12 steps,
 ``scale_rewards="group"``, an evaluation at steps 6 and 12); ``fixtures/make_trl_logs.py`` says how
@@ -19,6 +22,7 @@ import pytest
 from verl_avspo import cli
 from verl_avspo.tools.diagnosis import diagnose
 from verl_avspo.tools.logs import collect_runs, read_run, read_trainer_state
+from verl_avspo.tools.report import write_report
 from verl_avspo.tools.stats import rate_problem, score_column, validation_columns
 from verl_avspo.tools.table import table_rows
 
@@ -132,26 +136,85 @@ def test_entries_without_a_step_are_skipped_with_a_warning(tmp_path):
 def test_a_trl_run_without_our_metrics_is_diagnosed_on_trls_rate_labelled_as_trls():
     frame = read_run(STATE)
     diagnosis = diagnose("grpo", frame)
-    values, findings = diagnosis.values, diagnosis.findings
-    assert values["acr_source"] == "frac_reward_zero_std"
+    values = diagnosis.values
+    assert values["acr_source"] == "frac_reward_zero_std" and values["framework"] == "trl"
     assert values["mean_acr"] == pytest.approx(frame["frac_reward_zero_std"].mean())
     assert values["all_correct"] is None and values["effective"] is None
-    assert diagnosis.row["mean ACR"] == f"{frame['frac_reward_zero_std'].mean():.3f} (TRL)"
-    note = findings[0]
-    assert note.startswith("grpo: no acr/* metrics; the collapse rate below is TRL's frac_reward_zero_std, read as")
-    assert "scale_rewards='group' (TRL's default) or 'none'" in note and "whole batch is equal" in note
-    assert "verl_avspo.trl.AVSPOGRPOTrainer" in note
-    stall, early = findings[1:3]
-    assert stall.startswith("grpo: no stalled window") and early.startswith("grpo: ACR (read from TRL's")
-    assert stall.endswith("(read from TRL's frac_reward_zero_std).") and "ACR_100) = 0.500" in early
-    assert findings[-1].endswith("verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo').")
+    assert diagnosis.row["mean ACR"] == f"{frame['frac_reward_zero_std'].mean():.3f} *"
+    collapse = diagnosis.findings[0]
+    assert collapse.headline.endswith("(frac_reward_zero_std)")
+    assert "docs/diagnostics.md#what-the-report-reads-collapse-from" in collapse.evidence[0]
+    assert any("verl_avspo.trl.AVSPOGRPOTrainer" in action for action in collapse.actions)
 
 
-def test_a_trl_log_without_any_collapse_rate_says_how_to_get_one():
-    frame = read_run(STATE).drop(columns=["frac_reward_zero_std"])
-    (finding,) = [f for f in diagnose("grpo", frame).findings if "no collapse rate" in f]
-    assert finding.startswith("grpo: neither acr/* nor TRL's frac_reward_zero_std metrics; no collapse rate can be")
-    assert finding.endswith("train with verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md).")
+def test_a_trl_log_without_any_collapse_rate_says_so_once():
+    frame = read_run(STATE).drop(columns=["frac_reward_zero_std", "reward_std"])
+    (finding,) = [f for f in diagnose("grpo", frame).findings if "collapse measure" in f.headline]
+    assert finding.headline == "No collapse measure in this log"
+    assert "trl.GRPOTrainer" in finding.actions[0]
+
+
+def trl_rows(steps, every=1, older=False, **metrics):
+    """TRL log_history entries every ``every`` steps, with TRL's names of the older release (completion_length,
+    rewards/<f>) or the recent one (completions/*, rewards/<f>/mean and /std); ``metrics`` by step position."""
+    rows = []
+    for position, step in enumerate(range(every, steps + 1, every)):
+        row = {"step": step, "epoch": step / steps, "loss": 0.0, "reward": 0.5, "reward_std": 0.2}
+        row |= {"completion_length": 200.0} if older else {"completions/mean_length": 200.0}
+        row |= {key: value(position) if callable(value) else value for key, value in metrics.items()}
+        rows.append(row)
+    return rows
+
+
+def test_older_trl_reward_std_zero_is_every_group_collapsed_and_a_bare_log_history_reads(tmp_path):
+    # Older TRL: no frac_reward_zero_std; reward_std is the mean of the per-group stds, so 0 means every group
+    # of the step scored the same. 24 of 40 rows at 0 (a bare log_history list, as notebooks save it).
+    rows = trl_rows(
+        40, older=True, reward_std=lambda i: 0.0 if i < 24 else 0.3, reward=lambda i: 0.0 if i < 24 else 0.4
+    )
+    for row in rows:
+        row |= {"rewards/correctness_reward_func": row["reward"], "rewards/format_reward_func": 0.5}
+    path = tmp_path / "log_history.json"
+    path.write_text(json.dumps(rows))
+    diagnosis = diagnose("old", read_run(path))
+    collapse = diagnosis.findings[0]
+    assert collapse.headline == "Every group collapsed on 24 of 40 logged rows (reward_std == 0)"
+    assert "older TRL's mean of per-group reward stds" in collapse.evidence[0] and collapse.severity == "ALERT"
+    assert diagnosis.values["collapse"]["lower_bound"] is True
+    saturated = [f for f in diagnosis.findings if "format_reward_func gives no signal" in f.headline]
+    assert saturated and "GRPOConfig.reward_weights" in saturated[0].actions[0]
+    # Older TRL's rewards/<f> (no /mean) are drawn.
+    _, files = write_report({"old": read_run(path)}, tmp_path / "out")
+    assert "reward_functions.png" in [f.name for f in files]
+
+
+def test_logging_every_ten_steps_is_not_a_late_start_and_counts_steps(tmp_path, capsys):
+    state = {"global_step": 200, "logging_steps": 10, "log_history": trl_rows(200, every=10, frac_reward_zero_std=0.9)}
+    path = tmp_path / "run" / "trainer_state.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(state))
+    diagnosis = diagnose("run", read_run(path))
+    assert diagnosis.values["coverage"]["starts_late"] is False and diagnosis.steps == 200
+    assert "200 steps, 20 rows logged every 10" in diagnosis.heading
+    assert not any(f.headline.startswith("Incomplete log") for f in diagnosis.findings)
+    # The flat reward and high collapse stall over 200 training steps (20 rows: never under the old row count).
+    assert diagnosis.values["stalled"] is True and diagnosis.values["stalls"][0]["last_step"] == 200
+    assert cli.main(["report", str(path), "--out", str(tmp_path / "out"), "--fail-on", "incomplete"]) == 0
+    assert "--fail-on incomplete holds" not in capsys.readouterr().err
+    (row,) = table_rows([path])
+    assert row.steps == 200 and row.acr_early == pytest.approx(0.9)
+
+
+def test_completions_at_the_length_cap_are_named_as_the_cause(tmp_path):
+    rows = trl_rows(50, frac_reward_zero_std=0.8, reward=0.0, **{"completions/clipped_ratio": 1.0})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": rows}))
+    diagnosis = diagnose("cut", read_run(path))
+    cause = next(f for f in diagnosis.findings if f.headline.startswith("Likely cause of collapse"))
+    assert "100% of completions cut at the length cap" in cause.headline
+    assert "GRPOConfig.max_completion_length" in cause.actions[0]
+    assert "mask_truncated_completions" in diagnosis.findings[0].actions[0]
+    assert any(f.headline.startswith("No gain") and "while collapse is high" in f.headline for f in diagnosis.findings)
 
 
 def test_a_trl_run_with_our_metrics_is_read_like_a_verl_log(tmp_path):
@@ -168,11 +231,10 @@ def test_a_trl_run_with_our_metrics_is_read_like_a_verl_log(tmp_path):
     diagnosis = diagnose("avspo", collect_runs([tmp_path / "avspo"])["avspo"])
     assert diagnosis.values["acr_source"] == "acr/rate"
     assert diagnosis.row["mean ACR"] == f"{read_run(STATE)['frac_reward_zero_std'].mean():.3f}"
-    assert not any("TRL's frac_reward_zero_std" in finding for finding in diagnosis.findings)
-    (dominance,) = [finding for finding in diagnosis.findings if "all-wrong groups dominate collapse" in finding]
     # What to try, in TRL's spelling of the settings, not verl's.
-    assert "a larger GRPOConfig.num_generations, or AVSPO with avspo={'apply_to': 'all_wrong'}" in dominance
-    assert "actor_rollout_ref" not in " ".join(diagnosis.findings)
+    assert "use a larger group (GRPOConfig.num_generations)" in diagnosis.text()
+    assert "or AVSPO with avspo={'apply_to': 'all_wrong'}" in diagnosis.text()
+    assert "actor_rollout_ref" not in diagnosis.text()
     assert diagnosis.values["effective"] == pytest.approx(diagnosis.values["mean_acr"] / 4)
     assert diagnosis.values["avspo_triggered"] == 0.5
 
@@ -187,7 +249,8 @@ def test_trls_rate_outside_zero_one_is_not_used(tmp_path):
     frame = read_run(path)
     assert "TRL logs it as a fraction of completions" in rate_problem(frame, "frac_reward_zero_std")
     diagnosis = diagnose("odd", frame)
-    assert diagnosis.values["acr_source"] is None and diagnosis.values["mean_acr"] is None
+    # Not used: the collapse is read from the next source the log holds, TRL's reward_std.
+    assert diagnosis.values["acr_source"] == "reward_std == 0"
 
 
 def test_report_on_a_trl_output_folder_draws_trls_metrics(tmp_path, capsys):
@@ -196,8 +259,8 @@ def test_report_on_a_trl_output_folder_draws_trls_metrics(tmp_path, capsys):
     for figure in ("acr.png", "reward.png", "reward_functions.png", "reward_std.png", "accuracy.png"):
         assert (out / figure).stat().st_size > 0, figure
     summary = (out / "summary.md").read_text()
-    assert "| grpo | 12 | 0.125 | eval_reward 0.062 | 0.500 (TRL) | 0.500 (TRL) |" in summary
-    assert "its ACR is TRL's frac_reward_zero_std" in summary and "Not drawn: acr_split.png" in summary
+    assert "| grpo | 12 |" in summary and "| eval_reward 0.062 | 0.500 * | — |" in summary
+    assert "read from another collapse measure than acr/rate" in summary and "Not drawn: acr_split.png" in summary
     document = json.loads((tmp_path / "r.json").read_text())
     assert [run["acr_source"] for run in document["runs"]] == ["frac_reward_zero_std"] * 2
 
@@ -209,8 +272,8 @@ def test_table_on_a_trl_output_folder_takes_trls_rate_with_a_note(tmp_path, caps
     assert row.acr_final == pytest.approx(frame.iloc[-10:].mean()) and row.acr_early == pytest.approx(frame.mean())
     assert row.effective_final is None and row.steps == 12
     assert row.notes == [
-        "ACR is TRL's frac_reward_zero_std (the log has no acr/*): it equals ACR only with scale_rewards 'group' or "
-        "'none' (`verl-avspo report` says more)"
+        "ACR is frac_reward_zero_std: TRL's fraction of completions whose reward std is 0 (ACR with scale_rewards "
+        "'group' or 'none') (docs/diagnostics.md)"
     ]
     assert cli.main(["table", str(tmp_path)]) == 0
     assert "| grpo |" in capsys.readouterr().out

@@ -174,8 +174,8 @@ def fixed_rule(dead: set):
     """A stand-in for the tracker's rule: keeps every key not in ``dead``; ``at_least`` as the core's."""
     calls = []
 
-    def select(keys, at_least):
-        calls.append((list(keys), at_least))
+    def select(keys, at_least, refill):
+        calls.append((list(keys), at_least, refill))
         keep = np.array([key not in dead for key in keys])
         shortfall = at_least - int(keep.sum())
         if shortfall > 0:
@@ -192,7 +192,7 @@ def test_skipped_groups_are_replaced_in_place_by_the_first_kept_candidates():
     replacements = select_groups(["a", "b", "c"], select, stream, names.get)
     assert replacements == {1: (2, "y")}
     # The batch's own "b" is not offered again; "x" is asked and skipped, "y" fills the place.
-    assert calls == [(["a", "b", "c"], 0), (["x"], 0), (["y"], 0)]
+    assert calls == [(["a", "b", "c"], 0, False), (["x"], 0, True), (["y"], 0, True)]  # refills of its place
     select, calls = fixed_rule(dead=set())
     assert select_groups(["a", "b"], select, iter([]), names.get) == {}
 
@@ -222,7 +222,7 @@ def test_two_processes_with_the_same_tracker_state_replace_the_same_groups():
         choices.append(
             select_groups(
                 [prompt_key(f"{group}+1=") for group in (0, 1, 2, 3)],
-                lambda keys, at_least, tracker=tracker: tracker.select_prompts(keys, 2, at_least=at_least),
+                lambda keys, at_least, refill, tracker=tracker: tracker.select_prompts(keys, 2, at_least, refill),
                 refill_candidates(len(dataset), skip.seed, 2),
                 lambda index: row_key(dataset[index], "prompt"),
             )

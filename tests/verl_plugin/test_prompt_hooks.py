@@ -1,10 +1,12 @@
-"""Prompt skipping before rollout in the V1 trainer (``prompt_hooks.PromptHooksV1._next_train_batch``):
+"""Prompt skipping before rollout in the V1 trainer (``prompt_hooks.PromptHooksV1._next_train_batch``, and
+with DAPO the top-up of the places skipping left open) and the rollouts each dispatch generates:
 verl's own ``_next_train_batch`` and ``_fetch_one_gen_batch`` on a real ``StatefulDataLoader`` with
 verl's ``collate_fn``, the tracker's skip rule (``core.prompt_skip``) deciding. The trainer is built
 with ``__new__`` and given only what those methods read (no Ray, no workers); the launcher's e2e runs
 skip in real runs (tests/e2e/test_verl_cpu_e2e.py)."""
 
 import logging
+from collections import defaultdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 
@@ -125,3 +128,81 @@ def test_a_replay_buffer_of_the_users_own_is_left_unwrapped(caplog):
         made._record_dropped_groups()  # once per buffer
     assert not hasattr(made.replay_buffer, "_clear_groups")
     assert caplog.text.count("not recorded in the per-prompt history") == 1
+
+
+def test_every_dispatch_counts_its_rollouts_as_a_generation_batch():
+    made = trainer(skip=None)
+    made._next_train_batch()
+    made._next_train_batch(4)  # a refill dispatch (DAPO's, an async mode's exact count)
+    metrics: dict = {}
+    made.tracker.observe_step(1, metrics)
+    assert (metrics["train/rollouts_generated"], metrics["train/gen_batches"]) == (32, 2)
+    made._next_train_batch()
+    made.tracker.observe_step(2, metrics)
+    assert (metrics["train/rollouts_generated"], metrics["train/rollouts_cumulative"]) == (16, 48)
+
+
+def dapo_trainer() -> Trainer:
+    """A sync trainer with DAPO's filter_groups, a verl ReplayBuffer (only what the top-up reads) and a
+    rollout that records what it is sent."""
+    made = trainer()
+    made.config.algorithm = {"filter_groups": {"enable": True}}
+    made.config.data.gen_batch_size = 1  # verl's with DAPO: refills fetch single prompts
+    made.train_dataloader = StatefulDataLoader(rows(), batch_size=1, drop_last=True, collate_fn=collate_fn)
+    made.trainer_mode = "sync"
+    buffer = ReplayBuffer.__new__(ReplayBuffer)
+    buffer.pending_keys, buffer.running_keys = defaultdict(set), defaultdict(set)
+    buffer.finished_keys, buffer.failure_keys = defaultdict(set), defaultdict(set)
+    buffer._wait_for_next_poll = lambda partition_id, last: last
+    made.replay_buffer, made.sent = buffer, []
+    made._submit_batch_to_rollout = lambda batch: made.sent.append(indices(batch)) or len(batch)
+    made._top_up_open_places()
+    return made
+
+
+def test_with_dapo_skipped_places_stay_open_until_the_buffer_runs_out_of_work():
+    """DAPO's sync buffer generates more prompts for the groups it evicts: a skipped prompt's place is filled
+    only when the buffer polls with nothing in flight, and the places never needed saved their rollouts."""
+    made = dapo_trainer()
+    made._next_train_batch(), made._next_train_batch()  # epoch 1: nothing seen, nothing skipped
+    collapse(made, [0, 1])
+    made.tracker.observe_step(1, {})
+    assert indices(made._next_train_batch()) == [2, 3]  # 0 and 1 skipped, not replaced: two places open
+    buffer = made.replay_buffer
+    buffer.running_keys["train"].add("uid")
+    buffer._wait_for_next_poll("train", 0.0)  # work in flight (DAPO's refills may bring what is missing)
+    assert made.sent == [] and made._open_places == 2
+    buffer.running_keys["train"].clear()
+    buffer._wait_for_next_poll("val", 0.0)  # validation is not the step's
+    buffer.finished_keys["train"].update({"a", "b", "c"})  # 3 groups with spread of the 4 it needs
+    buffer._wait_for_next_poll("train", 0.0)  # idle and short by one: one open place is filled
+    assert made.sent == [[4]] and made._open_places == 1
+    buffer.finished_keys["train"].remove("c")  # (had DAPO evicted two)
+    buffer._wait_for_next_poll("train", 0.0)
+    assert made.sent == [[4], [5]] and made._open_places == 0
+    metrics: dict = {}
+    made._close_open_places()
+    made.tracker.observe_step(2, metrics)
+    assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (2, 2, 0)
+    assert (metrics["train/rollouts_generated"], metrics["train/gen_batches"]) == (16, 3)
+    # A step whose buffer never ran short (its DAPO refills filled it): the open places saved their rollouts.
+    collapse(made, [6, 7], step=2)
+    made._next_train_batch()
+    made._close_open_places()
+    made.tracker.observe_step(3, metrics)
+    # (A dispatch sends at least one prompt: where every candidate of the batch is skipped, one further draw
+    # fills one place, a re-selection.)
+    open_places = metrics["prompts/rollouts_skipped"] / 4
+    assert open_places > 0 and metrics["prompts/reselected"] == metrics["prompts/skipped"] - open_places
+    assert metrics["train/rollouts_generated"] + metrics["prompts/rollouts_skipped"] == 16  # the batch's 4 places
+    assert made.sent == [[4], [5]]
+
+
+def test_with_dapo_and_a_sampler_of_the_users_own_skipped_places_are_refilled_at_once():
+    """Only verl's sync buffer is known to top a step up (and only it is wrapped to fill open places): with
+    another sampler a place left open could stall the step, so each is refilled at once."""
+    made = dapo_trainer()
+    made.replay_buffer = SimpleNamespace(sample=lambda **kwargs: None)
+    made._next_train_batch(), made._next_train_batch()
+    collapse(made, [0, 1])
+    assert indices(made._next_train_batch()) == [2, 3, 4, 5]  # as without DAPO

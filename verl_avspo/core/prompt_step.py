@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 class StepPrompts:
-    """One step's keyed groups (per batch, in order) and skip counts, until the step closes.
+    """One step's keyed groups (per batch, in order), skip counts and generated rollouts, until the step closes.
 
     Of the candidates the skip rule turned down (``prompts/skipped``), those whose place the host filled with
     a further draw are re-selections (``prompts/reselected``): the step still rolls out as many prompts. Only
@@ -42,18 +42,27 @@ class StepPrompts:
         # each would have had: those still open when the step closes are the rollouts skipping saved.
         self.open_places = 0
         self.rollouts_per_place = 0
+        # What the host generated this step, in how many generation batches (RunTracker.count_rollouts).
+        self.rollouts = 0
+        self.gen_batches = 0
 
-    def count_selection(self, keep: np.ndarray, rollouts_per_prompt: int) -> None:
-        """Count one draw of candidate prompts (``keep``: the rule's decision for each). While places of an
-        earlier draw's skipped candidates are open, a draw is the host's refill: its kept candidates fill them
-        (the skipped ones were re-selected, not saved) and its skipped ones open none; otherwise it is a new
-        batch, whose skipped candidates leave their places open."""
+    def count_selection(self, keep: np.ndarray, rollouts_per_prompt: int, refill: bool) -> None:
+        """Count one draw of candidate prompts (``keep``: the rule's decision for each). A ``refill`` draw fills
+        places earlier draws left open with its kept candidates (the skipped prompts of those places were
+        re-selected, not saved), and its skipped candidates open none; any other draw is a batch of its own,
+        whose skipped candidates leave their places open (``core.prompt_refill``)."""
         kept, skipped = int(keep.sum()), int((~keep).sum())
         self.skipped += skipped
-        if self.open_places:
+        if refill:
             self.open_places -= min(kept, self.open_places)
         else:
-            self.open_places, self.rollouts_per_place = skipped, int(rollouts_per_prompt)
+            self.open_places += skipped
+            self.rollouts_per_place = int(rollouts_per_prompt)
+
+    def count_rollouts(self, rollouts: int, gen_batches: int) -> None:
+        """Count rollouts the host generated this step, in ``gen_batches`` generation batches."""
+        self.rollouts += int(rollouts)
+        self.gen_batches += int(gen_batches)
 
     def add(self, keys: list, stats: GroupStats, collapse: Collapse, acr: ACRConfig) -> None:
         """The groups with a key (not None) and at least two responses (a singleton has no collapse)."""

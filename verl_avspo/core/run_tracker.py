@@ -15,7 +15,8 @@ Prompts (docs/prompts.md): a host that knows each group's prompt identity calls
 ``tracker.set_prompt_keys({uid: key})`` before ``end_step``; the tracker then records every group in
 its per-prompt history (``core.prompt_history``) and logs ``prompts/*``. With the skip rule on
 (``core.prompt_skip``), the host asks ``tracker.select_prompts(keys, n)`` before the rollout which
-candidate prompts to roll out.
+candidate prompts to roll out, through the one skip-and-refill loop (``core.prompt_refill``). A host that
+counts its generated rollouts (``tracker.count_rollouts``) gets ``train/rollouts_*`` logged with each step.
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# 3: {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip"}.
+# 4: {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative"}.
+# 3: without "rollouts_cumulative" (a resumed run counts its rollouts from the resume).
 # 2: {"version", "controller", "stagnation", "dcpo"}. Version 1 (no "version" key) had the same three
 # entries. All three load (an older state has no prompt history: it starts empty).
-STATE_VERSION = 3
+STATE_VERSION = 4
 # The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
 # OpenRLHF keeps it in DeepSpeed's client states instead). The name predates all but AVSPO's controller;
 # kept so that earlier checkpoints resume.
@@ -190,6 +192,8 @@ class RunTracker:
         self.prompt_history = PromptHistory()
         self.set_prompt_skip(prompt_skip)
         self._prompts = StepPrompts()
+        # The rollouts generated since the run started; None while the host counts none (count_rollouts).
+        self.rollouts_cumulative: int | None = None
         # This step's: the raw measurement, the estimator's metrics, the prompt key per uid.
         self.measurement: Measurement | None = None
         self._host_measured = False  # False: the estimator measured its own batch (no host measured the step)
@@ -242,23 +246,33 @@ class RunTracker:
         building the tracker; the skipper starts afresh (its state loads with :meth:`load_state_dict`)."""
         self.skipper = PromptSkipper(config) if config is not None and config.enable else None
 
-    def select_prompts(self, keys: Any, rollouts_per_prompt: int, at_least: int = 0) -> np.ndarray:
+    def select_prompts(
+        self, keys: Any, rollouts_per_prompt: int, at_least: int = 0, refill: bool = False
+    ) -> np.ndarray:
         """Before the rollout: (n,) bool, which of the candidate prompts ``keys`` to roll out (all of
         them when the skip rule is off). At least ``at_least`` are kept: when the rule keeps fewer, the
-        first prompts it would skip are kept too (a host that must fill its batch).
+        first prompts it would skip are kept too (a host that must fill its batch). Hosts call it through
+        ``core.prompt_refill.skip_and_refill``.
 
-        A host that replaces skipped prompts calls this again with further candidates before it starts
-        another batch: while skipped places are open, a call's kept candidates fill them, so those skipped
-        prompts count as ``prompts/reselected``; the places still open when the step ends count their
-        ``rollouts_per_prompt`` rollouts each in ``prompts/rollouts_skipped`` (never generated)."""
+        A ``refill`` draw fills places an earlier draw's skipped prompts left open: those skipped prompts count
+        as ``prompts/reselected``. The places still open when the step ends count their ``rollouts_per_prompt``
+        rollouts each in ``prompts/rollouts_skipped`` (never generated, a saving)."""
         if self.skipper is None:
             return np.ones(len(keys), dtype=bool)
         keep = self.skipper.keep(keys, self.prompt_history)
         shortfall = int(at_least) - int(keep.sum())
         if shortfall > 0:
             keep[np.flatnonzero(~keep)[:shortfall]] = True
-        self._prompts.count_selection(keep, rollouts_per_prompt)
+        self._prompts.count_selection(keep, rollouts_per_prompt, refill)
         return keep
+
+    def count_rollouts(self, rollouts: int, gen_batches: int = 1) -> None:
+        """The host generated ``rollouts`` responses this step, in ``gen_batches`` generation batches (DAPO's
+        extra batches and any refill included): from then on every step logs ``train/rollouts_generated``,
+        ``train/gen_batches`` and ``train/rollouts_cumulative`` (saved with the run state)."""
+        self._prompts.count_rollouts(rollouts, gen_batches)
+        if self.rollouts_cumulative is None:
+            self.rollouts_cumulative = 0
 
     def record_groups(self, keys: Any, scores: torch.Tensor) -> None:
         """Add groups of this step that are not in the measured batch (a filter dropped them) to the
@@ -345,6 +359,15 @@ class RunTracker:
         metrics["acr/stalled"] = float(self.alert.stalled)
         step_prompts, self._prompts = self._prompts, StepPrompts()
         metrics.update(step_prompts.close(self.prompt_history, self.skipper, step))
+        if self.rollouts_cumulative is not None:  # added as the step closes: what a checkpoint after it saves
+            self.rollouts_cumulative += step_prompts.rollouts
+            metrics.update(
+                {
+                    "train/rollouts_generated": float(step_prompts.rollouts),
+                    "train/gen_batches": float(step_prompts.gen_batches),
+                    "train/rollouts_cumulative": float(self.rollouts_cumulative),
+                }
+            )
         if newly_stalled:
             rule = f"{self.rule_setting}={self.acr.alert.rule}"
             logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
@@ -370,6 +393,7 @@ class RunTracker:
             "dcpo": dcpo,
             "prompt_history": self.prompt_history.state_dict(),
             "prompt_skip": self.skipper.state_dict() if self.skipper is not None else None,
+            "rollouts_cumulative": self.rollouts_cumulative,
         }
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -415,6 +439,8 @@ class RunTracker:
             self.alert.load_state_dict(state["stagnation"])
         if state.get("prompt_history") is not None:
             self.prompt_history.load_state_dict(state["prompt_history"])
+        if state.get("rollouts_cumulative") is not None:
+            self.rollouts_cumulative = int(state["rollouts_cumulative"])
         if self.skipper is not None and state.get("prompt_skip") is not None:
             self.skipper.load_state_dict(state["prompt_skip"])
         elif self.skipper is not None:

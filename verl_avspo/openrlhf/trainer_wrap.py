@@ -42,12 +42,14 @@ import os
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from verl_avspo.core.prompt_history import prompt_key
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
     AdvantageStep,
@@ -80,8 +82,21 @@ METRICS_ATTR = "verl_avspo_metrics"
 
 # The advantage step of the compute_advantages_and_returns call now running (this thread).
 _ACTIVE: ContextVar[AdvantageStep | None] = ContextVar("verl_avspo_openrlhf_step", default=None)
-# While generate_samples runs with the skip rule on: the run tracker that decides, and the group size.
-_SKIPPING: ContextVar[tuple[Any, int] | None] = ContextVar("verl_avspo_openrlhf_skipping", default=None)
+
+
+@dataclass
+class Generation:
+    """One ``generate_samples`` call's prompt draws: the run tracker that counts them (and, with the skip
+    rule on, decides which prompts go out), the group size, and the draws sent to generation so far (the
+    step's batch and each prompt dynamic filtering replaces: OpenRLHF's generation batches)."""
+
+    tracker: Any
+    group_size: int
+    draws: int = 0
+
+
+# While generate_samples runs in the trainer's actor (the synchronous trainer): its run tracker's draws.
+_GENERATION: ContextVar[Generation | None] = ContextVar("verl_avspo_openrlhf_generation", default=None)
 
 
 class GeneratedRollout(list):
@@ -171,13 +186,16 @@ def _generate_samples(original: Callable) -> Callable:
         group_size = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
         setattr(self, _RECORDED, [])
         tracker = getattr(self, _TRACKER, None)
-        skipping = _SKIPPING.set((tracker, group_size) if tracker is not None and tracker.skipper else None)
+        generation = Generation(tracker, group_size) if tracker is not None else None
+        token = _GENERATION.set(generation)
         try:
             result = original(self, *rest, **generate_kwargs)
             recorded = getattr(self, _RECORDED)
         finally:
             setattr(self, _RECORDED, None)
-            _SKIPPING.reset(skipping)
+            _GENERATION.reset(token)
+        if generation is not None:  # every response generated, those dynamic filtering dropped included
+            tracker.count_rollouts(len(recorded), generation.draws)
         kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
         return (GeneratedRollout(result[0], *_dropped_groups(recorded, kept, group_size)), *result[1:])
 
@@ -185,23 +203,44 @@ def _generate_samples(original: Callable) -> Callable:
 
 
 def _collect_kept_prompts(original: Callable) -> Callable:
-    """OpenRLHF's prompt draw for rollout, less the prompts the run tracker's skip rule rejects, drawn
-    again until ``num_prompts`` are kept or the dataloader is exhausted (as OpenRLHF's own draw ends)."""
+    """OpenRLHF's prompt draw for rollout (the step's batch, and one prompt for each that dynamic filtering
+    drops), counted as a generation batch; with the skip rule on, less the prompts the run tracker's rule
+    rejects, drawn again by the core's loop (``core.prompt_refill``) until ``num_prompts`` are kept or the
+    dataloader is exhausted (as OpenRLHF's own draw ends). Every place is refilled (re-selections): OpenRLHF
+    trains on as many groups as it first sent out, so a place left open would shrink the step's batch."""
 
     @functools.wraps(original)
     def collect_prompt_batch(dataloader_iter, num_prompts: int, *rest, **kwargs):
-        skipping = _SKIPPING.get()
-        if skipping is None:
-            return original(dataloader_iter, num_prompts, *rest, **kwargs)
-        tracker, group_size = skipping
-        prompts, labels, images, exhausted = [], [], [], False
-        while len(prompts) < num_prompts and not exhausted:
-            drawn = original(dataloader_iter, num_prompts - len(prompts), *rest, **kwargs)
-            exhausted = drawn[3]
-            keep = tracker.select_prompts([prompt_key(prompt) for prompt in drawn[0]], group_size)
-            for kept, collected in zip((drawn[0], drawn[1], drawn[2]), (prompts, labels, images), strict=True):
-                collected.extend(item for item, chosen in zip(kept, keep, strict=True) if chosen)
-        return prompts, labels, images, exhausted
+        generation = _GENERATION.get()
+        drawn = original(dataloader_iter, num_prompts, *rest, **kwargs)
+        if generation is None:
+            return drawn
+        exhausted = drawn[3]
+        if generation.tracker.skipper is not None and drawn[0]:
+
+            def draw(missing: int):
+                nonlocal exhausted
+                if exhausted:
+                    return None
+                more = original(dataloader_iter, missing, *rest, **kwargs)
+                exhausted = more[3]
+                return more if more[0] else None
+
+            picked = skip_and_refill(
+                drawn,
+                lambda chunk: [prompt_key(prompt) for prompt in chunk[0]],
+                lambda keys, at_least, refill: generation.tracker.select_prompts(
+                    keys, generation.group_size, at_least, refill
+                ),
+                draw,
+                num_prompts,
+            )
+            prompts, labels, images = (
+                [chunk[part][i] for chunk, chosen in picked.chunks for i in chosen] for part in range(3)
+            )
+            drawn = (prompts, labels, images, exhausted)
+        generation.draws += bool(drawn[0])
+        return drawn
 
     return collect_prompt_batch
 

@@ -103,6 +103,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"(default {defaults.max_gen_batches})",
     )
     parser.add_argument(
+        "--train-set",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the epochs mode, as RLVR recipes train: draw a fixed set of N distinct training prompts once per seed "
+        "(evenly over the levels) and train over it in epochs, each a fresh permutation without replacement (the "
+        "skip rule's refills and dapo_resample's further batches draw on from the current epoch); choose N so that "
+        "--steps x --prompts-per-step is at least 5 N, each prompt seen at least 5 times (default: draw every step's "
+        "prompts with replacement from the levels' whole pools)",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=defaults.policy.sft_steps,
@@ -116,6 +127,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cache", action="store_true", help="always redo the warm-up; cache nothing")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (fixed for determinism; default 1)")
+    parser.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="print, in seconds, a hash of the first warm-up steps' weights and of the first RL steps' samples "
+        "(docs/results.md quotes the values of the default settings), and train nothing",
+    )
 
 
 def run_dir(out: Path, label: str) -> Path:
@@ -157,7 +174,21 @@ def _skip_text(config, estimators) -> str:
         f"{config.prompts_per_step} prompts and rolls out only those the rule keeps (a prompt whose last z visits "
         "collapsed is kept with probability p^z), until the step has its prompts (the last of "
         f"{config.max_gen_batches} draws keeps what is missing), so it generates as many rollouts as without it "
-        "(`prompts/rollouts_skipped`: the rollouts of the skipped prompts, never generated)."
+        "(the skipped prompts are re-selected, `prompts/reselected`); `dapo_resample+skip` leaves a batch's skipped "
+        "places open, its next batch topping the step up (`prompts/rollouts_skipped`: the rollouts never generated)."
+    )
+
+
+def _prompts_text(config) -> str:
+    """Where the steps' prompts come from: the whole pools, or a fixed set in epochs."""
+    if config.train_set is None:
+        return "Each step draws its prompts with replacement from the levels' training pools."
+    visits = config.steps * config.prompts_per_step // config.train_set
+    return (
+        f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels), drawn in "
+        f"epochs without replacement, each prompt seen at least {visits} times by an estimator that draws "
+        f"{config.prompts_per_step} prompts a step (more by one that re-samples or skips). `prompts/always_solved` "
+        "and `prompts/never_solved` are the shares of the set that were all-correct or all-wrong on every visit."
     )
 
 
@@ -179,7 +210,7 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
         f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
         f"{_skip_text(config, estimators)}"
-        f"{_baselines_text(estimators)}\n"
+        f"{_baselines_text(estimators)} {_prompts_text(config)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
@@ -215,6 +246,27 @@ def _check_max_gen_batches(max_gen_batches: int, estimators) -> None:
     )
 
 
+def _fix_torch(threads: int) -> None:
+    """The thread count and deterministic mode every sandbox computation runs under; a warning when
+    the kernels could not be pinned."""
+    import torch
+
+    from verl_avspo.sandbox import kernels
+
+    if not kernels.pinned():
+        logger.warning("%s", kernels.describe())
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def _print_fingerprint(config, threads: int) -> int:
+    from verl_avspo.sandbox.fingerprint import fingerprint
+
+    _fix_torch(threads)
+    print(fingerprint(config))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     # Validate everything before the (slow) verl import and any model is built.
     from verl_avspo.sandbox.config import SandboxConfig
@@ -242,10 +294,13 @@ def run(args: argparse.Namespace) -> int:
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,
             max_gen_batches=args.max_gen_batches,
+            train_set=args.train_set,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
+    if args.fingerprint:
+        return _print_fingerprint(config, args.threads)
     # Both folders checked before either is created: a refusal must not leave the other behind.
     folders = [(args.out, "--out", "runs/sandbox")]
     if not args.no_cache:
@@ -256,8 +311,6 @@ def run(args: argparse.Namespace) -> int:
     for folder, _, _ in folders:
         folder.mkdir(parents=True, exist_ok=True)
 
-    import torch
-
     from verl_avspo.sandbox import kernels
     from verl_avspo.sandbox.loop import train
     from verl_avspo.sandbox.summary import render_summary, run_statistics
@@ -265,10 +318,7 @@ def run(args: argparse.Namespace) -> int:
     from verl_avspo.tools.plots import plot_metrics
     from verl_avspo.tools.stats import early_window
 
-    if not kernels.pinned():
-        logger.warning("%s", kernels.describe())
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(True)
+    _fix_torch(args.threads)
     level_names = [level.name for level in parse_levels(config.levels)]
     first_steps = early_window(config.steps)
     cache_dir = None if args.no_cache else args.cache_dir

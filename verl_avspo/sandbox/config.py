@@ -6,11 +6,12 @@ fraction of a second, before any model is built.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 
-from verl_avspo.sandbox.task import parse_levels
+from verl_avspo.sandbox.task import check_training_set, parse_levels
 
-__all__ = ["ARCHITECTURES", "PolicyConfig", "SandboxConfig"]
+__all__ = ["ARCHITECTURES", "MIN_EPOCHS", "PolicyConfig", "SandboxConfig"]
 
 ARCHITECTURES = ("qwen2", "llama")
 
@@ -47,6 +48,10 @@ class PolicyConfig:
             )
 
 
+# The visits per prompt below which a fixed training set warns: real RLVR recipes train several
+# epochs over their set, so that a prompt's collapse history has something to predict from.
+MIN_EPOCHS = 5
+
 # verl's loss aggregations (core_algos.agg_loss) that need no data-parallel information.
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -71,6 +76,12 @@ class SandboxConfig:
     # dapo_resample: at most this many batches of prompts_per_step prompt groups per step, as verl's
     # algorithm.filter_groups.max_num_gen_batches (its DAPO recipes use 10).
     max_gen_batches: int = 10
+    # None: every step draws its prompts with replacement from the levels' whole training pools (few
+    # prompts are ever revisited). N: the epochs mode, as the RLVR recipes train: a fixed set of N
+    # distinct prompts is drawn once per seed (evenly over the levels), and the steps draw it in
+    # epochs, each a fresh permutation without replacement; the skip rule's refills and DAPO's further
+    # batches draw on from the current epoch, as verl's dataloader does.
+    train_set: int | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self):
@@ -99,6 +110,27 @@ class SandboxConfig:
         for name in ("temperature", "lr", "clip_ratio", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive number")
+        if self.train_set is not None:
+            self._check_train_set()
+
+    def _check_train_set(self) -> None:
+        """Refuse a fixed training set that cannot fill a step or that a level cannot supply; warn when
+        the run is too short to visit each prompt :data:`MIN_EPOCHS` times."""
+        if self.train_set < self.prompts_per_step:
+            raise ValueError(
+                f"train_set={self.train_set} is invalid: a step draws prompts_per_step={self.prompts_per_step} "
+                f"distinct prompts from the set, so use at least {self.prompts_per_step}"
+            )
+        check_training_set(parse_levels(self.levels), self.train_set, self.eval_size)
+        draws = self.steps * self.prompts_per_step
+        if draws // self.train_set < MIN_EPOCHS:
+            warnings.warn(
+                f"train_set={self.train_set} with steps={self.steps} x prompts_per_step={self.prompts_per_step} = "
+                f"{draws} prompt draws visits each prompt {draws // self.train_set} time(s) at least, fewer than "
+                f"{MIN_EPOCHS} epochs: use train_set <= {draws // MIN_EPOCHS} or steps >= "
+                f"{-(-MIN_EPOCHS * self.train_set // self.prompts_per_step)}",
+                stacklevel=3,
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -22,7 +22,9 @@ rule (``core.prompt_skip``, GRESO's rule with its default settings, seeded by th
 draws batches of ``prompts_per_step`` candidate prompts, rolls out only those the rule keeps, and
 draws again until ``prompts_per_step`` prompts are kept (at most ``max_gen_batches`` draws; at the cap
 it trains on the prompts it kept). It generates as many rollouts per step as the estimator without
-it; the skipped prompts' rollouts are never generated (``prompts/rollouts_skipped``).
+it: each skipped prompt's place is filled by a further draw (``prompts/reselected``). With
+``dapo_resample+skip`` a skipped prompt's place is left open in its batch, since DAPO's next batch tops
+the step up only if needed: those rollouts are never generated (``prompts/rollouts_skipped``).
 
 The paper's other baselines:
 

@@ -1,22 +1,30 @@
 """One floating-point code path for the sandbox on every x86-64 CPU with AVX2.
 
 torch's CPU wheel picks its kernels when it runs, from the CPU's instruction sets: ATen's
-vectorized kernels (AVX-512, AVX2 or plain C++), MKL's matrix products and oneDNN's. Each path
-rounds differently (a sum over 16 lanes is not a sum over 8), and the sandbox amplifies the last
-bit: the 1000-step warm-up and every sampled token turn it into another policy. Before this
-module, the same ``make demo`` printed GRPO at 57.9% on an AVX-512 Xeon and 31.5% on an AVX2
-EPYC. Computing in float64 would not remove it: ``transformers``' ``generate`` samples from
-float32 probabilities whatever the model's dtype.
+vectorized kernels (AVX-512, AVX2 or plain C++), MKL's matrix products and math functions (``exp``,
+``log``, ``logsumexp``) and oneDNN's. Each path rounds differently (a sum over 16 lanes is not a sum
+over 8), and the sandbox amplifies the last bit: the 1000-step warm-up and every sampled token turn
+it into another policy. Before this module, the same ``make demo`` printed GRPO at 57.9% on an
+AVX-512 Xeon and 31.5% on an AVX2 EPYC.
 
 The sandbox therefore runs ATen and MKL on one code path each (``PINNED_KERNELS``): ATen's AVX2
 kernels, which every x86-64 CPU with AVX2 runs the same way (Intel's since 2013, AMD's since 2015),
-and MKL's ``COMPATIBLE`` reproducibility branch, the only one that MKL keeps the same on Intel's and
-AMD's CPUs. On the development machine ``make demo`` takes 1.4 times the CPU time, the warm-up 1.7
-times; ATen's plain C++ kernels, which would cover CPUs without AVX2 too, cost another 20%. Each
-library reads its setting once, when torch loads or first calls it, so the ``verl-avspo sandbox``
-command sets them before it imports torch. Called from Python after torch was imported, the sandbox
-cannot, and says so (:func:`describe`). The numbers still depend on the thread count (``--threads``,
-1 by default) and differ on other architectures (ARM CPUs run other libraries).
+and MKL's ``COMPATIBLE`` reproducibility branch, the only one that MKL documents as the same on
+Intel's and AMD's CPUs. On the development machine ``make demo`` takes 1.4 times the CPU time, the
+warm-up 1.7 times; ATen's plain C++ kernels, which would cover CPUs without AVX2 too, cost another
+20%. Each library reads its setting once, when torch loads or first calls it, so the ``verl-avspo
+sandbox`` command sets them before it imports torch. Called from Python after torch was imported,
+the sandbox cannot, and says so (:func:`describe`).
+
+The pins did not make a Zen 4 EPYC print the Xeon's table. What differed was not found on the
+Xeon; the sandbox now leaves less to the libraries: tokens are drawn from float64 probabilities
+with a per-run generator instead of ``torch.multinomial`` (:func:`verl_avspo.sandbox.policy.next_tokens`),
+and log-probabilities come from ATen's ``log_softmax``, not from MKL's ``exp`` and ``log``
+(:func:`verl_avspo.sandbox.policy.token_log_probs`), so that MKL computes the matrix products, one
+``exp`` in verl's PPO loss and the logged entropy's ``logsumexp`` only. The command runs on ``--threads`` threads (1
+by default; a tiny run printed the same numbers with 2). Other architectures (ARM CPUs run other
+libraries) compute other numbers. ``verl-avspo sandbox --fingerprint`` tells in seconds whether a
+machine computes as the one that measured the docs' table (:mod:`verl_avspo.sandbox.fingerprint`).
 """
 
 from __future__ import annotations
@@ -62,8 +70,8 @@ def describe() -> str:
 
     if pinned():
         return (
-            "Kernels: ATen's AVX2 kernels and MKL's `COMPATIBLE` branch, the same numbers on any x86-64 CPU with "
-            "AVX2, whatever else it has."
+            "Kernels: ATen's AVX2 kernels and MKL's `COMPATIBLE` branch, one code path on any x86-64 CPU with AVX2 "
+            "(`verl-avspo sandbox --fingerprint` checks this machine against docs/results.md in seconds)."
         )
     capability = torch.backends.cpu.get_cpu_capability()
     if os.environ.get("ATEN_CPU_CAPABILITY") == PINNED_KERNELS["ATEN_CPU_CAPABILITY"]:

@@ -17,22 +17,26 @@ the verifier's. ``dcpo`` is verl's ``dcpo`` estimator (prompt keys: the problem'
 (:func:`~verl_avspo.sandbox.sampling.dynamic_sampling`, verl's
 ``algorithm.filter_groups`` with ``max_num_gen_batches``) until its batch is full of groups whose
 rewards differ; its ``acr/rate`` is over every group it drew, its ``acr/effective`` over the groups
-it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``)
-and since the start (``train/rollouts_cumulative``, on the evaluation records too), so that runs
-can be compared at equal rollouts.
+it trained on. Every run logs the rollouts it generated per step (``train/rollouts_generated``, in
+``train/gen_batches`` batches) and since the start (``train/rollouts_cumulative``, on the evaluation
+records too), counted by the run tracker as on every host, so that runs can be compared at equal
+rollouts. With the skip rule, ``dapo_resample`` leaves a skipped prompt's place open in its batch
+(DAPO's next batch tops up only if needed): its rollouts are saved (``prompts/rollouts_skipped``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from tqdm.auto import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+from verl.utils.torch_functional import masked_mean
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo.core.collapse import DroppedGroups, detect_collapse, group_ids, group_stats
@@ -44,14 +48,19 @@ from verl_avspo.sandbox.policy import (
     pad_cat,
     response_log_probs,
     sample,
+    token_log_probs,
     warm_policy,
 )
-from verl_avspo.sandbox.sampling import SampledGroups, dynamic_sampling, sample_groups
+from verl_avspo.sandbox.sampling import SampledGroups, TrainingEpochs, dynamic_sampling, sample_groups
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
 
 __all__ = ["train", "evaluate"]
+
+# The token stream's seed is the run's seed plus this, so that it is not the prompt stream's
+# (torch's generator keeps 32 bits of a seed).
+TOKEN_SEED_OFFSET = 104_729
 
 
 def _token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -98,22 +107,20 @@ def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model, tokenizer: CharTokenizer, task: ArithmeticTask, pass_k: int, seed: int) -> dict[str, float]:
     """Greedy accuracy and pass@k (k samples at temperature 1.0, any correct) per level on the
-    held-out sets. Runs under its own RNG so that evaluating never shifts the training samples."""
+    held-out sets. Draws from its own generator, seeded by ``seed`` at every evaluation, so that
+    evaluating never shifts the training samples."""
     metrics = {}
     max_new_tokens = task.max_answer_chars + 1
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        for index in range(len(task.levels)):
-            problems = task.eval_set(index)
-            greedy = sample(model, tokenizer, problems.prompts, max_new_tokens, greedy=True)
-            correct = exact_match(
-                tokenizer.decode_responses(greedy.response_ids, greedy.response_mask), problems.answers
-            )
-            sampled = sample(model, tokenizer, problems.prompts * pass_k, max_new_tokens)
-            texts = tokenizer.decode_responses(sampled.response_ids, sampled.response_mask)
-            hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
-            metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
-            metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
+    generator = torch.Generator().manual_seed(seed)
+    for index in range(len(task.levels)):
+        problems = task.eval_set(index)
+        greedy = sample(model, tokenizer, problems.prompts, max_new_tokens, generator=None)
+        correct = exact_match(tokenizer.decode_responses(greedy.response_ids, greedy.response_mask), problems.answers)
+        sampled = sample(model, tokenizer, problems.prompts * pass_k, max_new_tokens, generator)
+        texts = tokenizer.decode_responses(sampled.response_ids, sampled.response_mask)
+        hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
+        metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
+        metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
     metrics["eval/acc_mean"] = float(np.mean([metrics[f"eval/acc_level_{i + 1}"] for i in range(len(task.levels))]))
     return metrics
 
@@ -124,14 +131,19 @@ def train(
     seed: int,
     log_path: Path,
     cache_dir: Path | None = None,
+    on_rollout: Callable[[int, transformers.PreTrainedModel, SampledGroups], None] | None = None,
 ) -> None:
-    """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL)."""
+    """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL).
+    ``on_rollout(step, model, batch)`` sees each step's training batch before the update (the
+    fingerprint hashes it)."""
     task = ArithmeticTask(parse_levels(config.levels), config.eval_size)
     model, tokenizer = warm_policy(config.policy, task, cache_dir)
-    # Seeded after the warm-up, so a run that builds the model and one that loads it from the
-    # cache sample the same rollouts.
-    torch.manual_seed(seed)
+    # The run's random streams, independent of the warm-up (built or loaded from the cache) and of
+    # torch's global generator: the prompts and the update order, and the sampled tokens.
     prompt_rng = torch.Generator().manual_seed(seed)
+    token_rng = torch.Generator().manual_seed(seed + TOKEN_SEED_OFFSET)
+    # The steps' prompts: the levels' whole pools, or a fixed set in epochs (config.train_set).
+    source = task if config.train_set is None else TrainingEpochs(task, config.train_set, prompt_rng)
     register.register()  # the estimators this loop selects by name (a test may have cleared verl's registry)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     algorithm = estimator.algorithm_config(seed)
@@ -141,8 +153,8 @@ def train(
     skip_rule = None
     if estimator.skip:
 
-        def skip_rule(prompts: list[str], at_least: int) -> np.ndarray:
-            return tracker.select_prompts(prompts, config.group_size, at_least)
+        def skip_rule(prompts: list[str], at_least: int, refill: bool) -> np.ndarray:
+            return tracker.select_prompts(prompts, config.group_size, at_least, refill)
 
     policy_loss = core_algos.get_policy_loss_fn("dcpo" if estimator.dcpo else "vanilla")
     actor = ActorConfig(
@@ -158,7 +170,6 @@ def train(
         loss_agg_mode=config.loss_agg_mode,
         use_torch_compile=False,
     )
-    rollouts_cumulative = 0
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A stream, not core.files.atomic_write: the log is appended step by step so that a run stopped
@@ -171,9 +182,10 @@ def train(
         for step in progress:
             # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
             if estimator.resample:
+                # DAPO tops the step up with further batches: a skipped prompt's place is left open (fill=1).
                 drawn, picks = dynamic_sampling(
                     lambda b, step=step: sample_groups(
-                        model, tokenizer, task, config, prompt_rng, f"{step}-{b}", skip_rule
+                        model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}-{b}", skip_rule, fill=1
                     ),
                     config.group_size,
                     config.prompts_per_step,
@@ -183,14 +195,15 @@ def train(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
             else:
-                drawn = [sample_groups(model, tokenizer, task, config, prompt_rng, f"{step}", skip_rule)]
+                drawn = [sample_groups(model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}", skip_rule)]
                 batch = drawn[0]
+            if on_rollout is not None:
+                on_rollout(step, model, batch)
             rollout, scores, uids = batch.rollout, batch.scores, batch.uids
             num_groups = len(batch.prompts)
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
-                # (verl's logprobs_from_logits refuses an empty batch: dapo_resample at its cap with none kept)
-                old_log_probs = logprobs_from_logits(batch.logits, rollout.response_ids) if num_groups else None
+                old_log_probs = token_log_probs(batch.logits, rollout.response_ids)
                 entropy = token_entropy(batch.logits)
                 response_mask = rollout.response_mask.float()
                 if estimator.reward == "self_certainty":
@@ -220,6 +233,7 @@ def train(
                     ],
                     torch.cat(discarded),
                 )
+            tracker.count_rollouts(sum(len(part.scores) for part in drawn), len(drawn))
             tracker.measure(rewards, uids, dropped)
             tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
             advantages = torch.zeros_like(response_mask)
@@ -264,15 +278,10 @@ def train(
                 losses.append(loss.item())
                 clipfracs.append(pg_metrics["actor/pg_clipfrac"])
 
-            generated = sum(len(d.scores) for d in drawn)
-            rollouts_cumulative += generated
             metrics.update(
                 {
                     "train/reward_mean": torch.cat([d.scores for d in drawn]).mean().item(),
                     "actor/entropy": _token_mean_entropy(drawn),
-                    "train/rollouts_generated": generated,
-                    "train/rollouts_cumulative": rollouts_cumulative,
-                    "train/gen_batches": len(drawn),
                     **(
                         {"train/resample_capped": float(num_groups < config.prompts_per_step)}
                         if estimator.resample

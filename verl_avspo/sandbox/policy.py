@@ -1,5 +1,6 @@
-"""The sandbox policy: a tiny randomly initialised causal LM, its character tokenizer, sampling,
-per-token log-probabilities, and a short supervised warm-up cached on disk.
+"""The sandbox policy: a tiny randomly initialised causal LM, its character tokenizer, sampling
+(its own, from float64 probabilities), per-token log-probabilities, and a short supervised
+warm-up cached on disk.
 
 The model is a stock ``transformers`` Qwen2 or Llama built from a config (no weights are
 downloaded). Prompts are left-padded so that every response starts at the same column.
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 import transformers
 from tqdm.auto import tqdm
-from verl.utils.torch_functional import logprobs_from_logits, masked_mean
+from verl.utils.torch_functional import masked_mean
 
 from verl_avspo.core.files import write_text
 from verl_avspo.sandbox import task as task_module
@@ -29,9 +30,11 @@ __all__ = [
     "CharTokenizer",
     "Rollout",
     "build_model",
+    "next_tokens",
     "sample",
     "response_logits",
     "response_log_probs",
+    "token_log_probs",
     "warm_policy",
 ]
 
@@ -146,31 +149,51 @@ def pad_cat(tensors: list[torch.Tensor], value: float, left: bool = False) -> to
     return torch.cat(padded)
 
 
+def next_tokens(logits: torch.Tensor, generator: torch.Generator | None, temperature: float = 1.0) -> torch.Tensor:
+    """(n, V) next-token logits -> (n,) tokens: the argmax when ``generator`` is None, otherwise one
+    draw per row at ``temperature``.
+
+    A draw inverts the float64 CDF of softmax(logits / temperature) at a float64 uniform from
+    ``generator``: the token depends on the logits and on the sandbox's own random stream only, not on
+    torch's global generator nor on how ``torch.multinomial`` draws (``generate`` divides float32
+    probabilities by exponentials). A last-bit difference in a logit moves a CDF boundary by about
+    1e-7 of its probability, and flips the token only when the uniform falls that close to it.
+    """
+    if generator is None:
+        return logits.argmax(dim=-1)
+    cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(dim=-1)
+    uniform = torch.rand(len(logits), 1, dtype=torch.float64, generator=generator) * cdf[:, -1:]
+    return (cdf <= uniform).sum(dim=-1).clamp(max=logits.shape[-1] - 1)
+
+
 @torch.no_grad()
 def sample(
     model: transformers.PreTrainedModel,
     tokenizer: CharTokenizer,
     prompts: list[str],
     max_new_tokens: int,
-    greedy: bool = False,
+    generator: torch.Generator | None,
     temperature: float = 1.0,
 ) -> Rollout:
-    """One response per prompt, at ``temperature`` (or greedy). Draws from torch's global RNG."""
+    """One response per prompt, token by token (:func:`next_tokens`): greedy when ``generator`` is
+    None, otherwise drawn from ``generator`` at ``temperature``. A response ends at its ``<eos>``;
+    the positions after it hold ``<pad>``, as ``generate`` pads them."""
     prompt_ids, prompt_mask = tokenizer.encode_prompts(prompts)
-    output = model.generate(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_k=None,
-        top_p=None,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_id,
-        eos_token_id=tokenizer.eos_id,
-    )
-    response_ids = output[:, prompt_ids.shape[1] :]
+    ids, mask = prompt_ids, prompt_mask
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        # Left padding: each row's positions count from its first prompt token, as in response_logits.
+        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, -1]
+        token = next_tokens(logits, generator, temperature).masked_fill(finished, tokenizer.pad_id)
+        finished |= token == tokenizer.eos_id
+        ids = torch.cat([ids, token.unsqueeze(1)], dim=1)
+        mask = torch.cat([mask, torch.ones_like(token).unsqueeze(1)], dim=1)
+        if finished.all():
+            break
+    response_ids = ids[:, prompt_ids.shape[1] :]
     is_eos = (response_ids == tokenizer.eos_id).long()
-    # Tokens after the first <eos> are padding from generate.
+    # Tokens after the first <eos> are padding.
     response_mask = (is_eos.cumsum(dim=1) - is_eos == 0).long()
     return Rollout(prompt_ids, prompt_mask, response_ids, response_mask)
 
@@ -188,9 +211,18 @@ def response_logits(model: transformers.PreTrainedModel, rollout: Rollout, tempe
     return logits[:, prompt_width - 1 : prompt_width - 1 + response_width].float() / temperature
 
 
+def token_log_probs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """(n, R, V) logits, (n, R) tokens -> (n, R) log-probabilities of the tokens.
+
+    ATen's ``log_softmax``, not verl's ``logprobs_from_logits``: on CPU verl's takes ``logsumexp``,
+    whose ``exp`` and ``log`` (and the backward's ``exp``) are MKL's, one more library whose code path
+    depends on the CPU; ``log_softmax`` runs on ATen's pinned kernels, forward and backward."""
+    return logits.log_softmax(dim=-1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+
+
 def response_log_probs(model: transformers.PreTrainedModel, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
     """log π_T(response token | prefix) at sampling temperature ``temperature``, (n, R), with gradients."""
-    return logprobs_from_logits(response_logits(model, rollout, temperature), rollout.response_ids)
+    return token_log_probs(response_logits(model, rollout, temperature), rollout.response_ids)
 
 
 def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokenizer) -> str:

@@ -1,5 +1,6 @@
 """Sampling a step's groups in the sandbox: ``prompts_per_step`` prompts x G answers, scored
-(:func:`sample_groups`), the prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
+(:func:`sample_groups`), from the pools or a fixed set in epochs (:class:`TrainingEpochs`), the
+prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
 dynamic sampling with verl's semantics (:func:`dynamic_sampling`). The loop that trains on them is
 :mod:`verl_avspo.sandbox.loop`.
 """
@@ -14,11 +15,12 @@ import numpy as np
 import torch
 
 from verl_avspo.core.collapse import detect_collapse, group_stats
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.policy import CharTokenizer, Rollout, pad_cat, response_logits, sample
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match
 
-__all__ = ["SampledGroups", "sample_groups", "draw_kept", "dynamic_sampling", "collapsed_groups"]
+__all__ = ["SampledGroups", "TrainingEpochs", "sample_groups", "draw_kept", "dynamic_sampling", "collapsed_groups"]
 
 Batch = TypeVar("Batch")
 
@@ -87,36 +89,72 @@ class SampledGroups:
         )
 
 
-def draw_kept(draw: Callable[[], Problems], keep: Callable[[list[str], int], np.ndarray], wanted: int, max_draws: int):
-    """The pre-rollout skip rule's prompts: draw candidate batches (``draw()``) and keep those
-    ``keep(prompts, at_least)`` selects, until ``wanted`` are kept; the last of ``max_draws`` draws
-    keeps at least what is still missing, so a step always rolls out ``wanted`` prompts (when each draw
-    has that many). Returns the kept problems, the first ``wanted`` in draw order."""
-    kept, count = [], 0
-    for number in range(1, max_draws + 1):
-        candidates = draw()
-        chosen = candidates.select(
-            torch.from_numpy(keep(candidates.prompts, wanted - count if number == max_draws else 0))
-        )
-        kept.append(chosen.select(torch.arange(min(len(chosen.prompts), wanted - count))))
-        count += len(kept[-1].prompts)
-        if count >= wanted:
-            break
-    return Problems.concat(kept)
+def draw_kept(
+    draw: Callable[[], Problems],
+    keep: Callable[[list[str], int, bool], np.ndarray],
+    wanted: int,
+    max_draws: int,
+    fill: int | None = None,
+):
+    """The pre-rollout skip rule's prompts, by the core's skip-and-refill loop (``core.prompt_refill``):
+    draw candidate batches (``draw()``) and keep those ``keep(prompts, at_least, refill)`` selects, until
+    ``fill`` (default ``wanted``) are kept; the last of ``max_draws`` draws keeps at least what is still
+    missing, so a step rolls out ``fill`` prompts (when each draw has that many). DAPO's dynamic sampling
+    tops a step up with further generation batches, so it fills one place and leaves the others open (a
+    saving). Returns the kept problems, at most ``wanted``, in draw order."""
+    picked = skip_and_refill(
+        draw(),
+        lambda candidates: candidates.prompts,
+        keep,
+        lambda _missing: draw(),
+        wanted,
+        fill=fill,
+        forced=lambda number, _candidates: number >= max_draws - 1,
+    )
+    return Problems.concat([candidates.select(torch.from_numpy(chosen)) for candidates, chosen in picked.chunks])
+
+
+class TrainingEpochs:
+    """The epochs mode's prompts (``SandboxConfig.train_set``): a fixed training set drawn once from
+    ``task`` (:meth:`ArithmeticTask.training_set`), then handed out in epochs, each a fresh
+    permutation of the set without replacement. Every draw (a step's, a refill's, DAPO's next batch)
+    takes the prompts next in line, as verl's dataloader hands out its batches; a draw that runs past
+    the end of an epoch goes on into the next (verl drops an epoch's incomplete last batch instead: the
+    two agree when the set is a multiple of the draws' size). It stands in for the task where
+    :func:`sample_groups` draws."""
+
+    def __init__(self, task: ArithmeticTask, size: int, generator: torch.Generator):
+        self.problems = task.training_set(size, generator)
+        self.max_answer_chars = task.max_answer_chars
+        self.epoch = 0  # epochs begun so far
+        self._order = torch.empty(0, dtype=torch.long)
+
+    def sample(self, num_prompts: int, generator: torch.Generator) -> Problems:
+        """The next ``num_prompts`` prompts of the current epoch, beginning new ones as needed."""
+        while len(self._order) < num_prompts:
+            permutation = torch.randperm(len(self.problems.prompts), generator=generator)
+            self._order = torch.cat([self._order, permutation])
+            self.epoch += 1
+        rows, self._order = self._order[:num_prompts], self._order[num_prompts:]
+        return self.problems.select(rows)
 
 
 def sample_groups(
     model,
     tokenizer: CharTokenizer,
-    task: ArithmeticTask,
+    task: ArithmeticTask | TrainingEpochs,
     config: SandboxConfig,
-    prompt_rng: torch.Generator,
+    rngs: tuple[torch.Generator, torch.Generator],
     tag: str,
-    keep: Callable[[list[str], int], np.ndarray] | None = None,
+    keep: Callable[[list[str], int, bool], np.ndarray] | None = None,
+    fill: int | None = None,
 ) -> SampledGroups:
     """``prompts_per_step`` prompts x G answers at the sampling temperature, scored; the answers of
-    one prompt share the uid ``<tag>-<prompt index>``. With ``keep`` (the skip rule), the prompts are
-    the candidates it keeps (:func:`draw_kept`)."""
+    one prompt share the uid ``<tag>-<prompt index>``. ``rngs``: the prompts' generator and the
+    tokens'. The prompts come from ``task``'s pools, or its epochs (:class:`TrainingEpochs`). With
+    ``keep`` (the skip rule), the prompts are the candidates it keeps, at least ``fill`` of them
+    (:func:`draw_kept`)."""
+    prompt_rng, token_rng = rngs
     if keep is None:
         problems = task.sample(config.prompts_per_step, prompt_rng)
     else:
@@ -125,12 +163,13 @@ def sample_groups(
             keep,
             config.prompts_per_step,
             config.max_gen_batches,
+            fill,
         )
     prompts = [p for p in problems.prompts for _ in range(config.group_size)]
     answers = [a for a in problems.answers for _ in range(config.group_size)]
     uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
     model.eval()
-    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, temperature=config.temperature)
+    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, token_rng, config.temperature)
     scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
     with torch.no_grad():
         logits = response_logits(model, rollout, config.temperature)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import early_acr, mean_std_cell, paired_difference
+from verl_avspo.tools.stats import early_acr, last_value, mean_std_cell, paired_difference
 
 __all__ = ["first_steps_column", "intrinsic_note", "run_statistics", "summary_tables", "verdicts", "render_summary"]
 
@@ -47,6 +47,11 @@ def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_step
     stats["acr_first"] = math.nan if early is None else early.mean
     # Logs written before the entropy was logged have no column: NaN, shown as "n/a".
     stats["entropy"] = training["actor/entropy"].mean() if "actor/entropy" in training else math.nan
+    # The training prompts at the end of the run (the run tracker's prompt history): how many were
+    # seen, and the shares all-correct or all-wrong on every visit.
+    for key in ("seen", "always_solved", "never_solved"):
+        value = last_value(frame.get(f"prompts/{key}"))
+        stats[f"prompts_{key}"] = math.nan if value is None else value
     return {key: float(value) for key, value in stats.items()}
 
 
@@ -110,7 +115,31 @@ def summary_tables(
     return (
         f"### Final greedy accuracy (%)\n\n{accuracy}\n\n"
         f"### Final pass@{pass_k} (%, {pass_k} samples at temperature 1.0)\n\n{pass_at_k}\n\n"
-        f"### Advantage collapse (mean over training steps)\n\n{collapse}\n" + (f"\n{note}\n" if note else "")
+        f"### Advantage collapse (mean over training steps)\n\n{collapse}\n"
+        + (f"\n{note}\n" if note else "")
+        + _prompts_table(stats)
+    )
+
+
+def _prompts_table(stats: Mapping[str, Sequence[dict[str, float]]]) -> str:
+    """The training prompts at the end of the run: seen, always solved, never solved ("" when no run
+    logged its prompt history)."""
+    if all(math.isnan(run["prompts_seen"]) for runs in stats.values() for run in runs):
+        return ""
+    table = render_table(
+        ["estimator", "prompts seen", "always solved", "never solved"],
+        [
+            [f"`{label}`"]
+            + [
+                mean_std_cell([run[key] for run in runs], digits)
+                for key, digits in (("prompts_seen", 0), ("prompts_always_solved", 3), ("prompts_never_solved", 3))
+            ]
+            for label, runs in stats.items()
+        ],
+    )
+    return (
+        "\n### Training prompts at the end of the run\n\nShares of the prompts seen that were all-correct "
+        f"(always solved) or all-wrong (never solved) on every visit.\n\n{table}\n"
     )
 
 

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Level", "Problems", "ArithmeticTask", "parse_levels", "exact_match"]
+__all__ = [
+    "Level",
+    "Problems",
+    "ArithmeticTask",
+    "parse_levels",
+    "training_pool_size",
+    "level_shares",
+    "check_training_set",
+    "exact_match",
+]
 
 _LEVEL = re.compile(r"^([1-9])([+*])([1-9])$")
 _SPLIT_SEED = 1234  # fixed: the train/eval split must not depend on the run's seed
@@ -52,6 +61,31 @@ class Level:
 def _numbers_with_digits(digits: int) -> torch.Tensor:
     low = 0 if digits == 1 else 10 ** (digits - 1)
     return torch.arange(low, 10**digits)
+
+
+def training_pool_size(level: Level, eval_size: int) -> int:
+    """How many of ``level``'s problems are left for training once ``eval_size`` are held out (at
+    most a fifth of the level, :class:`ArithmeticTask`)."""
+    return level.num_problems - min(eval_size, level.num_problems // 5)
+
+
+def level_shares(size: int, num_levels: int) -> list[int]:
+    """``size`` prompts split over ``num_levels`` levels as evenly as integers allow (the first
+    levels take the remainder): how a fixed training set is drawn uniformly over levels."""
+    return [size // num_levels + (index < size % num_levels) for index in range(num_levels)]
+
+
+def check_training_set(levels: tuple[Level, ...], size: int, eval_size: int) -> None:
+    """Raise ValueError when a level's training pool is smaller than its :func:`level_shares` of a
+    fixed training set of ``size`` prompts."""
+    for level, share in zip(levels, level_shares(size, len(levels)), strict=True):
+        pool = training_pool_size(level, eval_size)
+        if share > pool:
+            names = ",".join(level.name for level in levels)
+            raise ValueError(
+                f"train_set={size} is too large for levels={names}: level {level.name} would give {share} prompts "
+                f"but has {pool} training problems; use at most {pool * len(levels)}, or harder levels"
+            )
 
 
 def parse_levels(spec: str) -> tuple[Level, ...]:
@@ -127,7 +161,7 @@ class ArithmeticTask:
         for index, level in enumerate(levels):
             a, b = level.operands()
             order = torch.randperm(a.numel(), generator=split)
-            held_out = min(eval_size, a.numel() // 5)
+            held_out = level.num_problems - training_pool_size(level, eval_size)
             test, train = order[:held_out], order[held_out:]
             self._train.append((a[train], b[train]))
             prompts, answers = _render(level, a[test], b[test])
@@ -152,6 +186,18 @@ class ArithmeticTask:
             for row, prompt, answer in zip(rows.tolist(), level_prompts, level_answers, strict=True):
                 prompts[row], answers[row] = prompt, answer
         return Problems(prompts, answers, level)
+
+    def training_set(self, size: int, generator: torch.Generator) -> Problems:
+        """A fixed training set of ``size`` distinct problems, drawn without replacement from the
+        training pools, :func:`level_shares` of it from each level, in level order
+        (:func:`check_training_set`)."""
+        check_training_set(self.levels, size, self.eval_size)
+        parts = []
+        for index, ((a, b), share) in enumerate(zip(self._train, level_shares(size, len(self.levels)), strict=True)):
+            pick = torch.randperm(a.numel(), generator=generator)[:share]
+            prompts, answers = _render(self.levels[index], a[pick], b[pick])
+            parts.append(Problems(prompts, answers, torch.full((share,), index)))
+        return Problems.concat(parts)
 
 
 def exact_match(responses: list[str], answers: list[str]) -> torch.Tensor:

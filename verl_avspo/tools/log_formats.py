@@ -1,6 +1,8 @@
 """One log file as one frame per run (one row per step, one column per metric), by its format:
-verl's file-logger JSONL (also what the CPU sandbox writes, :func:`write_record`), TensorBoard
-event files, wandb CSV exports and a Hugging Face Trainer's ``trainer_state.json`` (TRL's trainers).
+verl's file-logger JSONL (also what the CPU sandbox writes, :func:`write_record`) or a custom loop's
+flat ``{"step": N, <metric>: value}`` JSONL, TensorBoard event files, wandb CSV exports and a Hugging
+Face Trainer's ``trainer_state.json`` (TRL's trainers; its ``logging_steps`` kept in
+``attrs["logging_steps"]``) or a bare ``log_history`` list.
 Finding the logs of a run, naming runs and merging a run's files is :mod:`verl_avspo.tools.logs`,
 which re-exports the public names here.
 
@@ -8,7 +10,7 @@ A step must be a non-negative integer; a record with another step is skipped wit
 the file and the record. A step logged twice with the same metric (a crashed attempt and its resume
 appended to one log) keeps the last value, with a warning; the frame's ``attrs["repeated_steps"]``
 lists those steps. A log cut off or partly corrupt keeps every record that can be read, with a
-warning.
+warning; a metric logged as text that spells a number (``"0.25"``) is read as one, with a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from verl_avspo.core.log_record import is_step, parse_record, write_record
+from verl_avspo.core.log_record import FLAT_STEP_KEYS, is_step, parse_record, write_record
 
 __all__ = [
     "is_metrics_log",
@@ -33,9 +35,24 @@ __all__ = [
     "read_tensorboard",
     "read_trainer_state",
     "read_wandb_csv",
+    "is_trl_grpo",
     "step_list",
     "write_record",
 ]
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float: a number, or a string that spells one (a metric logged as text); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _warn_repeated(path: Path, repeated: dict[int, str]) -> None:
@@ -64,8 +81,10 @@ def _merge_records(
     ``records`` is read (``where (why)``): a warning when some could be read, a ValueError when none."""
     rows: dict[int, dict[str, float]] = {}
     repeated: dict[int, str] = {}
+    as_text: set[str] = set()
     for where, step, data in records:
-        numeric = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = {k: number for k, v in data.items() if (number := _number(v)) is not None}
+        as_text.update(k for k, v in data.items() if isinstance(v, str) and k in numeric)
         row = rows.setdefault(step, {})
         if step not in repeated and not row.keys().isdisjoint(numeric):
             repeated[step] = where
@@ -82,6 +101,11 @@ def _merge_records(
         warnings.warn(
             f"skipped {len(bad)} {unit}(s) that are not {record}s (a truncated or corrupt log), kept the "
             f"{len(rows)} step(s) that could be read: {shown}",
+            stacklevel=4,
+        )
+    if as_text:
+        warnings.warn(
+            f"{path}: {len(as_text)} metric(s) logged as text ({', '.join(sorted(as_text)[:5])}): read as numbers",
             stacklevel=4,
         )
     _warn_repeated(path, repeated)
@@ -118,7 +142,9 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
                     continue
                 yield f"{path}:{number}", step, data
 
-    return _merge_records(path, records(), bad, "line", "verl file-logger record", "{'step': N, 'data': {...}}")
+    return _merge_records(
+        path, records(), bad, "line", "metrics record", "({'step': N, 'data': {...}} or {'step': N, <metric>: value})"
+    )
 
 
 _LOG_HISTORY = re.compile(r'"log_history"\s*:\s*\[')
@@ -158,6 +184,7 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     try:
         state = json.loads(text)
     except json.JSONDecodeError as err:
+        state = None
         entries = _log_history_until_cut(path, text)
         warnings.warn(
             f"{path} is cut off or corrupt ({err.msg} at line {err.lineno}): read the {len(entries)} complete "
@@ -165,8 +192,13 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
             stacklevel=2,
         )
     else:
+        if isinstance(state, list):  # a bare log_history: json.dump(trainer.state.log_history, ...)
+            state = {"log_history": state}
         if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-            raise ValueError(f"{path} is not a Hugging Face trainer_state.json: it has no log_history list")
+            raise ValueError(
+                f"{path} is not a Hugging Face trainer_state.json (a dict with a log_history list) nor a bare "
+                "log_history list"
+            )
         entries = state["log_history"]
     bad: list[str] = []
 
@@ -179,12 +211,29 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
             elif "train_runtime" not in entry:
                 yield where, int(entry["step"]), {k: v for k, v in entry.items() if k not in ("step", "epoch")}
 
-    return _merge_records(path, records(), bad, "log_history entry", "step record", "{'step': N, <metric>: value, ...}")
+    frame = _merge_records(
+        path, records(), bad, "log_history entry", "step record", "{'step': N, <metric>: value, ...}"
+    )
+    interval = state.get("logging_steps") if isinstance(state, dict) else None
+    if is_step(interval) and interval >= 1:
+        frame.attrs["logging_steps"] = int(interval)
+    return frame
+
+
+def is_trl_grpo(frame: pd.DataFrame) -> bool:
+    """Whether ``frame`` holds TRL GRPO metrics: its reward (``reward``, ``reward_std``) with
+    per-function ``rewards/<name>`` or a completion length, in either release's names."""
+    columns = [str(column).removeprefix("train/") for column in frame]
+    return "frac_reward_zero_std" in columns or (
+        "reward" in columns
+        and any(c.startswith("rewards/") or c in ("completion_length", "completions/mean_length") for c in columns)
+    )
 
 
 def is_metrics_log(path: str | Path, lines: int = 20) -> bool:
-    """Whether a JSONL file holds file-logger records: judged by its first line that parses as
-    JSON (a corrupt first line is passed over), within its first ``lines`` non-empty lines; a file
+    """Whether a JSONL file holds metrics records (verl's file logger's, or flat ones with a step key,
+    :data:`FLAT_STEP_KEYS`): judged by its first line that parses as JSON (a corrupt first line is
+    passed over), within its first ``lines`` non-empty lines; a file
     none of whose first lines parses counts as a log, so that reading it reports the problem. Run
     directories also hold other JSONL, such as verl's dumps of validation generations."""
     with Path(path).open(errors="replace") as stream:
@@ -194,7 +243,7 @@ def is_metrics_log(path: str | Path, lines: int = 20) -> bool:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        return isinstance(record, dict) and {"step", "data"} <= set(record)
+        return isinstance(record, dict) and any(key in record for key in FLAT_STEP_KEYS)
     return bool(candidates)
 
 

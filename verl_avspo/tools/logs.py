@@ -3,10 +3,12 @@
 
 Each file is read by its format (:mod:`verl_avspo.tools.log_formats`, whose public names are
 re-exported here): verl's ``trainer.logger=[file]`` JSONL (``{"step": N, "data": {...}}`` per line,
-also the CPU sandbox's), TensorBoard event files (verl's, OpenRLHF's and the Hugging Face Trainer's
+also the CPU sandbox's; a custom loop's flat ``{"step": N, <metric>: value}`` lines too), TensorBoard
+event files (verl's, OpenRLHF's and the Hugging Face Trainer's
 ``tensorboard`` loggers), wandb CSV exports (a run's history, or a chart panel's CSV of one or more
 runs) and a Hugging Face Trainer's ``trainer_state.json`` (TRL's trainers: its ``log_history``, in a
-checkpoint folder or the output folder). The ``train/`` that OpenRLHF's loggers and the Trainer's
+checkpoint folder or the output folder, or a bare ``log_history`` list saved from a notebook). The
+``train/`` that OpenRLHF's loggers and the Trainer's
 wandb and TensorBoard callbacks put before training metrics is dropped from ours (``train/acr/rate``
 is read as ``acr/rate``) and from TRL's reward metrics (:data:`UNPREFIXED`). Every reader returns one
 frame per run: one row per step, one column per metric. A run's successive files (TensorBoard files,
@@ -194,7 +196,10 @@ def _log_files(paths: Sequence[str | Path], evaluations: bool) -> list[Path]:
 
 
 def read_run_logs(
-    paths: Sequence[str | Path], names: Sequence[str] | None = None, evaluations: bool = False
+    paths: Sequence[str | Path],
+    names: Sequence[str] | None = None,
+    evaluations: bool = False,
+    unreadable: list[str] | None = None,
 ) -> dict[str, list[pd.DataFrame]]:
     """Run name -> its metric frames, one per log file, the recipes' ``eval.jsonl`` last; for files
     and directories (searched for every kind of log).
@@ -202,7 +207,8 @@ def read_run_logs(
     A run is named by :func:`run_names` (one name for all the logs of one run), or by its own name
     in a wandb panel CSV, or by ``names`` (one per run, in order). In directories the recipes'
     ``eval.jsonl`` (a final evaluation, no training steps) is read only with ``evaluations``. A
-    log that cannot be read is skipped with a warning when other logs can be; if none can, this
+    log that cannot be read is skipped with a warning when other logs can be, and its problem (the
+    file and why) is appended to ``unreadable`` when given, for the caller to say; if none can, this
     raises.
     """
     files = _log_files(paths, evaluations)
@@ -218,23 +224,25 @@ def read_run_logs(
             raise ValueError(f"--name was given {len(names)} time(s) for {len(grouped)} run(s): {list(grouped)}")
         grouped = dict(zip(names, grouped.values(), strict=True))
     runs: dict[str, list[pd.DataFrame]] = {}
-    unreadable: list[str] = []
+    problems: list[str] = []
     for label, group in grouped.items():
         for file in sorted(group, key=lambda log: log.name == "eval.jsonl"):
             try:
                 found = _read_runs(file)
             except ValueError as err:
-                unreadable.append(str(err))
+                problems.append(str(err))
                 continue
             for panel_run, frame in found.items():
                 name = label if panel_run is None else panel_run
                 if panel_run is not None and panel_run in grouped:  # a panel's run named like another log's
                     name = f"{label}/{panel_run}"
                 runs.setdefault(name, []).append(frame)
-    if unreadable and not runs:
-        raise ValueError("no log could be read: " + " | ".join(unreadable))
-    for problem in unreadable:
+    if problems and not runs:
+        raise ValueError("no log could be read: " + " | ".join(problems))
+    for problem in problems:
         warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
+    if unreadable is not None:
+        unreadable.extend(problems)
     return runs
 
 
@@ -256,10 +264,16 @@ def merge_frames(name: str, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
         )
     within = {step for frame in frames for step in frame.attrs.get("repeated_steps", ())}
     merged.attrs["repeated_steps"] = sorted(within.union(across_steps))
+    intervals = {frame.attrs["logging_steps"] for frame in frames if "logging_steps" in frame.attrs}
+    if len(intervals) == 1:
+        merged.attrs["logging_steps"] = intervals.pop()
     return merged
 
 
-def collect_runs(paths: Sequence[str | Path], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Run name -> metrics, as :func:`read_run_logs` finds and names them, each run's logs merged
-    (:func:`merge_frames`)."""
-    return {name: merge_frames(name, frames) for name, frames in read_run_logs(paths, names).items()}
+def collect_runs(
+    paths: Sequence[str | Path], names: Sequence[str] | None = None, unreadable: list[str] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Run name -> metrics, as :func:`read_run_logs` finds and names them (the logs that cannot be read
+    appended to ``unreadable``), each run's logs merged (:func:`merge_frames`)."""
+    runs = read_run_logs(paths, names, unreadable=unreadable)
+    return {name: merge_frames(name, frames) for name, frames in runs.items()}

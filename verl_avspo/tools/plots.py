@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from verl_avspo.core.files import atomic_write
+
 __all__ = ["seed_statistics", "plot_metrics"]
 
 _LINESTYLES = ("-", "--", ":", "-.")
@@ -43,8 +45,9 @@ def plot_metrics(
 
     Args:
         frames: run name -> its metrics frame, or a list of frames (one per seed).
-        columns: metric names to draw; each gets its own line style, each run its own colour.
-        path: where to write the PNG (parent folders are created).
+        columns: metric names to draw; every (run, metric) series gets its own colour (and each metric its
+            own line style), the legend beside the axes, not on the data.
+        path: where to write the PNG (parent folders are created; written through ``atomic_write``).
         title, ylabel: the figure's title and y-axis label (the x axis is the training step).
         smooth: centred rolling-mean window in steps (1 = raw values), for noisy per-step metrics.
         column_labels: legend names for the columns (default: the metric names).
@@ -56,11 +59,12 @@ def plot_metrics(
     if smooth < 1:
         raise ValueError(f"smooth={smooth} is invalid: expected a window of at least 1 step")
     column_labels = dict(column_labels or {})
-    figure = Figure(figsize=(8, 4.5), layout="constrained")
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
     axes = figure.add_subplot()
-    colours = [f"C{i}" for i in range(10)]
+    colours = [f"C{i}" for i in range(10)] + ["black", "olive", "navy", "maroon", "teal", "gold"]
     drawn = 0
-    for run_index, (run, value) in enumerate(frames.items()):
+    points: list[float] = []
+    for run, value in frames.items():
         seeds = [value] if isinstance(value, pd.DataFrame) else list(value)
         for column_index, column in enumerate(columns):
             mean, std = seed_statistics(seeds, column)
@@ -69,12 +73,14 @@ def plot_metrics(
             if smooth > 1:
                 mean = mean.rolling(smooth, center=True, min_periods=1).mean()
                 std = std.rolling(smooth, center=True, min_periods=1).mean()
-            colour = colours[run_index % len(colours)]
-            label = run if len(columns) == 1 else f"{run}: {column_labels.get(column, column)}"
+            colour = colours[drawn % len(colours)]
+            named = column_labels.get(column, column)
+            label = run if len(columns) == 1 else named if len(frames) == 1 else f"{run}: {named}"
             # A single point draws no line: mark it.
             marker = "o" if len(mean) == 1 else None
             style = _LINESTYLES[column_index % len(_LINESTYLES)]
             axes.plot(mean.index, mean.values, style, color=colour, label=label, marker=marker)
+            points += list(mean.values) + list(mean.index.astype(float))
             if band and len(seeds) > 1:
                 axes.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.15)
             drawn += 1
@@ -84,8 +90,13 @@ def plot_metrics(
     axes.set_xlabel("training step")
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+    if drawn == 1 and len(points) == 2:  # one point: a window around it, not matplotlib's ±0.04
+        y, x = points
+        axes.set_ylim(y - max(abs(y) * 0.5, 0.5), y + max(abs(y) * 0.5, 0.5))
+        axes.set_xlim(x - max(x * 0.5, 1), x + max(x * 0.5, 1))
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    with atomic_write(path) as temporary:
+        figure.savefig(temporary, dpi=120, format="png")
     return path

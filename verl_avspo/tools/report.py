@@ -1,13 +1,14 @@
 """``verl-avspo report``: plots and a diagnosis of advantage collapse from existing training logs.
 
-Reads verl's ``file`` logger (JSONL), TensorBoard event files, wandb CSV exports and TRL's
-``trainer_state.json`` (:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or
-corrupt log keeps every readable step, with a warning naming the file and the lines dropped. Writes
-one PNG per figure and ``summary.md`` to ``--out``, and prints the diagnosis of each run
-(:mod:`verl_avspo.tools.diagnosis`): which steps a log lacks, stalled windows under ``--rule``,
-``--threshold`` and ``--window`` (the live alert's monitor), ACR over the first 100 steps, which kind
-of collapsed group dominates, and what a log without ``acr/*`` metrics lacks. ``--json`` writes all of
-it machine-readable; ``--fail-on`` sets the exit status for CI (:data:`FAIL_CONDITIONS`).
+Reads verl's ``file`` logger (JSONL; flat ``{"step": N, ...}`` JSONL too), TensorBoard event files, wandb
+CSV exports and TRL's ``trainer_state.json`` or a bare ``log_history`` list
+(:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or corrupt
+log keeps every readable step, with a warning naming the file and the lines dropped; a file that cannot
+be read at all is named with the reason in the text and counts for ``--fail-on unreadable``. Writes one
+PNG per figure and ``summary.md`` to ``--out`` (each through :func:`verl_avspo.core.files.atomic_write`),
+and prints the diagnosis of each run (:mod:`verl_avspo.tools.diagnosis`): findings with a severity, their
+evidence and what to do. ``--json`` writes all of it machine-readable; ``--fail-on`` sets the exit status
+for CI (:data:`FAIL_CONDITIONS`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ import json
 import math
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from verl_avspo.core.acr_config import ACR_SECTION
 from verl_avspo.core.alert import describe_rule
 from verl_avspo.core.config import ALERT_RULES, AlertConfig, SettingsError, resolve_alert
-from verl_avspo.tools.diagnosis import RunDiagnosis, diagnose
+from verl_avspo.core.files import FileWriteError, write_text
+from verl_avspo.tools.diagnosis import DOCS, RunDiagnosis, diagnose
 from verl_avspo.tools.logs import TRAINER_STATE, collect_runs
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.plots import plot_metrics
@@ -34,18 +38,20 @@ __all__ = ["FAIL_CONDITIONS", "FIGURES", "configure", "failed_conditions", "repo
 
 # A figure of each run's own score column, of validation columns, or of TRL's per-function mean rewards.
 _SCORE, _VALIDATION, _REWARD_FUNCTIONS = "score", "validation", "reward functions"
-_REWARD_FUNCTION = re.compile(r"^rewards/.+/mean$")  # TRL: rewards/<reward function>/mean
+_REWARD_FUNCTION = re.compile(
+    r"^rewards/(?:[^/]+/mean|[^/]+)$"
+)  # TRL: rewards/<function>/mean; older: rewards/<function>
 _WANTED = {
     _SCORE: f"a mean reward ({', '.join(SCORE_NAMES)})",
     _VALIDATION: "validation metrics (val-core/*, eval/acc_mean, eval/eval_*_pass1, eval_reward)",
-    _REWARD_FUNCTIONS: "TRL's rewards/<function>/mean",
+    _REWARD_FUNCTIONS: "TRL's rewards/<function>/mean (older TRL: rewards/<function>)",
 }
 # file name -> (columns, legend labels, title, y label).
 FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
     "acr.png": (
         ("acr/rate", "acr/effective", TRL_ZERO_STD),
-        {"acr/rate": "raw ACR", "acr/effective": "effective", TRL_ZERO_STD: f"TRL's {TRL_ZERO_STD}"},
-        "Advantage collapse rate: raw scores vs final advantages",
+        {"acr/rate": "raw ACR", "acr/effective": "effective ACR", TRL_ZERO_STD: f"TRL's {TRL_ZERO_STD}"},
+        "Advantage collapse rate",
         "fraction of groups",
     ),
     "acr_split.png": (
@@ -62,16 +68,22 @@ FIGURES: dict[str, tuple[tuple[str, ...], dict[str, str], str, str]] = {
     ),
     "reward.png": ((_SCORE,), {}, "Mean training reward", "score"),
     "reward_functions.png": ((_REWARD_FUNCTIONS,), {}, "Mean reward of each reward function (TRL)", "reward"),
-    "reward_std.png": (("reward_std",), {}, "Std of the batch's rewards (TRL's reward_std)", "std"),
+    "reward_std.png": (
+        ("reward_std",),
+        {},
+        "TRL's reward_std (older TRL: mean of per-group stds; later: the batch's std)",
+        "std",
+    ),
     "accuracy.png": ((_VALIDATION,), {}, "Validation accuracy", "accuracy"),
 }
 _LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
 # --fail-on NAME: the run property that makes the exit status 3.
 FAIL_CONDITIONS = {
     "stalled": "the stall rule found a stalled window",
-    "incomplete": "the log starts after its first step, has gaps, or logged a step twice",
-    "no-acr": f"the log has no usable acr/rate (nor TRL's {TRL_ZERO_STD})",
+    "incomplete": "the log starts after its first logging step, has gaps, or logged a step twice",
+    "no-acr": "the log holds no collapse measure (acr/rate, frac_reward_zero_std, reward_std, critic/score/max+min)",
     "unusable": "a rate column holds no value or values outside [0, 1]",
+    "unreadable": "a log file given or found could not be read (the message lists the files)",
 }
 # --fail-on NAME>X or NAME<X: a figure of the run (RunDiagnosis.values) above or below X.
 FAIL_VALUES = ("mean_acr", "acr_100", "all_correct", "all_wrong", "effective", "final_score", "avspo_triggered")
@@ -97,11 +109,19 @@ def _figure_columns(
 
 
 def write_report(
-    runs: dict[str, pd.DataFrame], out: str | Path, alert: AlertConfig | None = None, smooth: int = 1
+    runs: dict[str, pd.DataFrame],
+    out: str | Path,
+    alert: AlertConfig | None = None,
+    smooth: int = 1,
+    unreadable: list[str] | None = None,
 ) -> tuple[list[RunDiagnosis], list[Path]]:
-    """Write the figures and ``summary.md`` to ``out``. Returns the runs' diagnoses and the files."""
+    """Write the figures and ``summary.md`` to ``out`` (the logs that could not be read, ``unreadable``,
+    named in it). Returns the runs' diagnoses and the files."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FileWriteError(err.errno or 0, f"cannot create the folder --out {out}: {err.strerror or err}") from None
     alert = alert or AlertConfig()
     diagnoses = [diagnose(name, frame, alert) for name, frame in runs.items()]
     figures, skipped = [], []
@@ -110,6 +130,8 @@ def write_report(
         if not present:
             skipped.append(f"{filename} (no run logs {_WANTED.get(columns[0], ', '.join(columns))})")
             continue
+        if columns == (_REWARD_FUNCTIONS,):  # the legend names each function
+            labels = {c: c.removeprefix("rewards/").removesuffix("/mean") for c in present}
         if len(present) == 1 and present[0] in labels:  # the legend then names runs only: the title says what
             title = f"{title} ({labels[present[0]]})"
         figures.append(plot_metrics(frames, present, out / filename, title, ylabel, smooth, labels))
@@ -118,29 +140,29 @@ def write_report(
     lines = [
         "# Advantage collapse report",
         "",
-        f"Runs: {', '.join(runs)}. Stall rule `{alert.rule}`: {describe_rule(alert)} (logged steps).",
+        f"Runs: {', '.join(runs)}. Stall rule `{alert.rule}`: {describe_rule(alert)} (training steps).",
         "",
         render_table(keys, [[diagnosis.row.get(key, "—") for key in keys] for diagnosis in diagnoses]),
         "",
-        "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero."
-        + (
-            f" (TRL): the run logs no acr/*, and its ACR is TRL's {TRL_ZERO_STD} (see its diagnosis)."
-            if any(diagnosis.values["acr_source"] == TRL_ZERO_STD for diagnosis in diagnoses)
-            else ""
-        ),
+        "ACR is measured on raw scores; *effective* is the fraction of groups whose final advantages are all zero; "
+        "a figure marked * is read from another collapse measure than acr/rate (each run's collapse finding names "
+        f"it; verl-avspo's {DOCS}, section 'What the report reads collapse from', says what each means). "
+        "*final score* is the mean of the last fifth of the logged rows.",
         "",
+        *(
+            ["## Logs that could not be read", "", *(f"- {problem}" for problem in unreadable), ""]
+            if unreadable
+            else []
+        ),
         "## Diagnosis",
         "",
-        *(f"- {finding}" for diagnosis in diagnoses for finding in diagnosis.findings),
-        "",
-        "## Figures",
-        "",
-        *(f"![{path.stem}]({path.name})" for path in figures),
     ]
+    for diagnosis in diagnoses:
+        lines += [f"### {diagnosis.heading}", "", "```text", diagnosis.text(), "```", ""]
+    lines += ["## Figures", "", *(f"![{path.stem}]({path.name})" for path in figures)]
     if skipped:
         lines += ["", "Not drawn: " + "; ".join(skipped) + "."]
-    summary_path = out / "summary.md"
-    summary_path.write_text("\n".join(lines) + "\n")
+    summary_path = write_text(out / "summary.md", "\n".join(lines) + "\n")
     return diagnoses, [*figures, summary_path]
 
 
@@ -152,7 +174,7 @@ def _holds(condition: str, diagnosis: RunDiagnosis) -> bool:
         coverage = values["coverage"]
         return bool(coverage["starts_late"] or coverage["gaps"] or coverage["repeated"])
     if condition == "no-acr":
-        return values["mean_acr"] is None
+        return values["acr_source"] is None
     if condition == "unusable":
         return bool(values["unusable_columns"])
     match = _FAIL_COMPARISON.match(condition)
@@ -163,9 +185,17 @@ def _holds(condition: str, diagnosis: RunDiagnosis) -> bool:
     return value > bound if match["sign"] == ">" else value < bound
 
 
-def failed_conditions(conditions: list[str], diagnoses: list[RunDiagnosis]) -> dict[str, list[str]]:
-    """Each ``--fail-on`` condition that holds -> the runs it holds for."""
-    held = {condition: [d.name for d in diagnoses if _holds(condition, d)] for condition in conditions}
+def failed_conditions(
+    conditions: list[str], diagnoses: list[RunDiagnosis], unreadable: list[str] | None = None
+) -> dict[str, list[str]]:
+    """Each ``--fail-on`` condition that holds -> the runs it holds for (for ``unreadable``: the
+    problems of the logs that could not be read)."""
+    held = {
+        condition: list(unreadable or [])
+        if condition == "unreadable"
+        else [d.name for d in diagnoses if _holds(condition, d)]
+        for condition in conditions
+    }
     return {condition: runs for condition, runs in held.items() if runs}
 
 
@@ -181,7 +211,11 @@ def _plain(value: Any) -> Any:
 
 
 def report_json(
-    diagnoses: list[RunDiagnosis], files: list[Path], alert: AlertConfig, failed: dict[str, list[str]]
+    diagnoses: list[RunDiagnosis],
+    files: list[Path],
+    alert: AlertConfig,
+    failed: dict[str, list[str]],
+    unreadable: list[str] | None = None,
 ) -> str:
     """Everything the report found, as JSON: the stall rule, per run its table row, findings and
     figures (``RunDiagnosis.values``), the files written and the ``--fail-on`` conditions that hold."""
@@ -193,8 +227,16 @@ def report_json(
             "description": describe_rule(alert),
         },
         "runs": [
-            {"name": d.name, "steps": d.steps, "row": d.row, "findings": d.findings, **d.values} for d in diagnoses
+            {
+                "name": d.name,
+                "steps": d.steps,
+                "row": d.row,
+                "findings": [asdict(finding) for finding in d.findings],
+                **d.values,
+            }
+            for d in diagnoses
         ],
+        "unreadable": list(unreadable or []),
         "files": [str(path) for path in files],
         "failed": failed,
     }
@@ -263,10 +305,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         alert = resolve_alert({"rule": args.rule, "window": args.window, "threshold": args.threshold})
     except SettingsError as err:
-        flags = "\n".join(f"  {problem}" for problem in err.problems)
-        raise SystemExit(
-            f"verl-avspo report: --rule, --window and --threshold are the live stall alert's settings:\n{flags}"
-        ) from None
+        flags = "\n".join(f"  {problem.replace(f'{ACR_SECTION}.alert.', '--')}" for problem in err.problems)
+        raise SystemExit(f"verl-avspo report: --rule, --window and --threshold set the stall rule:\n{flags}") from None
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1 (1 plots the raw values); got {args.smooth}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
@@ -282,23 +322,25 @@ def run(args: argparse.Namespace) -> int:
             f"verl-avspo report: --json {args.json} names a folder or a log; --json names the JSON file to write "
             "(or '-' for stdout), for example --json report.json"
         )
+    unreadable: list[str] = []
     try:
-        runs = collect_runs(args.logs, args.name)
-        diagnoses, files = write_report(runs, args.out, alert, args.smooth)
-        failed = failed_conditions(args.fail_on, diagnoses)
-        if args.json not in (None, "-"):
-            Path(args.json).write_text(report_json(diagnoses, files, alert, failed) + "\n")
-            files.append(Path(args.json))
+        runs = collect_runs(args.logs, args.name, unreadable)
+        diagnoses, files = write_report(runs, args.out, alert, args.smooth, unreadable)
+        failed = failed_conditions(args.fail_on, diagnoses, unreadable)
+        if json_path is not None:
+            files.append(write_text(json_path, report_json(diagnoses, files, alert, failed, unreadable) + "\n"))
     except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
         raise SystemExit(f"verl-avspo report: {err}") from None
     text = sys.stderr if args.json == "-" else sys.stdout
+    for problem in unreadable:
+        print(f"!! not read: {problem}", file=text)
     for diagnosis in diagnoses:
-        print(f"== {diagnosis.name} ({diagnosis.steps} steps)", file=text)
+        print(f"== {diagnosis.heading}", file=text)
         for finding in diagnosis.findings:
-            print(f"  - {finding.removeprefix(diagnosis.name + ': ')}", file=text)
-    print("\nwrote: " + ", ".join(str(path) for path in files), file=text)
+            print("\n".join(f"  {line}" for line in finding.lines()), file=text)
+    print(f"\nwrote: {', '.join(str(path) for path in files)}; metrics explained in {DOCS}", file=text)
     if args.json == "-":
-        print(report_json(diagnoses, files, alert, failed))
+        print(report_json(diagnoses, files, alert, failed, unreadable))
     for condition, names in failed.items():
         print(f"verl-avspo report: --fail-on {condition} holds for {', '.join(names)}", file=sys.stderr)
     return 3 if failed else 0

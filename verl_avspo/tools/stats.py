@@ -18,10 +18,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "COLLAPSE_NAMES",
     "EARLY_STEPS",
     "RATES",
-    "TRL_RATE_CAVEAT",
     "TRL_ZERO_STD",
     "SCORE_NAMES",
     "VALIDATION_NAMES",
@@ -29,7 +27,6 @@ __all__ = [
     "EarlyACR",
     "PairedDifference",
     "StepCoverage",
-    "collapse_column",
     "early_acr",
     "early_window",
     "last_value",
@@ -40,6 +37,7 @@ __all__ = [
     "rate_problem",
     "score_column",
     "step_coverage",
+    "training_rows",
     "validation_columns",
     "window_mean",
 ]
@@ -63,19 +61,8 @@ VALIDATION_NAMES = re.compile(  # held-out accuracy
     r"|eval/eval_.+_pass1"  # OpenRLHF: eval/eval_<data_source>_pass1 (wandb and TensorBoard)
     r"|eval_reward|eval/reward)$"  # TRL: the evaluation set's mean reward (trainer_state.json; wandb)
 )
-# TRL's collapse rate: the fraction of completions whose reward std is 0 (TRL_RATE_CAVEAT).
+# TRL's collapse rate: the fraction of completions whose reward std is 0 (docs/diagnostics.md).
 TRL_ZERO_STD = "frac_reward_zero_std"
-# A step's collapse rate, preferred first: ours (acr/rate, the fraction of groups whose scores are
-# all equal), else TRL's own.
-COLLAPSE_NAMES = ("acr/rate", TRL_ZERO_STD)
-TRL_RATE_CAVEAT = (
-    f"TRL's {TRL_ZERO_STD} is the fraction of completions whose reward std is 0 (torch.isclose, atol 1e-8, on "
-    "the unbiased std). With GRPOConfig.scale_rewards='group' (TRL's default) or 'none' that is each completion's "
-    "group std, so it equals ACR, the fraction of groups whose rewards are all equal (every group has "
-    "num_generations completions); with scale_rewards='batch' (or multi_objective_aggregation='normalize_then_sum') "
-    "it is the batch's std, so the rate is 1 only when the whole batch is equal and says nothing about single "
-    "groups. It has no split into all-correct and all-wrong groups and no effective rate"
-)
 # Fractions (of groups; TRL's of completions): a value outside [0, 1] is not one of these metrics.
 RATES = ("acr/rate", "acr/all_correct", "acr/all_wrong", "acr/effective", "avspo/triggered", TRL_ZERO_STD)
 
@@ -181,21 +168,6 @@ def rate_problem(frame: pd.DataFrame, column: str) -> str | None:
     )
 
 
-def collapse_column(frame: pd.DataFrame) -> str | None:
-    """The column that holds the run's collapse rate: the first of :data:`COLLAPSE_NAMES` that holds
-    a value and no value outside [0, 1] (:func:`rate_problem`); None when the log has none. TRL's
-    rate is read only for a log without a usable ``acr/rate`` (:data:`TRL_RATE_CAVEAT` says what it
-    measures)."""
-    return next(
-        (
-            name
-            for name in COLLAPSE_NAMES
-            if name in frame and frame[name].notna().any() and rate_problem(frame, name) is None
-        ),
-        None,
-    )
-
-
 @dataclass(frozen=True)
 class StepCoverage:
     """Which steps a log holds: where it starts and ends, its usual step between rows, the gaps in
@@ -204,15 +176,26 @@ class StepCoverage:
     first: int
     last: int
     rows: int
-    stride: int  # the most common step between consecutive rows (1 for verl's file logger)
+    stride: int  # steps between rows: TRL's logging_steps where the log says it, else the most common step apart
     gaps: tuple[tuple[int, int], ...]  # (logged step, next logged step) around each gap
     irregular: bool  # rows at uneven steps (a sampled export): gaps are not listed
     repeated: tuple[int, ...]
 
     @property
     def starts_late(self) -> bool:
-        """The log starts after its first step: a resumed run whose earlier rows were lost."""
+        """The log starts after its first logging step: a resumed run whose earlier rows were lost."""
         return self.first > max(1, self.stride)
+
+    @property
+    def steps(self) -> int:
+        """The training steps the log reaches (its last training step): what ``report``, ``table`` and
+        ``--json`` call a run's steps, whatever its logging interval."""
+        return self.last
+
+    def said(self) -> str:
+        """``200 steps`` or ``200 steps, 40 rows logged every 5``."""
+        rows = f"{self.rows} row{'' if self.rows == 1 else 's'}"
+        return f"{self.steps} steps" + (f", {rows} logged every {self.stride}" if self.stride > 1 else "")
 
     @property
     def complete(self) -> bool:
@@ -224,7 +207,7 @@ class StepCoverage:
 
     def missing(self) -> str:
         """What is missing, in a few words: ``steps 1–3 and 8–9 missing``."""
-        spans = ([_span(1, self.first - 1)] if self.starts_late else []) + self._gap_spans()
+        spans = ([_span(1, self.first - self.stride)] if self.starts_late else []) + self._gap_spans()
         if spans:
             return f"steps {_and(spans)} missing"
         return "rows at irregular steps" if self.irregular else ""
@@ -234,8 +217,10 @@ class StepCoverage:
         said = []
         if self.starts_late:
             said.append(
-                f"the log starts at step {self.first}: steps {_span(1, self.first - 1)} are not in it (a resumed run "
-                "whose earlier rows were lost; verl's file logger rewrites its file when a run resumes)"
+                f"the log starts at step {self.first}"
+                + (f" (rows every {self.stride} steps)" if self.stride > 1 else "")
+                + f": steps {_span(1, self.first - self.stride)} are not in it (a resumed run whose earlier rows "
+                "were lost?)"
             )
         if self.gaps:
             said.append(f"it has {len(self.gaps)} gap(s): steps {_and(self._gap_spans())} missing")
@@ -264,19 +249,32 @@ def _and(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+# Every evaluation metric, headline or not: verl's val-core/* and val-aux/*, TRL's eval_*, OpenRLHF's and
+# the sandbox's eval/*.
+_EVALUATION = re.compile(r"^(val-|eval_|eval/|train/eval)")
+
+
+def training_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` that log training, not only a validation (verl validates at the step a run
+    starts or resumes from, step 0 before training; TRL logs evaluations in rows of their own)."""
+    evaluation = [column for column in frame if _EVALUATION.match(str(column))]
+    training = frame.drop(columns=evaluation).dropna(how="all")
+    return training if len(training) else frame
+
+
 def step_coverage(frame: pd.DataFrame) -> StepCoverage:
-    """Which training steps ``frame`` (a run's metrics, indexed by step) holds. Rows are at the most common
-    step apart (its stride); a larger step between two rows is a gap, unless more than a tenth of
-    them differ from the stride (an unevenly sampled export: ``irregular``)."""
-    # Training rows only: verl logs a validation at the step a run starts or resumes from.
-    training = frame.drop(columns=validation_columns(frame)).dropna(how="all")
-    steps = np.asarray(sorted((training if len(training) else frame).index), dtype=int)
+    """Which training steps ``frame`` (a run's metrics, indexed by step) holds. Rows are ``stride``
+    steps apart: TRL's ``logging_steps`` where the log says it (``attrs["logging_steps"]``), else the
+    most common step between rows; a larger step between two rows is a gap, unless more than a tenth
+    of them differ from the stride (an unevenly sampled export: ``irregular``)."""
+    steps = np.asarray(sorted(training_rows(frame).index), dtype=int)
     repeated = tuple(frame.attrs.get("repeated_steps", ()))
     differences = np.diff(steps)
+    logged = frame.attrs.get("logging_steps")
     if differences.size == 0:
-        return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), 1, (), False, repeated)
+        return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), logged or 1, (), False, repeated)
     values, counts = np.unique(differences, return_counts=True)
-    stride = int(values[np.argmax(counts)])
+    stride = logged or int(values[np.argmax(counts)])
     off = differences != stride
     irregular = bool(off.sum() > max(2, differences.size // 10))
     gaps = () if irregular else tuple((int(steps[i]), int(steps[i + 1])) for i in np.flatnonzero(differences > stride))

@@ -12,7 +12,8 @@ One row per run, in markdown:
   ``MODE=eval``, ``eval.jsonl`` (the final 2048-token evaluation); the latter wins.
   Any other ``<name>.jsonl`` is a run of its own, named by its stem.
 - **avg**: the mean over the in-domain (math) benchmarks; "–" when the run lacks one of them.
-- **ACR (final)**: ``acr/rate`` averaged over the last ``--final-window`` logged steps;
+- **ACR (final)**: ``acr/rate`` averaged over the last ``--final-window`` training steps (a row logged
+  every N steps stands for its N steps);
   **ACR (first 100)**: averaged over steps 1..``--early-steps`` (the paper's ACR_100 predictor;
   a log resumed after that step: its earliest ``--early-steps`` logged steps, see
   :func:`verl_avspo.tools.stats.early_acr`).
@@ -21,10 +22,13 @@ One row per run, in markdown:
 
 Logs of every kind ``verl-avspo report`` reads (TensorBoard, wandb CSV, TRL's
 ``trainer_state.json``; OpenRLHF's ``eval/eval_<data_source>_pass1`` counts as pass@1) are read the
-same way (a TRL run without ``acr/*`` gets its ACR columns from TRL's ``frac_reward_zero_std``, with
-a note), and runs are named as ``report`` names them (:func:`verl_avspo.tools.logs.run_names`).
-Under the table, a note per run says what its log lacks: steps (it starts after step 1, has gaps,
-logged a step twice), ``acr/*`` or validation metrics, or a rate column that cannot be used.
+same way (a log without ``acr/*`` gets its ACR columns from the collapse measure it holds,
+:func:`verl_avspo.tools.signals.collapse_rate`, with a note), and runs are named as ``report`` names
+them (:func:`verl_avspo.tools.logs.run_names`).
+Under the table, a note per run says what its log lacks: steps (it starts after its first logging
+step, has gaps, logged a step twice), ``acr/*`` or validation metrics, or a rate column that cannot be
+used. **steps** is the last training step logged, as ``report`` counts it. A log that cannot be read is
+named on stderr and makes the exit status 1, as does reading no run at all.
 """
 
 from __future__ import annotations
@@ -40,15 +44,16 @@ import pandas as pd
 
 from verl_avspo.tools.logs import merge_frames, read_run_logs
 from verl_avspo.tools.markdown import render_table
+from verl_avspo.tools.signals import collapse_rate, per_step
 from verl_avspo.tools.stats import (
-    COLLAPSE_NAMES,
     EARLY_STEPS,
-    TRL_ZERO_STD,
-    collapse_column,
+    RATES,
     early_acr,
     latest_validation,
     rate_problem,
     step_coverage,
+    training_rows,
+    validation_columns,
     window_mean,
 )
 
@@ -109,40 +114,42 @@ def table_row(
     row = TableRow(name)
     for frame in frames:
         row.pass_at_1.update(_latest_pass_at_1(frame))
-    training = [frame for frame in frames if any(name in frame for name in COLLAPSE_NAMES)]
+    training = [frame for frame in frames if set(frame.columns) - set(validation_columns(frame))]
     frame = merge_frames(name, training or frames[:1])
-    if (said := step_coverage(frame).describe()) is not None:
+    coverage = step_coverage(frame)
+    row.steps = coverage.steps
+    if (said := coverage.describe()) is not None:
         row.notes.append(said)
-    collapse = collapse_column(frame)
-    problem = rate_problem(frame, "acr/rate")
-    if collapse is None and problem is not None:
-        row.notes.append(f"no ACR: {problem}")
-    elif collapse is None:
+    problems = {column: problem for column in RATES if (problem := rate_problem(frame, column)) is not None}
+    collapse = collapse_rate(training_rows(frame), set(frame.columns) - set(problems))
+    if collapse is None:
         row.notes.append(
-            "no ACR: the log has no acr/* metrics (verl-avspo's trainers, hook and OpenRLHF and TRL adapters log "
-            "them; `verl-avspo report` says how to get them)"
+            f"no ACR: {problems['acr/rate']}"
+            if "acr/rate" in problems
+            else "no ACR: the log holds no collapse measure (acr/*, frac_reward_zero_std, reward_std, critic/score/max "
+            "and min); `verl-avspo report` says how to log acr/*"
         )
-    else:
-        if collapse == TRL_ZERO_STD:
-            row.notes.append(
-                f"ACR is TRL's {TRL_ZERO_STD} (the log has no acr/*): it equals ACR only with scale_rewards 'group' or "
-                "'none' (`verl-avspo report` says more)"
-            )
-        row.acr_final = window_mean(frame[collapse], last=final_window)
-        early = early_acr(frame[collapse], early_steps)
-        row.acr_early = None if early is None else early.mean
-        if rate_problem(frame, "acr/effective") is None:
-            row.effective_final = window_mean(frame.get("acr/effective"), last=final_window)
-        else:
-            row.notes.append(rate_problem(frame, "acr/effective"))
-        row.steps = int(frame[collapse].dropna().index.max())
+        return row
+    if collapse.source != "acr/rate":
+        row.notes.append(f"ACR is {collapse.source}: {collapse.what} (docs/diagnostics.md)")
+    rate = per_step(collapse.rate.to_frame("rate"), coverage.stride)["rate"]
+    row.acr_final = window_mean(rate, last=final_window)
+    early = early_acr(rate, early_steps)
+    row.acr_early = None if early is None else early.mean
+    if "acr/effective" in problems:
+        row.notes.append(problems["acr/effective"])
+    elif collapse.source == "acr/rate":
+        effective = per_step(frame[["acr/effective"]], coverage.stride) if "acr/effective" in frame else None
+        row.effective_final = None if effective is None else window_mean(effective["acr/effective"], last=final_window)
     return row
 
 
-def table_rows(paths: list[str | Path], final_window: int = 10, early_steps: int = EARLY_STEPS) -> list[TableRow]:
+def table_rows(
+    paths: list[str | Path], final_window: int = 10, early_steps: int = EARLY_STEPS, unreadable: list[str] | None = None
+) -> list[TableRow]:
     """The rows of the runs under ``paths``, named and grouped as :func:`verl_avspo.tools.logs.read_run_logs`
-    does (with the recipes' ``eval.jsonl``)."""
-    runs = read_run_logs(paths, evaluations=True)
+    does (with the recipes' ``eval.jsonl``); the logs that cannot be read are appended to ``unreadable``."""
+    runs = read_run_logs(paths, evaluations=True, unreadable=unreadable)
     return [table_row(name, frames, final_window, early_steps) for name, frames in runs.items()]
 
 
@@ -206,12 +213,18 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    unreadable: list[str] = []
     try:
-        rows = table_rows(args.paths, args.final_window, args.early_steps)
+        rows = table_rows(args.paths, args.final_window, args.early_steps, unreadable)
     except (OSError, ValueError) as err:
         print(f"verl-avspo table: {err}", file=sys.stderr)
+        return 1
+    if not rows:
+        print(f"verl-avspo table: no run could be read from {', '.join(map(str, args.paths))}", file=sys.stderr)
         return 1
     print(markdown_table(rows, args.early_steps))
     if said := notes(rows):
         print("\n" + said)
-    return 0
+    for problem in unreadable:
+        print(f"verl-avspo table: not read: {problem}", file=sys.stderr)
+    return 1 if unreadable else 0

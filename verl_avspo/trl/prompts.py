@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from verl_avspo.core.prompt_history import prompt_key
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.validation import Problems, given_settings
 
@@ -300,32 +301,33 @@ def refill_candidates(dataset_size: int, seed: int, step: int) -> Iterator[tuple
 
 def select_groups(
     keys: Sequence[Any],
-    select: Callable[[list[Any], int], np.ndarray],
+    select: Callable[[list[Any], int, bool], np.ndarray],
     candidates: Iterator[tuple[int, bool]],
     candidate_key: Callable[[int], Any],
 ) -> dict[int, tuple[int, Any]]:
     """Which groups of a generation batch to replace, and by what: ``{group: (dataset index, key)}``.
 
-    ``select(keys, at_least)`` is the run tracker's rule (``RunTracker.select_prompts``). The batch's
-    own groups are asked first; each skipped one's place is then offered to further ``candidates``
-    (dataset indices, in order), asked in chunks of the places still open, leaving out the batch's own
-    prompts and those already taken during the first pass over the dataset. Once a whole pass is through and places are
-    still open, the next chunk fills them whatever the rule says (with a warning).
+    The core's skip-and-refill loop (``core.prompt_refill``) with TRL's policies: ``select(keys, at_least,
+    refill)`` is the run tracker's rule (``RunTracker.select_prompts``). The batch's own groups are asked
+    first; each skipped one's place is then offered to further ``candidates`` (dataset indices, in order),
+    asked in chunks of the places still open, leaving out during the first pass over the dataset the batch's
+    own prompts and those already offered. Once a whole pass is through and places are still open, the next
+    chunk fills them whatever the rule says (with a warning).
     """
-    keep = select(list(keys), 0)
-    open_places = [group for group, kept in enumerate(keep) if not kept]
-    in_batch = set(keys)  # a skipped prompt is not offered again in the first pass
-    replacements: dict[int, tuple[int, Any]] = {}
+    offered = set(keys)  # a prompt is offered once in the first pass (the batch's own included)
     warned = False
-    while open_places:
-        chunk: list[tuple[int, Any]] = []
-        first_pass = True
-        while len(chunk) < len(open_places):
+
+    def draw(missing: int) -> _Chunk:
+        nonlocal warned
+        chunk, first_pass = _Chunk(), True
+        while len(chunk) < missing:
             index, first_pass = next(candidates)
             key = candidate_key(index)
-            if first_pass and (key in in_batch or any(key == taken for _, taken in chunk)):
+            if first_pass and key in offered:
                 continue
+            offered.add(key)
             chunk.append((index, key))
+        chunk.first_pass = first_pass
         if not first_pass and not warned:
             warned = True
             logger.warning(
@@ -333,9 +335,23 @@ def select_groups(
                 "generation batch: its open places are filled whatever the rule says",
                 PROMPTS_SECTION,
             )
-        kept = select([key for _, key in chunk], 0 if first_pass else len(open_places))
-        for (index, key), taken in zip(chunk, kept, strict=True):
-            if taken:
-                replacements[open_places.pop(0)] = (index, key)
-                in_batch.add(key)
-    return replacements
+        return chunk
+
+    picked = skip_and_refill(
+        _Chunk((None, key) for key in keys),
+        lambda chunk: [key for _, key in chunk],
+        lambda chunk_keys, at_least, refill: select(list(chunk_keys), at_least, refill),
+        draw,
+        len(keys),
+        forced=lambda _number, chunk: not chunk.first_pass,
+    )
+    (_, kept), *refills = picked.chunks
+    open_places = sorted(set(range(len(keys))) - set(kept.tolist()))
+    taken = [chunk[i] for chunk, chosen in refills for i in chosen]
+    return dict(zip(open_places, taken, strict=False))
+
+
+class _Chunk(list):
+    """Candidates ``(dataset index, key)`` of one draw, and whether all came from the first pass."""
+
+    first_pass: bool = True

@@ -237,6 +237,8 @@ class ACRTrainerMixin:
                 f"trl{TESTED_TRL} (pip install 'verl-avspo[trl]')."
             )
         mode = "train" if training else "eval"
+        if training:  # one generation batch, of every process's rows
+            self.tracker.count_rollouts(num_rows)
         group_size = self.num_generations if training else self.num_generations_eval
         # TRL's score of a completion: the weighted sum of its rewards; unscorable (every function
         # returned None) rows are NaN, left out of their group and given advantage 0, as TRL does.
@@ -293,7 +295,7 @@ class ACRTrainerMixin:
         dataset, column, group_size = self.train_dataset, self.avspo_settings.prompts.key, self.num_generations
         replacements = select_groups(
             keys,
-            lambda candidates, at_least: self.tracker.select_prompts(candidates, group_size, at_least=at_least),
+            lambda candidates, at_least, refill: self.tracker.select_prompts(candidates, group_size, at_least, refill),
             refill_candidates(len(dataset), self.tracker.skipper.config.seed, self.state.global_step + 1),
             lambda index: row_key(dataset[index], column),
         )

@@ -11,27 +11,36 @@
   filters on every visit is still seen collapsed.
 - With ``algorithm.prompts.skip.enable=True``, :meth:`PromptHooksV1._next_train_batch` (where every V1
   mode takes its prompts from the dataloader, ``trainer_base.py`` ``_next_train_batch``) drops the
-  prompts the tracker's skip rule rejects before they are sent to rollout, and refills the batch from
-  the dataloader to the size verl asked for: the sync trainer's replay buffer waits for exactly
-  ``data.train_batch_size`` groups, and the async modes ask for an exact number of prompts
+  prompts the tracker's skip rule rejects before they are sent to rollout, through the core's
+  skip-and-refill loop (``core.prompt_refill``). It refills the batch from the dataloader to the size
+  verl asked for (re-selections, ``prompts/reselected``): the sync trainer's replay buffer waits for
+  exactly ``data.train_batch_size`` groups, and the async modes ask for an exact number of prompts
   (``_add_prompts_to_generate``), so a smaller batch would stall the step. Accepted prompts of the
   last chunk fetched beyond that size are left for a later epoch, as verl's DAPO over-sampling leaves
   its surplus groups; verl's dataloader state, saved with each checkpoint, and the skip rule's state,
   saved with the tracker's, make a resumed run skip exactly what the uninterrupted one would.
+- With DAPO's ``algorithm.filter_groups`` in the ``sync`` mode the buffer generates more prompts until it
+  has enough groups with spread, so a skipped prompt's place is not refilled at once: it stays open, and
+  is filled only if the buffer runs out of work short of its batch (:meth:`PromptHooksV1._top_up_open_places`).
+  The places never needed save their rollouts (``prompts/rollouts_skipped``).
+- Every call of ``_next_train_batch`` is one generation batch: the run tracker counts its rollouts
+  (prompts x ``rollout.n``; in the async modes, the rollouts dispatched) in ``train/rollouts_generated``,
+  ``train/gen_batches`` and ``train/rollouts_cumulative``.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any
 
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
+from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, prompt_key, prompt_keys
 from verl_avspo.verl_plugin.v1_batch import read_scores, real_rows
 
@@ -143,34 +152,103 @@ class PromptHooksV1:
                 )
 
     def _next_train_batch(self, num_prompts: int | None = None):
-        """verl's next prompts for rollout; with prompt skipping, those the skip rule keeps, refilled
-        from the dataloader to the size verl asked for (module docstring)."""
+        """verl's next prompts for rollout (every dispatch of every mode: a step's batch, DAPO's refills, the
+        async modes' exact counts); with prompt skipping, those the skip rule keeps (module docstring).
+        Each call is one generation batch: its prompts' rollouts count as generated this step."""
         batch = super()._next_train_batch(num_prompts)
-        if not self.skips_prompts:
-            return batch
-        wanted, source = len(batch), self.prompt_identity.source
-        kept, count = [], 0
-        # Bounded: once a whole epoch of refills has not filled the batch (every prompt rejected, which
-        # the rule's exploration makes vanishingly rare), the rule must keep enough of the next chunk.
-        for refills in itertools.count():
-            at_least = wanted - count if refills >= len(self.train_dataloader) else 0
-            if at_least and refills == len(self.train_dataloader):
+        if self.skips_prompts:
+            batch = self._kept_prompts(batch)
+        self.tracker.count_rollouts(len(batch) * self.config.actor_rollout_ref.rollout.n)
+        return batch
+
+    def _kept_prompts(self, batch):
+        """The prompts of ``batch`` the skip rule keeps, refilled from the dataloader by the core's loop
+        (``core.prompt_refill``): to the size verl asked for, or, where DAPO tops up (:meth:`_dapo_tops_up`),
+        to one prompt, the other places left open for :meth:`_top_up_open_places`."""
+        source, epoch = self.prompt_identity.source, len(self.train_dataloader)
+        tops_up = self._dapo_tops_up()
+
+        def forced(number: int, _chunk) -> bool:
+            # Bounded: once a whole epoch of refills has not filled the batch (every prompt rejected, which
+            # the rule's exploration makes vanishingly rare), the rule must keep enough of the next chunk.
+            if number == epoch:
                 logger.warning(
                     "algorithm.prompts.skip: a whole epoch of prompts was skipped without filling one batch; "
-                    "its remaining %d places take the next prompts whatever the skip rule says",
-                    at_least,
+                    "its remaining places take the next prompts whatever the skip rule says"
                 )
-            keys = prompt_keys(_rows(batch, source), source)
-            keep = self.tracker.select_prompts(keys, self.config.actor_rollout_ref.rollout.n, at_least=at_least)
-            chosen = np.flatnonzero(keep)[: wanted - count]
-            if len(chosen):
-                kept.append(tu.index_select_tensor_dict(batch, torch.from_numpy(chosen)))
-                count += len(chosen)
-            if count == wanted:
-                break
-            batch = self._fetch_one_gen_batch()
-            tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+            return number >= epoch
+
+        def draw(_missing: int):
+            chunk = self._fetch_one_gen_batch()
+            tu.assign_non_tensor_data(chunk, "global_steps", self.global_steps)
+            return chunk
+
+        picked = skip_and_refill(
+            batch,
+            lambda chunk: prompt_keys(_rows(chunk, source), source),
+            lambda keys, at_least, refill: self.tracker.select_prompts(
+                keys, self.config.actor_rollout_ref.rollout.n, at_least=at_least, refill=refill
+            ),
+            draw,
+            len(batch),
+            fill=1 if tops_up else None,
+            refill=getattr(self, "_topping_up", False),
+            forced=forced,
+        )
+        if tops_up:
+            self._open_places = getattr(self, "_open_places", 0) + picked.open_places
+        chosen = [(chunk, torch.from_numpy(rows)) for chunk, rows in picked.chunks if len(rows)]
+        kept = [tu.index_select_tensor_dict(chunk, rows) for chunk, rows in chosen]
         return kept[0] if len(kept) == 1 else tu.concat_tensordict(kept)
+
+    def _dapo_tops_up(self) -> bool:
+        """Whether this trainer's replay buffer generates more prompts until it has enough groups with spread
+        (DAPO's ``algorithm.filter_groups`` in the ``sync`` mode): a skipped prompt's place then waits, open,
+        until the buffer runs out of work short of its batch (:meth:`_top_up_open_places`)."""
+        enabled = OmegaConf.select(self.config, "algorithm.filter_groups.enable", default=False)
+        sync = getattr(self, "trainer_mode", "sync") == "sync"
+        # (A user's own sampler asks for the counts it needs: its places are refilled at once.)
+        return bool(enabled) and sync and isinstance(self._verl_buffer(), ReplayBuffer)
+
+    def _verl_buffer(self):
+        """The trainer's replay buffer (verl's, inside the stock hook's wrapper), None before verl builds it."""
+        buffer = getattr(self, "replay_buffer", None)
+        return getattr(buffer, "buffer", buffer)
+
+    def _top_up_open_places(self) -> None:
+        """Once per buffer, where DAPO tops up: verl's sync replay buffer dispatches more prompts only for
+        the groups it evicts, and polls (``_wait_for_next_poll``) while it waits for the rest. When it polls
+        with nothing in flight it is short of its batch with nothing coming: then, and only then, as many of the
+        places skipping left open as it lacks groups are filled (re-selections); the places never needed by the
+        end of the step saved their rollouts. (Wrapped on the buffer: verl has no hook there.)"""
+        buffer = self._verl_buffer()
+        if not (self.skips_prompts and self._dapo_tops_up()) or getattr(buffer, "_verl_avspo_tops_up", False):
+            return
+        buffer._verl_avspo_tops_up = True
+        wait = buffer._wait_for_next_poll
+
+        def top_up_then_wait(partition_id: str, last_debug_time: float) -> float:
+            idle = not (buffer.pending_keys[partition_id] or buffer.running_keys[partition_id])
+            if partition_id == "train" and idle and getattr(self, "_open_places", 0):
+                # The groups it still lacks (those it holds are the sampleable ones: evictions are cleared).
+                batch_size = self.config.data.train_batch_size // getattr(self, "parameter_sync_step", 1)
+                held = len(buffer.finished_keys[partition_id] | buffer.failure_keys[partition_id])
+                places = min(self._open_places, batch_size - held)
+                if places > 0:
+                    self._open_places -= places
+                    self._topping_up = True
+                    try:
+                        self._add_prompts_to_generate(places)
+                    finally:
+                        self._topping_up = False
+            return wait(partition_id, last_debug_time)
+
+        buffer._wait_for_next_poll = top_up_then_wait
+
+    def _close_open_places(self) -> None:
+        """At the end of a step: DAPO's sync buffer keeps nothing for the next one, so the places still
+        open were never needed (the tracker counts them saved as the step closes)."""
+        self._open_places = 0
 
 
 def _rows(batch, field: str) -> list:

@@ -101,7 +101,9 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, BaselineHooksV1):
     def step(self, metrics: dict, timing_raw: dict):
         """verl's step, then the stall rule on the step's metrics (aggregated over its sub-batches)."""
         self._record_dropped_groups()
+        self._top_up_open_places()
         batch = super().step(metrics, timing_raw)
+        self._close_open_places()
         stalled = "acr/rate" in metrics and self.tracker.observe_step(self.global_steps, metrics)
         if stalled and self.tracker.acr.alert.action == "stop":
             self._stop_stalled_run()

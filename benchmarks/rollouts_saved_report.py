@@ -1,0 +1,348 @@
+"""The study of docs/results.md "Rollouts saved by skipping (pre-registered)": per-seed results to a
+CSV, and every table and figure recomputed from that CSV alone.
+
+``export`` reads ``<study>/<mix>/runs/<arm>/seed<k>.jsonl`` (benchmarks/rollouts_saved_study.sh) and
+writes one row per arm x mix x seed (:data:`COLUMNS`, then ``acc_<step>`` and ``rollouts_<step>``,
+the accuracy in points and the cumulative rollouts at each evaluation step: the curves).
+
+``report`` reads that CSV and prints, per mix:
+
+- primary (a): ``dapo_resample+skip`` against ``dapo_resample``, paired by seed: the ratio of their
+  rollouts generated per step (geometric mean of the per-seed ratios, with the t interval of the mean
+  log-ratio, exponentiated) and the non-inferiority of the final accuracy at equal steps: per seed
+  d = final(+skip) − final(dapo_resample), one-sided paired t-test of H0: mean d ≤ −margin at alpha;
+  non-inferior iff p < alpha (equivalently, the lower end of the two-sided 1 − 2 alpha interval is
+  above −margin), inferior iff the 95% interval of mean d lies below −margin, else inconclusive; the
+  ratio saves (costs) rollouts iff its interval lies below (above) 1;
+- primary (b): each arm's cumulative rollouts to reach the mix's target accuracy (the first crossing
+  of its accuracy curve, linearly interpolated between evaluations) as a ratio to ``grpo``: the ratio
+  of the means over seeds, with a paired bootstrap interval over seeds. A run that never reaches the
+  target is censored: it counts with its total rollouts, a lower bound; where more than a fifth of
+  either arm's runs are censored the ratio is marked a bound, with no verdict; otherwise an arm needs
+  fewer (more) rollouts than grpo iff the interval lies below (above) 1;
+- the per-arm table (final accuracy, rollouts per step, raw ACR, skip counts, shares of the training
+  set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
+
+Usage: python benchmarks/rollouts_saved_report.py export runs/rollouts_saved --csv docs/results/rollouts_saved.csv
+       python benchmarks/rollouts_saved_report.py report docs/results/rollouts_saved.csv --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from verl_avspo.core.files import write_text
+from verl_avspo.tools.markdown import render_table
+from verl_avspo.tools.stats import mean_std_cell, window_mean
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paired_test import paired_t  # noqa: E402
+from rollout_plots import ACC, ROLLOUTS, curve, finished, plot_curves  # noqa: E402
+from study_plots import load  # noqa: E402
+
+BASELINE, RESAMPLER, SKIPPER = "grpo", "dapo_resample", "dapo_resample+skip"
+# Pre-registered in docs/results.md: the evaluations averaged into a run's final accuracy, the
+# targets of outcome (b) per mix (points), the non-inferiority margin of outcome (a) (points).
+LAST_EVALUATIONS = 5
+TARGETS = {"easy": 70.0, "hard": 28.5}
+MARGIN = 1.5
+# A ratio to grpo is an estimate only when at most this share of either arm's runs is censored.
+MAX_CENSORED = 0.2
+BOOTSTRAP_DRAWS, BOOTSTRAP_SEED = 10_000, 0
+
+COLUMNS = [
+    "mix",
+    "arm",
+    "seed",
+    "steps",
+    "target",
+    "final_acc",  # points: the mean of the last LAST_EVALUATIONS evaluations
+    "rollouts_per_step",  # mean of train/rollouts_generated over the training steps
+    "rollouts_cumulative",  # at the last step
+    "rollouts_to_target",  # first crossing of the target; NaN when never reached (censored)
+    "raw_acr",  # mean acr/rate over the training steps
+    "prompts_skipped",  # sums over the run (0 without the skip rule)
+    "prompts_reselected",
+    "rollouts_skipped",
+    "always_solved",  # shares of the prompts seen, at the last step
+    "never_solved",
+]
+
+
+def rollouts_to_target(rollouts: np.ndarray, accuracy: np.ndarray, target: float) -> float:
+    """The cumulative rollouts at which the accuracy curve (points, at the evaluations) first reaches
+    ``target``, linearly interpolated between the two evaluations around the crossing; NaN when it
+    never does."""
+    above = np.flatnonzero(accuracy >= target)
+    if not above.size:
+        return math.nan
+    i = above[0]
+    if i == 0:
+        return float(rollouts[0])
+    share = (target - accuracy[i - 1]) / (accuracy[i] - accuracy[i - 1])
+    return float(rollouts[i - 1] + share * (rollouts[i] - rollouts[i - 1]))
+
+
+def _total(frame: pd.DataFrame, column: str) -> float:
+    return float(frame[column].sum()) if column in frame else 0.0
+
+
+def _last(frame: pd.DataFrame, column: str) -> float:
+    values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
+    return float(values.iloc[-1]) if len(values) else math.nan
+
+
+def run_row(frame: pd.DataFrame, mix: str, arm: str, target: float, last: int = LAST_EVALUATIONS) -> dict:
+    """One run's row of the CSV (:data:`COLUMNS`, then its curve)."""
+    rollouts, accuracy = curve(frame)
+    steps = frame[frame[ACC].notna()].index
+    training = frame[frame["acr/rate"].notna()]
+    row = {
+        "mix": mix,
+        "arm": arm,
+        "seed": frame.attrs["seed"],
+        "steps": int(frame.index.max()),
+        "target": target,
+        "final_acc": window_mean(pd.Series(accuracy), last),
+        "rollouts_per_step": float(training["train/rollouts_generated"].mean()),
+        "rollouts_cumulative": float(frame[ROLLOUTS].dropna().iloc[-1]),
+        "rollouts_to_target": rollouts_to_target(rollouts, accuracy, target),
+        "raw_acr": float(training["acr/rate"].mean()),
+        "prompts_skipped": _total(frame, "prompts/skipped"),
+        "prompts_reselected": _total(frame, "prompts/reselected"),
+        "rollouts_skipped": _total(frame, "prompts/rollouts_skipped"),
+        "always_solved": _last(frame, "prompts/always_solved"),
+        "never_solved": _last(frame, "prompts/never_solved"),
+    }
+    row.update({f"acc_{step}": value for step, value in zip(steps, accuracy, strict=True)})
+    row.update({f"rollouts_{step}": value for step, value in zip(steps, rollouts, strict=True)})
+    return row
+
+
+def export(study: Path, targets: dict[str, float], last: int = LAST_EVALUATIONS) -> pd.DataFrame:
+    """Every finished run of ``study``'s mixes, one row each, in mix, arm, seed order."""
+    rows = []
+    for mix in sorted(p for p in study.iterdir() if (p / "runs").is_dir()):
+        if mix.name not in targets:
+            raise SystemExit(
+                f"rollouts_saved_report: no target for mix {mix.name!r}: pass --target {mix.name}=<points>"
+            )
+        for arm, frames in finished(load(mix)).items():
+            rows += [run_row(frame, mix.name, arm, targets[mix.name], last) for frame in frames]
+    if not rows:
+        raise SystemExit(f"rollouts_saved_report: no run under {study}/<mix>/runs/: run the study's run stage first")
+    return pd.DataFrame(rows)
+
+
+def log_ratio_interval(numerator: np.ndarray, denominator: np.ndarray, confidence: float = 0.95) -> dict:
+    """Paired ratio of positive values: the geometric mean of numerator / denominator over seeds,
+    and the t interval of the mean log-ratio, exponentiated."""
+    t = paired_t(np.log(numerator / denominator), confidence)
+    return {"n": t["n"], "ratio": math.exp(t["mean"]), "low": math.exp(t["ci_low"]), "high": math.exp(t["ci_high"])}
+
+
+def non_inferiority(differences: np.ndarray, margin: float, alpha: float) -> dict:
+    """One-sided paired t-test of H0: mean difference <= −margin against H1: > −margin: the mean
+    difference with its two-sided 95% interval (``ci_low``, ``ci_high``), ``t`` and ``p`` of the test,
+    ``lower`` the one-sided (1 − alpha) bound. The verdict: *non-inferior* iff p < alpha; *inferior*
+    iff the 95% interval lies below −margin; otherwise *inconclusive*."""
+    plain, shifted = paired_t(differences), paired_t(differences + margin)
+    lower = paired_t(differences, 1 - 2 * alpha)["ci_low"]
+    verdict = "non-inferior" if shifted["p"] < alpha else "inferior" if plain["ci_high"] < -margin else "inconclusive"
+    return {**plain, "t": shifted["t"], "p": shifted["p"], "lower": lower, "verdict": verdict}
+
+
+def ratio_verdict(low: float, high: float, below: str, above: str) -> str:
+    """``below`` when the interval [low, high] of a ratio lies below 1, ``above`` when above 1, else
+    "no detectable difference"."""
+    return below if high < 1 else above if low > 1 else "no detectable difference"
+
+
+def bootstrap_ratio(
+    numerator: np.ndarray,
+    denominator: np.ndarray,
+    confidence: float = 0.95,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict:
+    """mean(numerator) / mean(denominator) over seeds (paired: element i of both is seed i), and the
+    percentile interval of that ratio over ``draws`` resamplings of the seeds with replacement."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(len(numerator), size=(draws, len(numerator)))
+    ratios = numerator[picks].mean(axis=1) / denominator[picks].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return {"ratio": float(numerator.mean() / denominator.mean()), "low": float(low), "high": float(high)}
+
+
+def _paired(frame: pd.DataFrame, arm: str, baseline: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """``column`` of ``arm`` and ``baseline`` on the seeds both ran, in seed order."""
+    ours = frame[frame["arm"] == arm].set_index("seed")[column]
+    theirs = frame[frame["arm"] == baseline].set_index("seed")[column]
+    seeds = sorted(set(ours.index) & set(theirs.index))
+    return ours.loc[seeds].to_numpy(float), theirs.loc[seeds].to_numpy(float)
+
+
+def primary_a(frame: pd.DataFrame, margin: float, alpha: float) -> str:
+    """Outcome (a) on one mix's rows, as markdown lines ("" without both arms)."""
+    if not {SKIPPER, RESAMPLER} <= set(frame["arm"]):
+        return ""
+    per_step = _paired(frame, SKIPPER, RESAMPLER, "rollouts_per_step")
+    if len(per_step[0]) < 2:  # a smoke run: no spread, so neither interval nor test
+        return (
+            f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {per_step[0].mean() / per_step[1].mean():.3f} from "
+            f"{len(per_step[0])} seed in common: no interval or test below 2 seeds"
+        )
+    ratio = log_ratio_interval(*per_step)
+    test = non_inferiority(np.subtract(*_paired(frame, SKIPPER, RESAMPLER, "final_acc")), margin, alpha)
+    saving = ratio_verdict(ratio["low"], ratio["high"], "saves rollouts", "costs rollouts")
+    return (
+        f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {ratio['ratio']:.3f} (geometric mean over "
+        f"{ratio['n']} seeds), 95% CI [{ratio['low']:.3f}, {ratio['high']:.3f}]: **{saving}**\n"
+        f"- final accuracy, `{SKIPPER}` − `{RESAMPLER}` at equal steps: {test['mean']:+.2f} ± {test['se']:.2f} "
+        f"(s.e.), 95% CI [{test['ci_low']:+.2f}, {test['ci_high']:+.2f}], one-sided {100 * (1 - alpha):g}% lower "
+        f"bound {test['lower']:+.2f} against the margin −{margin:g}, t = {test['t']:.2f}, p = {test['p']:.4f}: "
+        f"**{test['verdict']}**"
+    )
+
+
+def primary_b(frame: pd.DataFrame) -> str:
+    """Outcome (b) on one mix's rows: a markdown table, one row per arm against ``grpo``."""
+    rows = []
+    for arm in frame["arm"].unique():
+        runs = frame[frame["arm"] == arm]
+        reached = runs["rollouts_to_target"].notna()
+        cell, verdict = "—", "—"
+        if arm != BASELINE and BASELINE in set(frame["arm"]):
+            # A censored run counts with its total rollouts: a lower bound on its rollouts to target.
+            bounded = frame.assign(rollouts_to_target=frame["rollouts_to_target"].fillna(frame["rollouts_cumulative"]))
+            ours, theirs = _paired(bounded, arm, BASELINE, "rollouts_to_target")
+            result = bootstrap_ratio(ours, theirs)
+            censored = max(_censored_share(frame, arm), _censored_share(frame, BASELINE))
+            bound = censored > MAX_CENSORED
+            cell = f"{result['ratio']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" + (
+                " (bound: censored runs)" if bound else ""
+            )
+            verdict = (
+                "a bound, no verdict"
+                if bound
+                else ratio_verdict(result["low"], result["high"], "fewer than grpo", "more than grpo")
+            )
+        mean = f"{runs.loc[reached, 'rollouts_to_target'].mean():.0f}" if reached.any() else "—"
+        rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", mean, cell, verdict])
+    header = [
+        "arm",
+        "runs that reached the target",
+        "rollouts to target (mean of those)",
+        "ratio to grpo [95% CI]",
+        "rollouts to target",
+    ]
+    return render_table(header, rows)
+
+
+def _censored_share(frame: pd.DataFrame, arm: str) -> float:
+    return float(frame.loc[frame["arm"] == arm, "rollouts_to_target"].isna().mean())
+
+
+def arm_table(frame: pd.DataFrame) -> str:
+    """One mix's arms: mean ± std over seeds of the CSV's per-run numbers."""
+    columns = [
+        ("final_acc", 1),
+        ("rollouts_per_step", 0),
+        ("raw_acr", 3),
+        ("prompts_skipped", 0),
+        ("rollouts_skipped", 0),
+        ("always_solved", 3),
+        ("never_solved", 3),
+    ]
+    rows = [
+        [f"`{arm}`", str(len(runs))]
+        + [mean_std_cell(runs[column].to_numpy(float), digits) for column, digits in columns]
+        for arm, runs in frame.groupby("arm", sort=False)
+    ]
+    header = [
+        "arm",
+        "seeds",
+        f"final accuracy (%, last {LAST_EVALUATIONS} evaluations)",
+        "rollouts per step",
+        "raw ACR",
+        "prompts skipped",
+        "rollouts skipped (places left open)",
+        "always solved",
+        "never solved",
+    ]
+    return render_table(header, rows)
+
+
+def curves(frame: pd.DataFrame) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """Per arm, each run's (cumulative rollouts, accuracy) at its evaluations, from the CSV's columns."""
+    steps = sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
+    result = {}
+    for arm, runs in frame.groupby("arm", sort=False):
+        result[arm] = []
+        for _, run in runs.iterrows():
+            done = [s for s in steps if not math.isnan(run[f"acc_{s}"])]
+            result[arm].append(
+                (run[[f"rollouts_{s}" for s in done]].to_numpy(float), run[[f"acc_{s}" for s in done]].to_numpy(float))
+            )
+    return result
+
+
+def report(table: pd.DataFrame, out: Path, margin: float, alpha: float, prefix: str = "rollouts_saved_") -> str:
+    """The whole printed report; writes one plot per mix under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for mix, frame in table.groupby("mix", sort=True):
+        target = float(frame["target"].iloc[0])
+        path = out / f"{prefix}{mix}_accuracy_per_rollout.png"
+        title = f"{mix}: held-out accuracy per rollout (mean, band ± std over seeds)"
+        plot_curves(curves(frame), title, path, target=target)
+        parts.append(
+            f"## {mix}\n\n### (a) `{SKIPPER}` vs `{RESAMPLER}`\n\n{primary_a(frame, margin, alpha)}\n\n"
+            f"### (b) cumulative rollouts to reach {target:g}% (ratio to `{BASELINE}`, paired bootstrap)\n\n"
+            f"{primary_b(frame)}\n\n### Arms\n\n{arm_table(frame)}\n\n![{path.stem}]({path.name})\n"
+        )
+    return "\n".join(parts)
+
+
+def _targets(text: str) -> dict[str, float]:
+    try:
+        return {mix: float(value) for mix, value in (item.split("=", 1) for item in text.split(","))}
+    except ValueError as err:
+        raise SystemExit(f"rollouts_saved_report: --target {text!r} is invalid: write mix=points,... ({err})") from err
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    exporting = commands.add_parser("export", help="per-seed results of the study's runs to a CSV")
+    exporting.add_argument("study", type=Path, help="the study's folder: <study>/<mix>/runs/<arm>/seed<k>.jsonl")
+    exporting.add_argument("--csv", type=Path, required=True)
+    exporting.add_argument(
+        "--target",
+        default=",".join(f"{mix}={value:g}" for mix, value in TARGETS.items()),
+        help="target accuracy per mix, points (default: the registered ones)",
+    )
+    reporting = commands.add_parser("report", help="every table and plot, from the CSV alone")
+    reporting.add_argument("csv", type=Path)
+    reporting.add_argument("--out", type=Path, default=Path("docs/results"), help="where the plots go")
+    reporting.add_argument("--margin", type=float, default=MARGIN, help="non-inferiority margin, points")
+    reporting.add_argument("--alpha", type=float, default=0.05)
+    args = parser.parse_args(argv)
+    if args.command == "export":
+        rows = export(args.study, _targets(args.target))
+        write_text(args.csv, rows.to_csv(index=False))
+        print(f"wrote {len(rows)} runs to {args.csv}")
+    else:
+        print(report(pd.read_csv(args.csv), args.out, args.margin, args.alpha))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""benchmarks/rollouts_saved_report.py, the study of docs/results.md "Rollouts saved by skipping":
+the CSV it exports from run folders it is given (columns, final accuracy over the last evaluations,
+rollouts to the target interpolated and censored), the ratio, interval and non-inferiority closed
+forms on constructed numbers, censored runs in the ratio to grpo, and the report recomputed from the
+CSV alone."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def saved():
+    sys.path.insert(0, str(BENCHMARKS))  # it imports paired_test, rollout_plots and study_plots from beside it
+    try:
+        spec = importlib.util.spec_from_file_location("rollouts_saved_report", BENCHMARKS / "rollouts_saved_report.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def _write_run(path, accuracies, per_step, skipped=0):
+    """A sandbox-format JSONL: evaluated at step 0 and every step after, ``per_step`` rollouts a step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as log:
+        for step, acc in enumerate(accuracies):
+            data = {"train/rollouts_cumulative": step * per_step, "eval/acc_mean": acc}
+            if step:
+                data.update({"acr/rate": 0.5, "train/rollouts_generated": per_step, "prompts/skipped": skipped})
+                data.update({"prompts/always_solved": 0.25, "prompts/never_solved": 0.125})
+            log.write(json.dumps({"step": step, "data": data}) + "\n")
+
+
+def _study(root):
+    """Easy mix, 2 seeds: grpo 128 a step, reaching 70% at step 2 (seed 0) or never (seed 1);
+    dapo_resample 512 a step; dapo_resample+skip 256 a step, skipping 3 prompts a step."""
+    runs = root / "easy" / "runs"
+    _write_run(runs / "grpo" / "seed400.jsonl", [0.6, 0.65, 0.75, 0.75], 128)
+    _write_run(runs / "grpo" / "seed401.jsonl", [0.6, 0.62, 0.64, 0.66], 128)
+    for seed in (400, 401):
+        _write_run(runs / "dapo_resample" / f"seed{seed}.jsonl", [0.6, 0.7, 0.72, 0.74], 512)
+        _write_run(runs / "dapo_resample+skip" / f"seed{seed}.jsonl", [0.6, 0.68, 0.72, 0.73], 256, skipped=3)
+
+
+def test_export_writes_one_row_per_run_with_the_registered_columns(saved, tmp_path):
+    _study(tmp_path / "study")
+    assert saved.main(["export", str(tmp_path / "study"), "--csv", str(tmp_path / "s.csv"), "--target", "easy=70"]) == 0
+    rows = pd.read_csv(tmp_path / "s.csv")
+    assert list(rows.columns[: len(saved.COLUMNS)]) == saved.COLUMNS
+    assert [c for c in rows.columns[len(saved.COLUMNS) :]] == [f"acc_{s}" for s in range(4)] + [
+        f"rollouts_{s}" for s in range(4)
+    ]
+    assert list(zip(rows["arm"], rows["seed"], strict=True)) == [
+        ("grpo", 400),
+        ("grpo", 401),
+        ("dapo_resample", 400),
+        ("dapo_resample", 401),
+        ("dapo_resample+skip", 400),
+        ("dapo_resample+skip", 401),
+    ]
+    grpo = rows[rows["arm"] == "grpo"].set_index("seed")
+    # The last 5 evaluations: all 4 here. Seed 400 crosses 70% halfway from 65% (128) to 75% (256).
+    assert grpo.loc[400, "final_acc"] == pytest.approx((60 + 65 + 75 + 75) / 4)
+    assert grpo.loc[400, "rollouts_to_target"] == pytest.approx(192)
+    assert math.isnan(grpo.loc[401, "rollouts_to_target"]) and grpo.loc[401, "rollouts_cumulative"] == 384
+    skip = rows[rows["arm"] == "dapo_resample+skip"].iloc[0]
+    assert (skip["rollouts_per_step"], skip["prompts_skipped"], skip["raw_acr"]) == (256, 9, 0.5)
+    assert (skip["always_solved"], skip["never_solved"], skip["target"]) == (0.25, 0.125, 70)
+    with pytest.raises(SystemExit, match="no target for mix 'easy'"):
+        saved.export(tmp_path / "study", {"hard": 28.0})
+
+
+def test_rollouts_to_target_interpolates_the_first_crossing(saved):
+    rollouts, accuracy = np.array([0.0, 100, 200, 300]), np.array([60.0, 72, 68, 80])
+    assert saved.rollouts_to_target(rollouts, accuracy, 66.0) == pytest.approx(50)  # the first crossing, not the last
+    assert saved.rollouts_to_target(rollouts, accuracy, 55.0) == 0.0  # reached at the start
+    assert math.isnan(saved.rollouts_to_target(rollouts, accuracy, 81.0))
+
+
+def test_log_ratio_interval_is_the_exponentiated_t_interval(saved):
+    denominator = np.array([1.0, 2.0, 4.0])
+    numerator = denominator * np.exp([1.0, 2.0, 3.0])  # log-ratios 1, 2, 3: mean 2, s.e. 1/sqrt(3)
+    result = saved.log_ratio_interval(numerator, denominator)
+    half = 4.302653 / math.sqrt(3)  # t_{0.975, 2}
+    assert result["ratio"] == pytest.approx(math.exp(2))
+    assert (result["low"], result["high"]) == pytest.approx((math.exp(2 - half), math.exp(2 + half)), rel=1e-5)
+
+
+def test_non_inferiority_tests_against_the_margin(saved):
+    differences = np.array([-1.0, 0.0, 1.0, 0.0])  # mean 0, s.e. sqrt(2/3)/2
+    se = math.sqrt(2 / 3) / 2
+    result = saved.non_inferiority(differences, margin=1.5, alpha=0.05)
+    assert result["mean"] == pytest.approx(0) and result["t"] == pytest.approx(1.5 / se)
+    assert result["lower"] == pytest.approx(-2.353363 * se, rel=1e-5)  # t_{0.95, 3}: the one-sided 95% bound
+    half = 3.182446 * se  # t_{0.975, 3}: the two-sided 95% interval
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((-half, half), rel=1e-5)
+    assert result["verdict"] == "non-inferior" and result["p"] < 0.05
+    assert saved.non_inferiority(differences - 1.5, margin=1.5, alpha=0.05)["verdict"] == "inconclusive"  # at −margin
+    assert saved.non_inferiority(differences - 5, margin=1.5, alpha=0.05)["verdict"] == "inferior"
+
+
+def test_ratio_verdicts_need_the_whole_interval_on_one_side_of_one(saved):
+    assert saved.ratio_verdict(0.5, 0.9, "fewer", "more") == "fewer"
+    assert saved.ratio_verdict(1.1, 2.0, "fewer", "more") == "more"
+    assert saved.ratio_verdict(0.9, 1.1, "fewer", "more") == "no detectable difference"
+
+
+def test_bootstrap_ratio_of_means_is_exact_for_a_constant_ratio_and_pairs_seeds(saved):
+    result = saved.bootstrap_ratio(np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0]), draws=500)
+    assert (result["ratio"], result["low"], result["high"]) == pytest.approx((2.0, 2.0, 2.0))
+    spread = saved.bootstrap_ratio(np.array([1.0, 3.0, 2.0, 6.0]), np.array([1.0, 1.0, 2.0, 2.0]))
+    assert spread["ratio"] == pytest.approx(2.0) and spread["low"] < 2.0 < spread["high"]
+
+
+def test_the_report_recomputes_everything_from_the_csv_and_marks_censored_ratios(saved, tmp_path):
+    _study(tmp_path / "study")
+    saved.main(["export", str(tmp_path / "study"), "--csv", str(tmp_path / "s.csv"), "--target", "easy=70"])
+    text = saved.report(pd.read_csv(tmp_path / "s.csv"), tmp_path / "plots", margin=1.5, alpha=0.05)
+    assert (tmp_path / "plots" / "rollouts_saved_easy_accuracy_per_rollout.png").stat().st_size > 0
+    # (a): 256 / 512 on both seeds; final accuracy −0.75 on both (no spread).
+    ratio = "`dapo_resample+skip` / `dapo_resample`: 0.500 (geometric mean over 2 seeds), 95% CI [0.500, 0.500]"
+    assert f"{ratio}: **saves rollouts**" in text
+    assert "at equal steps: -0.75 ± 0.00" in text and "**non-inferior**" in text
+    # (b): grpo reached 70% in 1 of 2 runs; its censored seed counts with its 384 rollouts, a bound.
+    section_b = text.split("### (b)")[1].split("### Arms")[0]
+    rows = {line.split(" | ")[0]: line for line in section_b.splitlines() if line.startswith("| `")}
+    assert rows["| `grpo`"] == "| `grpo` | 1 of 2 | 192 | — | — |"
+    # dapo_resample reaches 70% at step 1 (512) on both seeds: mean 512 / mean(192, 384) = 512 / 288.
+    assert rows["| `dapo_resample`"].startswith(f"| `dapo_resample` | 2 of 2 | 512 | {512 / 288:.3f} [")
+    assert rows["| `dapo_resample`"].endswith("(bound: censored runs) | a bound, no verdict |")
+    arms = text.split("### Arms")[1]
+    assert "| `dapo_resample+skip` | 2 | 68.2 ± 0.0 | 256 ± 0 | 0.500 ± 0.000 | 9 ± 0 |" in arms
+
+
+def test_a_single_seed_reports_the_ratio_without_an_interval(saved, tmp_path):
+    """A smoke run of the study (one seed) has no spread: the report says so instead of failing."""
+    _study(tmp_path / "study")
+    for arm in ("grpo", "dapo_resample", "dapo_resample+skip"):
+        (tmp_path / "study" / "easy" / "runs" / arm / "seed401.jsonl").unlink()
+    rows = saved.export(tmp_path / "study", {"easy": 70.0})
+    with pytest.warns(RuntimeWarning):  # numpy: the plot's std over one seed
+        text = saved.report(rows, tmp_path / "plots", margin=1.5, alpha=0.05)
+    assert "0.500 from 1 seed in common: no interval or test below 2 seeds" in text
+    assert "| `grpo` | 1 of 1 | 192 | — | — |" in text
+    never = rows.assign(rollouts_to_target=math.nan)  # no run reached the target: no mean to show
+    assert "| `grpo` | 0 of 1 | — | — | — |" in saved.primary_b(never)
