@@ -77,7 +77,17 @@ def test_export_writes_one_row_per_run_with_the_registered_columns(saved, tmp_pa
     assert (skip["rollouts_per_step"], skip["prompts_skipped"], skip["raw_acr"]) == (256, 9, 0.5)
     assert (skip["always_solved"], skip["never_solved"], skip["target"]) == (0.25, 0.125, 70)
     with pytest.raises(SystemExit, match="no target for mix 'easy'"):
-        saved.export(tmp_path / "study", {"hard": 28.0})
+        saved.export(tmp_path / "study", {"hard": 28.0}, gains={})
+
+
+def test_the_registered_target_is_the_mixs_start_plus_its_gain(saved, tmp_path):
+    """Without --target, every run of a mix gets its start (the mean step-0 accuracy, 60% here) plus the
+    registered gain: 68% on the easy mix, which grpo's seed 400 crosses between 65% (128) and 75% (256)."""
+    _study(tmp_path / "study")
+    rows = saved.export(tmp_path / "study").set_index(["arm", "seed"])
+    assert saved.TARGET_GAINS["easy"] == 8.0 and (rows["target"] == 68.0).all()
+    assert rows.loc[("grpo", 400), "rollouts_to_target"] == pytest.approx(128 + 0.3 * 128)
+    assert rows.loc[("dapo_resample", 400), "rollouts_to_target"] == pytest.approx(512 * 8 / 10)
 
 
 def test_rollouts_to_target_interpolates_the_first_crossing(saved):

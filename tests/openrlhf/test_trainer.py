@@ -443,6 +443,32 @@ def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeyp
     assert (seen.all_correct + seen.all_wrong).tolist() == COLLAPSED[:5].int().tolist()
 
 
+def test_groups_of_a_call_that_trains_nothing_are_measured_with_the_next_step(openrlhf, ray_session, monkeypatch):
+    """An episode whose last prompts filtering all drops ends in a call that returns no samples (OpenRLHF
+    trains no step on it); those groups' rewards and prompts come with the next call's own dropped groups,
+    so the step that counts their rollouts also measures them."""
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    args = make_args("group_norm", dynamic_filtering_enable=True)
+    args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 2
+    generator = openrlhf.sg.SamplesGenerator(
+        SimpleNamespace(args=args),
+        [(["source"], [f"p{i}"], [str(i)], [None]) for i in (1, 2)],
+        None,
+        Tokenizer(),
+        [FakeEngines(ray_session)],
+    )
+    rollout, _, consumed, exhausted = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+    assert (len(rollout), consumed, exhausted) == (0, 2, True)  # both collapsed, nothing left to draw
+    generator.prompts_dataloader = [(["source"], [f"p{i}"], [str(i)], [None]) for i in (0, 5, 3)]  # next episode
+    rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+    assert sorted({sample.prompts[0] for sample in rollout}) == ["p0", "p3"] and consumed == 3
+    # (Groups come back in whatever order the engines finish: compared as sets of rows.)
+    assert sorted(map(tuple, rollout.dropped_rewards.tolist())) == sorted(map(tuple, REWARDS[[1, 2, 5]].tolist()))
+    assert sorted(rollout.dropped_prompts) == ["p1", "p2", "p5"]
+    rollout, _, _, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
+    assert rollout.dropped_rewards is None  # carried once, not again
+
+
 class RecordingActorGroup:
     """Stands in for the DeepSpeed actor group (GPU only): keeps the client states it is asked to save."""
 

@@ -75,6 +75,7 @@ _LEGACY_ALERT_KEY = "verl_avspo_stagnation"
 _STEP = "_verl_avspo_step"
 _DROPPED = "_verl_avspo_dropped"
 _RECORDED = "_verl_avspo_rewards"
+_CARRIED = "_verl_avspo_carried"
 _INSTALLED = "_verl_avspo_installed"
 _STOPPED = "_verl_avspo_stopped"
 _TRACKER = "_verl_avspo_tracker"
@@ -197,7 +198,11 @@ def _generate_samples(original: Callable) -> Callable:
         if generation is not None:  # every response generated, those dynamic filtering dropped included
             tracker.count_rollouts(len(recorded), generation.draws)
         kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
-        return (GeneratedRollout(result[0], *_dropped_groups(recorded, kept, group_size)), *result[1:])
+        dropped = _joined_groups(getattr(self, _CARRIED, (None, None)), _dropped_groups(recorded, kept, group_size))
+        # A call whose groups filtering all dropped trains no step (OpenRLHF draws again, or starts its next
+        # episode): its groups are measured with the next step, which also counts their rollouts.
+        setattr(self, _CARRIED, (None, None) if result[0] else dropped)
+        return (GeneratedRollout(result[0], *dropped), *result[1:])
 
     return generate_samples
 
@@ -261,6 +266,18 @@ def _dropped_groups(
         return None, None
     rewards = torch.tensor([[reward for _, reward in group] for group in dropped], dtype=torch.float64)
     return rewards, [(group[0][0].prompts or [None])[0] for group in dropped]
+
+
+def _joined_groups(
+    first: tuple[torch.Tensor | None, list | None], second: tuple[torch.Tensor | None, list | None]
+) -> tuple[torch.Tensor | None, list | None]:
+    """Two calls' dropped groups (rewards, prompts) as one, either of them (None, None) where it has none."""
+    if first[0] is None:
+        return second
+    if second[0] is None:
+        return first
+    prompts = None if first[1] is None or second[1] is None else [*first[1], *second[1]]
+    return torch.cat([first[0], second[0]]), prompts
 
 
 def _process_response(original: Callable) -> Callable:
