@@ -1,20 +1,21 @@
-"""What the ACR hook costs in stock verl: the CPU harness with and without it, verl's stage timings side by side.
+"""What our trainer costs in stock verl: the CPU harness with verl's trainer and with ours, verl's stage timings
+side by side.
 
 Two runs of verl's unmodified ``python -m verl.trainer.main_ppo`` on the CPU harness of
 ``tests/e2e/verl_cpu`` (a tiny random Qwen2 on gloo FSDP ranks, Hugging Face ``generate`` as the
-rollout server), with the same seed, data, model and overrides; the second adds the two overrides
-of the hook (``trainer.v1.sampler.custom_sampler``). They run one after the other, not at once, so
-they do not compete for the cores.
+rollout server), with the same seed, data, model and overrides; the first with verl's trainer mode
+(``--mode``), the second with ours for it (``trainer.v1.trainer_mode=avspo_<mode>``). They run one after the
+other, not at once, so they do not compete for the cores.
 
 Printed: for every ``timing_s/*`` stage verl logs, the mean over the measured steps (the first
 ``--warmup`` steps are left out: they include compilation and cache warm-up) of each run, and the
-hook's own ``timing_s/acr`` (the seconds the adopted trainer spent measuring ACR, its TransferQueue reads
-included, part of verl's ``timing_s/adv``) as a fraction of the hooked run's ``timing_s/step``. The two runs' stage
-times also differ by machine noise; the hook's own time is the direct measure of its cost.
+trainer's own ``timing_s/acr`` (the seconds our trainer spent measuring ACR, its TransferQueue reads
+included, part of verl's ``timing_s/adv``) as a fraction of our run's ``timing_s/step``. The two runs' stage
+times also differ by machine noise; our trainer's own time is the direct measure of its cost.
 
 Usage:
     python benchmarks/bench_hook.py                       # grpo, sync, 8 steps, 2 left out
-    python benchmarks/bench_hook.py --steps 12 -- trainer.v1.trainer_mode=colocate_async
+    python benchmarks/bench_hook.py --steps 12 --mode colocate_async
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from verl_cpu.launch import VERL_ENTRY, TinyRun  # noqa: E402
 
-from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES  # noqa: E402
+from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, our_mode  # noqa: E402
 from verl_avspo.verl_plugin.trainer_v1 import ACR_TIMING_KEY  # noqa: E402
 
 
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the means")
     parser.add_argument("--ranks", type=int, default=1, help="FSDP ranks")
+    parser.add_argument("--mode", default="sync", help="verl's trainer mode (sync or colocate_async)")
     parser.add_argument("--out", type=Path, default=None, help="work folder (default: a temporary one)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after --")
     args = parser.parse_args(argv)
@@ -57,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.out or Path(tempfile.mkdtemp(prefix="bench_hook_"))
     base = ["algorithm.adv_estimator=grpo", f"trainer.total_training_steps={args.steps}", *args.overrides]
     means = {}
-    for name, extra in (("without", []), ("with hook", list(HOOK_OVERRIDES))):
+    runs = (("without", f"{MODE_KEY}={args.mode}"), ("ours", f"{MODE_KEY}={our_mode(args.mode)}"))
+    for name, mode in runs:
         run = TinyRun.prepare(workdir / name.replace(" ", "_"), num_ranks=args.ranks)
-        result = run.launch(VERL_ENTRY, [*base, *extra])
+        result = run.launch(VERL_ENTRY, [*base, mode])
         if result.returncode != 0:
             print(f"the {name} run failed; see {run.workdir / 'metrics.log'}", file=sys.stderr)
             return result.returncode
@@ -71,13 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(means), {' '.join(base)}; commit {commit.stdout.strip()}, {platform.machine()} {platform.processor() or ''} "
         f"with {len(os.sched_getaffinity(0))} cores"
     )
-    keys = sorted(set(means["without"]) | set(means["with hook"]))
-    print(f"{'stage':<28}{'without (s)':>14}{'with hook (s)':>16}")
+    keys = sorted(set(means["without"]) | set(means["ours"]))
+    print(f"{'stage':<28}{'without (s)':>14}{'ours (s)':>16}")
     for key in keys:
-        cells = [f"{means[name][key]:.4f}" if key in means[name] else "-" for name in ("without", "with hook")]
+        cells = [f"{means[name][key]:.4f}" if key in means[name] else "-" for name in ("without", "ours")]
         print(f"{key:<28}{cells[0]:>14}{cells[1]:>16}")
-    hook, step = means["with hook"][ACR_TIMING_KEY], means["with hook"]["timing_s/step"]
-    print(f"the hook's own time: {hook * 1e3:.2f} ms a step, {100 * hook / step:.2f}% of the hooked run's step")
+    hook, step = means["ours"][ACR_TIMING_KEY], means["ours"]["timing_s/step"]
+    print(f"our trainer's own time: {hook * 1e3:.2f} ms a step, {100 * hook / step:.2f}% of its run's step")
     return 0
 
 

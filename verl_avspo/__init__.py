@@ -9,8 +9,8 @@ One folder per layer (``docs/integration.md``, "Package layout"):
 - ``tools/``: report, table, plots and demo over logs;
 - ``cli.py``: the ``verl-avspo`` command (also ``python -m verl_avspo``).
 
-``python -m verl_avspo.main_ppo`` and ``verl_avspo.register`` keep their names (short modules that
-lead to ``verl_plugin``). Importing this package does not import verl.
+``python -m verl_avspo.main_ppo`` keeps its short name (a module that leads to ``verl_plugin.launcher``).
+Importing this package does not import verl.
 """
 
 __version__ = "0.1.0"

@@ -90,12 +90,14 @@ def test_rows_compute_what_they_claim(bench):
     torch.testing.assert_close(vectorized, grpo)
     # At ACR 0.4 the paper preset (threshold 0.5) does not trigger: it is GRPO plus the ACR metrics.
     paper, _ = calls["avspo paper"]()
-    assert run_state.bound_tracker().end_step(1, paper)["avspo/triggered"] == 0.0
+    tracker = run_state.tracker_for(bench.algorithm_config(preset="paper"), "avspo")  # the estimator's fallback
+    assert tracker.end_step(1, paper)["avspo/triggered"] == 0.0
     torch.testing.assert_close(paper, grpo)
     # The strategy rows augment every collapsed group, so they time AVSPO's full path.
     for strategy in STRATEGIES:
         augmented, _ = calls[f"avspo {strategy}"]()
-        metrics = run_state.bound_tracker().end_step(1, augmented)
+        config = bench.algorithm_config(preset="paper", strategy=strategy, threshold_init=0.1)
+        metrics = run_state.tracker_for(config, "avspo").end_step(1, augmented)
         assert metrics["avspo/triggered"] == metrics["acr/rate"] == 0.40625, strategy
         if strategy != "www":  # www leaves all-wrong groups at c = 0 where they were
             assert metrics["acr/effective"] == 0.0, strategy

@@ -269,7 +269,7 @@ def test_through_verl_compute_advantage_with_the_sandbox_spec():
     b_right, b_wrong = 0.5 / 4, 1.5 / 4
     assert adv[5, 0].item() == pytest.approx((1 - b_right) / math.sqrt(b_right * (1 - b_right)), rel=1e-5)
     assert adv[4, 0].item() == pytest.approx(-b_wrong / math.sqrt(b_wrong * (1 - b_wrong)), rel=1e-5)
-    metrics = run_state.bound_tracker().end_step(1, adv)
+    metrics = run_state.tracker_for(spec.algorithm_config(seed=0), spec.adv_estimator).end_step(1, adv)
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0
     assert metrics["avspo/prior_strength"] == 1.0 and metrics["avspo/prior_mean"] == 0.5
 

@@ -1,9 +1,9 @@
 """Train a tiny random Qwen2 with verl's real PPO loop on this machine's CPU, and print what it logged.
 
     python tests/e2e/run_cpu_ppo.py                       # python -m verl_avspo.main_ppo, avspo, 3 steps
-    python tests/e2e/run_cpu_ppo.py --stock               # python -m verl.trainer.main_ppo (entry point only)
+    python tests/e2e/run_cpu_ppo.py --stock               # python -m verl.trainer.main_ppo (estimator only)
     python tests/e2e/run_cpu_ppo.py --device cuda         # on a GPU: verl's nvidia platform trains
-    python tests/e2e/run_cpu_ppo.py --stock --hook        # the same with the ACR hook (custom_sampler)
+    python tests/e2e/run_cpu_ppo.py --stock --mode avspo_sync  # stock main_ppo with our trainer
     python tests/e2e/run_cpu_ppo.py --mode colocate_async # any V1 trainer mode (separate_async: see launch.py)
     python tests/e2e/run_cpu_ppo.py -- algorithm.adv_estimator=grpo trainer.save_freq=1
 
@@ -24,8 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from verl_cpu.launch import AVSPO_ENTRY, NUM_RANKS, VERL_ENTRY, TinyRun, separate_async_overrides  # noqa: E402
 
-from verl_avspo.verl_plugin.checks import HOOK_OVERRIDES  # noqa: E402
-
 COLUMNS = ("acr/rate", "acr/effective", "avspo/threshold", "avspo/triggered", "critic/score/mean", "actor/pg_loss")
 
 
@@ -37,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where verl trains (cuda: one rank per GPU)"
     )
-    parser.add_argument("--hook", action="store_true", help="with --stock: add the ACR hook's overrides")
-    parser.add_argument("--mode", default="sync", help="trainer.v1.trainer_mode (default: sync)")
+    parser.add_argument(
+        "--mode",
+        default="sync",
+        help="trainer.v1.trainer_mode (default: sync; with --stock, avspo_sync etc. choose our trainer)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, after --")
     args = parser.parse_args(argv)
 
@@ -51,10 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = ["algorithm.adv_estimator=avspo", f"trainer.total_training_steps={args.steps}"]
     if args.stock:
         overrides.append("+algorithm.avspo.preset=paper")
-    if args.hook:
-        overrides += HOOK_OVERRIDES
-    if args.mode == "separate_async":
-        overrides += separate_async_overrides(num_ranks, args.device)
+    if args.mode.endswith("separate_async"):
+        overrides += separate_async_overrides(num_ranks, args.device, args.mode)
     else:
         overrides.append(f"trainer.v1.trainer_mode={args.mode}")
     overrides += args.overrides

@@ -174,13 +174,14 @@ def test_checkpoints_inside_a_generation_are_warned_of_at_init(tmp_path, options
 def test_a_class_with_the_mixin_behind_grpotrainer_is_refused_when_defined():
     from trl import GRPOTrainer
 
-    from verl_avspo.trl import ACRMixin
+    from verl_avspo.trl import ACRTrainerMixin
 
-    with pytest.raises(TypeError, match=r"class Wrong puts ACRMixin behind GRPOTrainer .* class Wrong\(ACRMixin, "):
-        type("Wrong", (GRPOTrainer, ACRMixin), {})
+    wrong_order = r"class Wrong puts ACRTrainerMixin behind GRPOTrainer .* class Wrong\(ACRTrainerMixin, "
+    with pytest.raises(TypeError, match=wrong_order):
+        type("Wrong", (GRPOTrainer, ACRTrainerMixin), {})
     subclass = type("MyGRPOTrainer", (GRPOTrainer,), {})
-    with pytest.raises(TypeError, match=r"Put ACRMixin before GRPOTrainer"):
-        type("AlsoWrong", (subclass, ACRMixin), {})
+    with pytest.raises(TypeError, match=r"Put ACRTrainerMixin before GRPOTrainer"):
+        type("AlsoWrong", (subclass, ACRTrainerMixin), {})
     # In front, with classes before it or between it and GRPOTrainer (the e2e harness's recorders): accepted.
     before, between = type("Before", (), {}), type("Between", (), {})
-    type("Right", (before, ACRMixin, between, subclass), {})
+    type("Right", (before, ACRTrainerMixin, between, subclass), {})

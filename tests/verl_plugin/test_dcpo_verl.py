@@ -112,7 +112,7 @@ def test_a_non_finite_reward_is_refused_before_it_reaches_the_history(bad):
     run_state.tracker_for(config, "dcpo").set_prompt_keys({"x0": 1})
     with pytest.raises(ValueError, match=r"1 response score\(s\) are not finite.*uid=\['x0'\]"):
         compute_advantage(data, adv_estimator="dcpo", config=config)
-    assert len(run_state.bound_tracker().dcpo_history) == 0
+    assert len(run_state.tracker_for(config, "dcpo").dcpo_history) == 0
 
 
 def test_a_mask_of_the_wrong_shape_is_refused():

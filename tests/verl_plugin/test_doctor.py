@@ -28,9 +28,8 @@ def test_doctor_passes_on_this_install_including_a_ray_actor(capsys):
         "patches/verl-0.9.1-intrinsic.patch, not applied to this verl"
     )
     assert out[6] == (
-        "[ok]   stock main_ppo hook: ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add "
-        "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler "
-        "trainer.v1.sampler.custom_sampler.name=ACRSampler"
+        "[ok]   stock main_ppo trainer: ACR in stock `python -m verl.trainer.main_ppo` (V1): add "
+        "trainer.v1.trainer_mode=avspo_sync (or avspo_colocate_async, avspo_separate_async)"
     )
     assert out[7].startswith("[ok]   TRL: ")
     assert out[-1] == "all checks passed"
@@ -69,30 +68,29 @@ def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypat
 
 
 def test_doctor_imports_what_the_given_overrides_name(capsys):
-    """The hook's overrides as a user typed them for stock main_ppo: a misspelt class fails the doctor."""
-    hook_path = "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler"
-    assert doctor._hook([hook_path, "trainer.v1.sampler.custom_sampler.name=ACRSampler", "trainer.nnodes=1"]).endswith(
-        "import(s) as verl will import them"
+    """Overrides as a user typed them for stock main_ppo: a misspelt class they name fails the doctor."""
+    path = "data.custom_cls.path=pkg://json"
+    assert doctor._stock_route([path, "data.custom_cls.name=JSONDecoder", "trainer.nnodes=1"]).endswith(
+        "data.custom_cls.path=pkg://json data.custom_cls.name=JSONDecoder import(s) as verl will import them"
     )
-    args = argparse.Namespace(no_ray=True, overrides=[hook_path, "+trainer.v1.sampler.custom_sampler.name=ACRSamplr"])
+    args = argparse.Namespace(no_ray=True, overrides=[path, "+data.custom_cls.name=JSONDecodr"])
     assert doctor.run(args) == 1
     out = capsys.readouterr().out
-    assert "[FAIL] stock main_ppo hook: RuntimeError: trainer.v1.sampler.custom_sampler.name=ACRSamplr" in out
-    assert "Did you mean trainer.v1.sampler.custom_sampler.name=ACRSampler?" in out
+    assert "[FAIL] stock main_ppo trainer: RuntimeError: data.custom_cls.name=JSONDecodr" in out
+    assert "Did you mean data.custom_cls.name=JSONDecoder?" in out
 
 
-def test_doctor_fails_the_hook_with_the_legacy_trainer():
-    """The hook with trainer.use_v1=False: verl's legacy trainer never builds it, so the doctor fails, naming
-    the setting and the fix (the overrides alone, or with the hook's own named)."""
-    hook = ["trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler"]
-    for overrides in (["trainer.use_v1=False"], [*hook, "trainer.use_v1=false"]):
+def test_doctor_fails_our_mode_with_the_legacy_trainer():
+    """Our mode with trainer.use_v1=False: verl's legacy trainer never reads it, so the doctor fails, naming the
+    setting and the fix (the overrides alone, where the mode is the one to add, or with our mode named)."""
+    for overrides in (["trainer.use_v1=False"], ["trainer.v1.trainer_mode=avspo_colocate_async", "trainer.use_v1=0"]):
         with pytest.raises(RuntimeError) as failed:
-            doctor._hook(overrides)
-        assert "trainer.use_v1=False runs the legacy trainer, which builds none" in str(failed.value)
-        assert "Set trainer.use_v1=True, or use `python -m verl_avspo.main_ppo`" in str(failed.value)
-    assert doctor._hook(["trainer.use_v1=True"]).startswith("ACR in stock")
-    # Another class named with the legacy trainer is no hook of ours: only imported.
-    assert doctor._hook(["trainer.use_v1=False", "data.custom_cls.path=pkg://json", "data.custom_cls.name=JSONDecoder"])
+            doctor._stock_route(overrides)
+        assert "is a V1 trainer, and trainer.use_v1=False runs verl's legacy trainer" in str(failed.value)
+        assert str(failed.value).endswith("Set trainer.use_v1=True.")
+    assert doctor._stock_route(["trainer.use_v1=True"]).startswith("ACR in stock")
+    # verl's own mode with the legacy trainer is no trainer of ours: nothing to refuse.
+    assert doctor._stock_route(["trainer.use_v1=False", "trainer.v1.trainer_mode=sync"]).startswith("ACR in stock")
 
 
 def test_doctor_says_when_trl_is_not_installed(monkeypatch):

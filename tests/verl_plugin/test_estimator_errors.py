@@ -85,8 +85,9 @@ def test_absent_avspo_section_means_preset_paper():
 
 @pytest.mark.usefixtures("fresh_estimator_state")
 def test_skipping_without_a_trainer_of_ours_is_refused_with_the_fix():
-    # Stock main_ppo without the hook reaches verl-avspo only at the advantage stage, after the rollout.
+    # Stock main_ppo without our trainer mode reaches verl-avspo only at the advantage stage, after the rollout.
     config = OmegaConf.create({**CONFIG, "prompts": {"skip": {"enable": True}}})
     with pytest.raises(ValueError, match=r"algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs.*"
-                       r"Launch with `python -m verl_avspo.main_ppo`, or add the ACR hook"):  # fmt: skip
+                       r"Add trainer.v1.trainer_mode=avspo_sync \(V1, docs/integration.md\) or launch with "
+                       r"`python -m verl_avspo.main_ppo`"):  # fmt: skip
         compute_avspo_advantage(**batch([1.0, 0.0, 1.0, 1.0]), config=config)

@@ -18,7 +18,6 @@ from verl.trainer.ppo import core_algos
 from verl_avspo.core.config import AVSPO_KEYS, AlertConfig
 from verl_avspo.verl_plugin import checks, launcher
 from verl_avspo.verl_plugin.checks import (
-    HOOK_OVERRIDES,
     ConfigCheckError,
     check_config,
     is_group_estimator,
@@ -152,7 +151,7 @@ def test_a_misspelt_prompts_or_acr_key_gets_a_did_you_mean(capsys):
         ),
         (
             ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
-            "alert.action=stop needs the V1 trainer",
+            "alert.action=stop needs verl-avspo's V1 trainer; with trainer.use_v1=False verl's legacy trainer runs",
         ),
         (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
         (["actor_rollout_ref.rollout.n=eight"], "actor_rollout_ref.rollout.n='eight' is invalid: it is the number"),
@@ -184,19 +183,18 @@ def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode):
     assert checked.warnings == []
 
 
-def test_the_acr_hook_takes_a_colocated_reward_model_and_refuses_the_legacy_trainer():
-    # The adopted trainer measures at the advantage stage, after a colocated reward model scored.
-    overrides = [
-        *RUNNABLE,
-        *HOOK_OVERRIDES,
-        "reward.reward_model.enable=True",
-        "reward.reward_model.rollout.name=vllm",
-        "reward.reward_model.enable_resource_pool=False",
+def test_our_mode_names_are_checked_as_verls_modes_and_refused_with_the_legacy_trainer():
+    # What stock main_ppo users type (trainer.v1.trainer_mode=avspo_*) is checked as the verl mode it runs.
+    check_config(compose_config([*RUNNABLE, "trainer.v1.trainer_mode=avspo_colocate_async"]))
+    with pytest.raises(ConfigCheckError, match="is invalid with trainer.v1.trainer_mode=separate_async"):
+        check_config(compose_config([*RUNNABLE, "trainer.v1.trainer_mode=avspo_separate_async"]))
+    with pytest.raises(ConfigCheckError) as refused:
+        check_config(compose_config([*RUNNABLE, "trainer.v1.trainer_mode=avspo_sync", "trainer.use_v1=False"]))
+    assert refused.value.problems == [
+        "trainer.v1.trainer_mode=avspo_sync is a V1 trainer, and trainer.use_v1=False runs verl's legacy trainer, "
+        "which never reads it: the run would log no acr/*, save no run state and give no stall alert. Set "
+        "trainer.use_v1=True."
     ]
-    check_config(compose_config(overrides))
-    with pytest.raises(ConfigCheckError, match="trainer.use_v1=False runs the legacy trainer, which builds none"):
-        check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES, "trainer.use_v1=False"]))
-    check_config(compose_config([*RUNNABLE, *HOOK_OVERRIDES]))  # a rule-based reward: fine
 
 
 def test_gae_with_one_sample_per_prompt_is_fine():
@@ -266,21 +264,34 @@ def test_dry_run_refuses_hydra_flags_with_the_fix(capsys):
     assert "python -m verl_avspo.main_ppo --cfg job <overrides>" in err
 
 
-@pytest.mark.parametrize(("use_v1", "runner"), [(True, "AVSPOTaskRunner"), (False, "AVSPOLegacyTaskRunner")])
-def test_train_logs_the_settings_once_and_hands_our_task_runner_to_verl(
-    monkeypatch, caplog, use_v1, runner, on_this_machine
+@pytest.mark.parametrize(
+    ("use_v1", "mode", "verl_gets", "runner"),
+    [
+        (True, "sync", "avspo_sync", "TaskRunnerV1"),  # verl's name, as launcher users type it
+        (True, "avspo_colocate_async", "avspo_colocate_async", "TaskRunnerV1"),  # ours, as stock users type it
+        (False, "sync", "sync", "TaskRunner"),  # the legacy trainer never reads the mode
+    ],
+)
+def test_train_logs_the_settings_once_and_runs_verls_own_main_with_our_mode(
+    monkeypatch, caplog, use_v1, mode, verl_gets, runner, on_this_machine
 ):
-    # verl's run_ppo starts Ray and a trainer that needs GPUs: record what it is given instead.
+    # verl's own main runs (its device set-up and validate_config); its run_ppo starts Ray and a trainer that needs
+    # GPUs: record what it is given instead.
     launched = []
     monkeypatch.setattr(
-        "verl.trainer.main_ppo.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class)
+        "verl.trainer.main_ppo.run_ppo",
+        lambda config, task_runner_class: launched.append((config.trainer.v1.trainer_mode, task_runner_class)),
     )
-    config = compose_config([*RUNNABLE, *on_this_machine, f"trainer.use_v1={use_v1}", "algorithm.avspo.strategy=fixed"])
+    overrides = [f"trainer.use_v1={use_v1}", f"trainer.v1.trainer_mode={mode}", "algorithm.avspo.strategy=fixed"]
+    config = compose_config([*RUNNABLE, *on_this_machine, *overrides])
     with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.launcher"):
         launcher.train(config)
-    assert [cls.__ray_actor_class__.__name__ for cls in launched] == [runner]
-    settings_logs = [r.getMessage() for r in caplog.records if "AVSPO settings" in r.getMessage()]
+    # verl's stock TaskRunner, which builds our trainer from the mode (V1); the legacy one, as verl has it.
+    assert [(mode, cls.__ray_actor_class__.__name__) for mode, cls in launched] == [(verl_gets, runner)]
+    messages = [r.getMessage() for r in caplog.records]
+    settings_logs = [message for message in messages if "AVSPO settings" in message]
     assert len(settings_logs) == 1 and "\n  strategy: fixed\n" in settings_logs[0]
+    assert (launcher.LEGACY_LIMITS in messages) == (not use_v1)
 
 
 def test_cfg_job_prints_the_composed_config_without_running(tmp_path):
@@ -770,25 +781,23 @@ def test_avspo_settings_with_another_estimator_are_refused_in_the_dry_run(capsys
     assert "Set algorithm.adv_estimator=avspo, or remove them" in err
 
 
-def test_a_misspelt_hook_or_custom_class_is_imported_and_refused_before_ray(tmp_path, capsys, on_this_machine):
+def test_a_misspelt_custom_class_is_imported_and_refused_before_ray(tmp_path, capsys, on_this_machine):
     """Stock main_ppo failed 40 s into the run, inside Ray, on a misspelt custom_sampler; the dry run
     imports what each path/name pair names, as verl's loader will."""
-    hook_path, hook_name = HOOK_OVERRIDES
+    sampler_path, sampler_name = "trainer.v1.sampler.custom_sampler.path=pkg://json", "JSONDecoder"
     base = [*RUNNABLE, *on_this_machine]
-    assert dry_run([*base, hook_path, hook_name]) == 0, capsys.readouterr().err
+    assert dry_run([*base, sampler_path, f"trainer.v1.sampler.custom_sampler.name={sampler_name}"]) == 0
     capsys.readouterr()
-    assert dry_run([*base, hook_path, "trainer.v1.sampler.custom_sampler.name=ACRSamplr"]) == 1
+    assert dry_run([*base, sampler_path, "trainer.v1.sampler.custom_sampler.name=JSONDecodr"]) == 1
     err = capsys.readouterr().err
     assert (
-        "trainer.v1.sampler.custom_sampler.name=ACRSamplr: trainer.v1.sampler.custom_sampler.path="
-        "pkg://verl_avspo.verl_plugin.sampler has no ACRSamplr. Did you mean "
-        "trainer.v1.sampler.custom_sampler.name=ACRSampler?" in err
+        "trainer.v1.sampler.custom_sampler.name=JSONDecodr: trainer.v1.sampler.custom_sampler.path=pkg://json has no "
+        "JSONDecodr. Did you mean trainer.v1.sampler.custom_sampler.name=JSONDecoder?" in err
     ), err
-    assert (
-        dry_run([*base, "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr", hook_name]) == 1
-    )
+    missing = "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.no_such_sampler"
+    assert dry_run([*base, missing, f"trainer.v1.sampler.custom_sampler.name={sampler_name}"]) == 1
     err = capsys.readouterr().err
-    assert "custom_sampler.path=pkg://verl_avspo.verl_plugin.samplr cannot be imported: No module named" in err, err
+    assert "custom_sampler.path=pkg://verl_avspo.no_such_sampler cannot be imported: No module named" in err, err
     # A file, as verl takes it: the class must be there, and be a class; a path without a name is ignored by verl.
     (tmp_path / "my_data.py").write_text("class MathDataset:\n    pass\n\nhelper = 3\n")
     custom = f"data.custom_cls.path={tmp_path / 'my_data.py'}"

@@ -99,16 +99,34 @@ def test_through_verl_compute_advantage_on_dataproto():
     expected = (q1 - q1.mean()) / (q1.std() + 1e-4)
     assert torch.allclose(adv[4:, 0], expected, atol=1e-6)
     assert torch.equal(out.batch["returns"], adv)
-    # No host bound a run: verl's call started one in this process, which measured the batch.
-    tracker = run_state.bound_tracker()
+    # No trainer of ours ran the stage: verl's call started this process's fallback, which measured the batch.
+    tracker = run_state.tracker_for(config, "avspo")
     metrics = tracker.end_step(1, adv)
     assert metrics["acr/rate"] == 0.5 and metrics["acr/effective"] == 0.0 and metrics["avspo/triggered"] == 0.5
-    # The next call is the same run's next step: one controller, carried by the bound tracker.
+    # The next call is the same run's next step: one controller, carried by the fallback tracker.
     compute_advantage(data, "avspo", config=config)
-    assert run_state.bound_tracker() is tracker and tracker.controller.step == 2
+    assert run_state.tracker_for(config, "avspo") is tracker and tracker.controller.step == 2
     # Another setting is another run.
-    compute_advantage(data, "avspo", config=OmegaConf.create({"avspo": {"preset": "paper"}}))
-    assert run_state.bound_tracker() is not tracker
+    other = OmegaConf.create({"avspo": {"preset": "paper"}})
+    compute_advantage(data, "avspo", config=other)
+    assert run_state.tracker_for(other, "avspo") is not tracker
+
+
+def test_a_trainers_advantage_stage_hands_the_estimator_its_own_tracker():
+    """The one way from our trainer to the estimator's state (run_state.advantage_stage); the fallback is untouched."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    run_state.reset()
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}})
+    data = outcome_data(*outcome_batch(torch.tensor([1.0, 1.0, 0.0, 1.0]), length=2), group_uids([2, 2], "q"))
+    trainer_tracker = run_state.start_run(OmegaConf.create({"adv_estimator": "avspo", **config}))
+    with run_state.advantage_stage(trainer_tracker):
+        compute_advantage(data, "avspo", config=config)
+        compute_advantage(data, "avspo", config=config)
+    assert trainer_tracker.controller.step == 2
+    compute_advantage(data, "avspo", config=config)  # after the stage: the process's own fallback
+    fallback = run_state.tracker_for(config, "avspo")
+    assert fallback is not trainer_tracker and fallback.controller.step == 1 and trainer_tracker.controller.step == 2
 
 
 MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"
@@ -132,17 +150,11 @@ def test_entry_point_imports_nothing_beyond_core_algos():
     assert {"verl_avspo.verl_plugin.register", "verl_avspo.core.advantage"} <= with_plugin
 
 
-HOOK = [
-    "trainer.v1.sampler.custom_sampler.path=pkg://verl_avspo.verl_plugin.sampler",
-    "trainer.v1.sampler.custom_sampler.name=ACRSampler",
-]
-
-
-def test_stock_main_ppo_refuses_the_hook_with_the_legacy_trainer():
-    """verl's legacy trainer never builds the hook: stock main_ppo's process ends at `import verl`, before
-    Hydra composes its config, naming the setting and the fix (verl's loader does not swallow SystemExit)."""
+def test_stock_main_ppo_refuses_our_mode_with_the_legacy_trainer():
+    """verl's legacy trainer never reads trainer.v1.trainer_mode: stock main_ppo's process ends at `import verl`,
+    before Hydra composes its config, naming the setting and the fix (verl's loader does not swallow SystemExit)."""
     result = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *HOOK, "trainer.use_v1=False"],
+        [sys.executable, "-m", "verl.trainer.main_ppo", "trainer.v1.trainer_mode=avspo_sync", "trainer.use_v1=False"],
         env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""},
         capture_output=True,
         text=True,
@@ -150,21 +162,46 @@ def test_stock_main_ppo_refuses_the_hook_with_the_legacy_trainer():
     )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("verl-avspo: trainer.v1.sampler.custom_sampler (the ACR hook) is a V1 replay buffer, and ")
-    assert "trainer.use_v1=False runs the legacy trainer" in last and "Set trainer.use_v1=True" in last
+    assert last == (
+        "verl-avspo: trainer.v1.trainer_mode=avspo_sync is a V1 trainer, and trainer.use_v1=False runs verl's legacy "
+        "trainer, which never reads it: the run would log no acr/*, save no run state and give no stall alert. Set "
+        "trainer.use_v1=True."
+    )
     assert "ray init kwargs" not in result.stdout  # stopped before verl's own run started
 
 
-def test_only_stock_main_ppo_with_the_hook_and_the_legacy_trainer_is_refused():
-    from verl_avspo.verl_plugin.hook_overrides import refuse_legacy_hook
+def test_only_stock_main_ppo_with_our_mode_and_the_legacy_trainer_is_refused():
+    from verl_avspo.verl_plugin.trainer_modes import refuse_legacy_mode
 
     stock = "/env/lib/python3.12/site-packages/verl/trainer/main_ppo.py"
-    with pytest.raises(SystemExit, match="trainer.use_v1=False runs the legacy trainer"):
-        refuse_legacy_hook([stock, "++trainer.use_v1='false'", HOOK[1]])
-    with pytest.raises(SystemExit, match="trainer.use_v1=False runs the legacy trainer"):  # while -m imports verl
-        refuse_legacy_hook(["-m", HOOK[0], "trainer.use_v1=0"], ["python", "-u", "-m", "verl.trainer.main_ppo"])
-    refuse_legacy_hook(["-m", *HOOK, "trainer.use_v1=False"], ["python", "-m", "verl_avspo.main_ppo"])  # launcher
-    refuse_legacy_hook([stock, *HOOK, "trainer.use_v1=True"])  # the V1 trainer builds the hook
-    refuse_legacy_hook([stock, "trainer.use_v1=False"])  # no hook: a legacy run as verl has it
-    refuse_legacy_hook(["/env/bin/verl-avspo", "doctor", *HOOK, "trainer.use_v1=False"], [])  # doctor reports it
-    refuse_legacy_hook(["/env/lib/python3.12/site-packages/ray/_private/workers/default_worker.py"])  # a worker
+    ours = "trainer.v1.trainer_mode=avspo_separate_async"
+    with pytest.raises(SystemExit, match="trainer.use_v1=False runs verl's legacy trainer"):
+        refuse_legacy_mode([stock, "++trainer.use_v1='false'", ours])
+    with pytest.raises(SystemExit, match="trainer.use_v1=False runs verl's legacy trainer"):  # while -m imports verl
+        refuse_legacy_mode(["-m", ours, "trainer.use_v1=0"], ["python", "-u", "-m", "verl.trainer.main_ppo"])
+    refuse_legacy_mode(["-m", ours, "trainer.use_v1=False"], ["python", "-m", "verl_avspo.main_ppo"])  # launcher
+    refuse_legacy_mode([stock, ours, "trainer.use_v1=True"])  # the V1 trainer: ours runs
+    refuse_legacy_mode([stock, "trainer.v1.trainer_mode=sync", "trainer.use_v1=False"])  # verl's mode: as verl has it
+    refuse_legacy_mode(["/env/bin/verl-avspo", "doctor", ours, "trainer.use_v1=False"], [])  # doctor reports it
+    refuse_legacy_mode(["/env/lib/python3.12/site-packages/ray/_private/workers/default_worker.py"])  # a worker
+
+
+def test_the_entry_point_registers_our_trainers_only_once_verls_v1_package_is_imported():
+    """The entry point stays light (test_entry_point_imports_nothing_beyond_core_algos) and still puts our modes in
+    verl's trainer registry wherever verl's V1 package is imported: a fresh process, as verl's TaskRunner does."""
+    code = (
+        "import sys, verl\n"
+        "print('verl_avspo.verl_plugin.trainer_v1' in sys.modules)\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "modes = ('avspo_sync', 'avspo_colocate_async', 'avspo_separate_async')\n"
+        "print(*(get_trainer_cls(mode).__name__ for mode in modes))\n"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-4:] == [
+        "False",
+        "AVSPOTrainerSync",
+        "AVSPOTrainerColocateAsync",
+        "AVSPOTrainerSeparateAsync",
+    ]

@@ -1,4 +1,4 @@
-"""Each trainer route imports only what it needs, so either side of verl can go: its maintainers plan
+"""Each route imports only what it needs, so either side of verl can go: its maintainers plan
 to drop TransferQueue (and make the legacy trainer the default again), while 0.9.1 announces the
 legacy trainer's removal.
 
@@ -6,9 +6,9 @@ Each check runs in a fresh interpreter in which the missing module is blocked
 (``sys.modules[name] = None`` makes every import of it fail) and then imports and runs the route:
 
 - without ``transfer_queue``: the estimator's entry point computes an advantage, and the launcher's
-  legacy route (``trainer.use_v1=False``) passes its dry run and picks its TaskRunner;
-- without ``verl.trainer.main_ppo_v0``: the V1 trainers (every mode) and the ACR hook import, and
-  the launcher picks the V1 TaskRunner.
+  legacy route (``trainer.use_v1=False``, the estimator alone) passes its dry run;
+- without ``verl.trainer.main_ppo_v0``: our V1 trainers (every mode) import and are in verl's registry, and the
+  launcher's dry run passes.
 """
 
 import subprocess
@@ -62,9 +62,6 @@ def test_legacy_route_and_the_estimator_work_without_transfer_queue(runnable):
         assert advantages[0, 0] > 0 > advantages[1, 0], advantages
         from verl_avspo.verl_plugin import launcher
         assert launcher.main(["--dry-run", *{runnable}, "trainer.use_v1=False"]) == 0
-        config = launcher.compose_config([*{runnable}, "trainer.use_v1=False"])
-        runner = launcher.task_runner_class(config)
-        assert runner.__ray_actor_class__.__name__ == "AVSPOLegacyTaskRunner"
         assert sys.modules["transfer_queue"] is None
         import importlib
         try:
@@ -78,14 +75,14 @@ def test_legacy_route_and_the_estimator_work_without_transfer_queue(runnable):
     assert "V1 needs transfer_queue, as expected" in result.stdout  # the block was real
 
 
-def test_v1_routes_and_the_hook_work_without_the_legacy_trainer(runnable):
+def test_v1_routes_work_without_the_legacy_trainer(runnable):
     result = run_without(
         "verl.trainer.main_ppo_v0",
         f"""
-        from verl_avspo.verl_plugin import launcher, sampler, trainer_v1
-        config = launcher.compose_config({runnable})
-        assert launcher.task_runner_class(config) is trainer_v1.AVSPOTaskRunner
-        assert set(trainer_v1.V1_TRAINERS) == {{"sync", "colocate_async", "separate_async"}}
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl_avspo.verl_plugin import launcher, trainer_v1
+        assert {{mode: get_trainer_cls(mode) for mode in trainer_v1.V1_TRAINERS}} == trainer_v1.V1_TRAINERS
+        assert set(trainer_v1.V1_TRAINERS) == {{"avspo_sync", "avspo_colocate_async", "avspo_separate_async"}}
         separate = ["trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.rollout.nnodes=1",
                     "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2",
                     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]

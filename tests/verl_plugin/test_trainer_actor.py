@@ -1,8 +1,10 @@
-"""Our TaskRunners install our trainers inside a real Ray actor, where verl builds the trainer.
+"""verl's own TaskRunner builds our trainer inside a real Ray actor, from the mode name alone.
 
-Each runner's ``run`` is called for real; it gets as far as this CPU machine allows (the V1 runner
-builds the trainer, then fails loading the tokenizer of a model folder that holds none), and
-the actor is then inspected through ``__ray_call__``.
+verl's stock ``TaskRunnerV1`` (``verl/trainer/main_ppo.py``), unmodified, is given a config whose
+``trainer.v1.trainer_mode`` is ours; its ``run`` is called for real and gets as far as this CPU machine allows (it
+builds the trainer, then fails loading the tokenizer of a model folder that holds none), and the actor is then
+inspected through ``__ray_call__``: the actor process found our name in verl's registry (registered by the entry
+point once verl's V1 package was imported there), built our trainer, and the trainer showed verl its own mode name.
 """
 
 import sys
@@ -10,10 +12,9 @@ import sys
 import pytest
 import ray
 from omegaconf import OmegaConf
+from verl.trainer.main_ppo import TaskRunnerV1
 
 from verl_avspo.verl_plugin.launcher import compose_config
-from verl_avspo.verl_plugin.trainer_legacy import AVSPOLegacyTaskRunner
-from verl_avspo.verl_plugin.trainer_v1 import AVSPOTaskRunner
 
 pytestmark = [pytest.mark.verl, pytest.mark.ray]
 
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.verl, pytest.mark.ray]
 def local_ray():
     # num_cpus=16: on a 2-core machine TransferQueue's actors otherwise never schedule.
     ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
-    # The inspectors below run in the actor, which cannot import this test file.
+    # The inspector below runs in the actor, which cannot import this test file.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()
@@ -41,17 +42,13 @@ def config_for(tmp_path, *overrides):
     return OmegaConf.to_container(config)  # plain data travels to the actor as verl's launcher sends it
 
 
-def inspect_v1(runner):
+def inspect(runner):
     from verl.trainer.ppo import core_algos
-    from verl.trainer.ppo.v1 import trainer_base
     from verl.utils import tracking
-
-    from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS
 
     return {
         "trainer": type(runner.trainer).__name__,
-        # every mode builds ours, under verl's own mode name
-        "modes_are_ours": all(trainer_base.TRAINER_REGISTRY[mode] is cls for mode, cls in V1_TRAINERS.items()),
+        "mode_seen_by_verl": (runner.trainer.trainer_mode, runner.config.trainer.v1.trainer_mode),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
         "settings_preset": runner.trainer.tracker.avspo.preset,
         # a resumed run keeps its file log: verl's Tracking builds ours in this process
@@ -59,32 +56,16 @@ def inspect_v1(runner):
     }
 
 
-def test_v1_task_runner_builds_our_sync_trainer_inside_the_actor(tmp_path):
-    runner = AVSPOTaskRunner.remote()
+def test_verls_own_task_runner_builds_our_trainer_from_our_mode_name(tmp_path):
+    runner = TaskRunnerV1.remote()
     with pytest.raises(ray.exceptions.RayTaskError):  # the tokenizer load, after the trainer was built
-        ray.get(runner.run.remote(OmegaConf.create(config_for(tmp_path))))
-    seen = ray.get(runner.__ray_call__.remote(inspect_v1))
+        ray.get(runner.run.remote(OmegaConf.create(config_for(tmp_path, "trainer.v1.trainer_mode=avspo_sync"))))
+    seen = ray.get(runner.__ray_call__.remote(inspect))
     assert seen == {
         "trainer": "AVSPOTrainerSync",
-        "modes_are_ours": True,
+        "mode_seen_by_verl": ("sync", "sync"),
         "avspo_registered": True,
         "settings_preset": "paper",
         "file_logger": "ResumedFileLogger",
     }
-    ray.kill(runner)
-
-
-def inspect_legacy(runner):
-    from verl.trainer import main_ppo_v0
-
-    from verl_avspo.verl_plugin.trainer_legacy import AVSPORayPPOTrainer
-
-    return main_ppo_v0.RayPPOTrainer is AVSPORayPPOTrainer
-
-
-def test_legacy_task_runner_installs_our_ray_ppo_trainer_inside_the_actor(tmp_path):
-    runner = AVSPOLegacyTaskRunner.remote()
-    with pytest.raises(ray.exceptions.RayTaskError):  # worker setup needs GPUs
-        ray.get(runner.run.remote(OmegaConf.create(config_for(tmp_path, "trainer.use_v1=False"))))
-    assert ray.get(runner.__ray_call__.remote(inspect_legacy)) is True
     ray.kill(runner)

@@ -35,7 +35,6 @@ __all__ = [
     "PromptSkipper",
     "SkipSpelling",
     "resolve_prompt_skip",
-    "prompt_skip_settings",
     "skip_problems",
 ]
 
@@ -160,11 +159,6 @@ def skip_problems(spelling: SkipSpelling, estimator: str, compares_groups: bool,
             f"more, or set {disable}."
         ]
     return []
-
-
-def prompt_skip_settings() -> dict[str, Any]:
-    """The defaults, as a plain dict (for a host's settings file or documentation)."""
-    return {**PromptSkipConfig().to_dict(), "explore_bounds": list(PromptSkipConfig().explore_bounds)}
 
 
 class PromptSkipper:

@@ -312,10 +312,10 @@ class RunTracker:
             detail = f"uid {missing[0]!r} (and {len(missing) - 1} more)" if keys_by_uid else "any uid"
             raise ValueError(
                 f"algorithm.adv_estimator=dcpo has no prompt identity for {detail}: DCPO keeps per-prompt reward "
-                "statistics across steps, and verl's uid is new every step. The trainer of `python -m "
-                "verl_avspo.main_ppo` passes the dataset's extra_info.index (algorithm.dcpo.prompt_key); stock "
-                "`python -m verl.trainer.main_ppo` cannot. Launch with `python -m verl_avspo.main_ppo "
-                "algorithm.adv_estimator=dcpo ...`."
+                "statistics across steps, and verl's uid is new every step. verl-avspo's trainer passes the dataset's "
+                "extra_info.index (algorithm.prompts.key); verl's own trainer cannot. Launch with `python -m "
+                "verl_avspo.main_ppo algorithm.adv_estimator=dcpo ...`, or add trainer.v1.trainer_mode=avspo_sync to "
+                "stock `python -m verl.trainer.main_ppo`."
             )
         group_keys = np.empty(len(uids), dtype=object)
         group_keys[:] = [keys_by_uid[uid] for uid in uids]

@@ -245,7 +245,8 @@ def train(
                     },
                     non_tensors={"uid": uids},
                 )
-                advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
+                with run_state.advantage_stage(tracker):  # the estimator uses this run's tracker
+                    advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             metrics = tracker.end_step(step, advantages)
             drop = estimator.drop_collapsed and num_groups
             keep = ~_collapsed_responses(scores, uids) if drop else torch.ones_like(scores).bool()

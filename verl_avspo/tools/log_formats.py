@@ -21,9 +21,11 @@ import re
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pandas as pd
+
+from verl_avspo.core.log_record import FLAT_STEP_KEYS, is_step, parse_record, write_record
 
 __all__ = [
     "is_metrics_log",
@@ -37,43 +39,6 @@ __all__ = [
     "step_list",
     "write_record",
 ]
-
-
-def write_record(stream: IO[str], step: int, data: dict[str, Any]) -> None:
-    """Append one verl-style record."""
-    stream.write(json.dumps({"step": int(step), "data": data}) + "\n")
-
-
-def is_step(value: Any) -> bool:
-    """Whether ``value`` is a training step: a non-negative integer (``2.0`` counts, ``1.7``, ``true``,
-    ``-1`` and ``"3"`` do not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return float(value).is_integer() and value >= 0
-
-
-# A flat JSONL record (a custom training loop's ``json.dumps({"step": N, <metric>: value, ...})`` per
-# line) names its step by one of these keys, preferred first.
-FLAT_STEP_KEYS = ("step", "global_step", "training/global_step")
-
-
-def parse_record(line: str | bytes) -> tuple[int, dict[str, Any]]:
-    """(step, data) of one JSONL line: verl's file logger's ``{"step": N, "data": {...}}``, or a flat
-    ``{"step": N, <metric>: value, ...}`` (:data:`FLAT_STEP_KEYS`). Raises ValueError (or a subclass)
-    if it is neither."""
-    record = json.loads(line)
-    if not isinstance(record, dict):
-        raise ValueError("not of the form {'step': N, 'data': {...}} or {'step': N, <metric>: value, ...}")
-    if isinstance(record.get("data"), dict) and "step" in record:
-        step, data = record["step"], record["data"]
-    else:
-        key = next((key for key in FLAT_STEP_KEYS if key in record), None)
-        if key is None:
-            raise ValueError("not of the form {'step': N, 'data': {...}} or {'step': N, <metric>: value, ...}")
-        step, data = record[key], {k: v for k, v in record.items() if k not in FLAT_STEP_KEYS}
-    if not is_step(step):
-        raise ValueError(f"step {json.dumps(step)} is not a non-negative integer")
-    return int(step), data
 
 
 def _number(value: Any) -> float | None:

@@ -1,6 +1,6 @@
 """ACR metrics, the stall alert and AVSPO inside TRL's ``GRPOTrainer`` (docs/trl.md).
 
-:class:`ACRMixin` goes in front of ``GRPOTrainer`` (or a subclass of it); :class:`AVSPOGRPOTrainer`
+:class:`ACRTrainerMixin` goes in front of ``GRPOTrainer`` (or a subclass of it); :class:`AVSPOGRPOTrainer`
 is the two together. The run's :class:`~verl_avspo.core.run_tracker.RunTracker` is called once per
 generation batch, on every process, with the rewards TRL gathered from all of them:
 
@@ -72,7 +72,7 @@ from verl_avspo.trl.prompts import (
 from verl_avspo.trl.rewards import check_finite, checked_reward_funcs
 from verl_avspo.trl.settings import ACR_SECTION, AVSPO_SECTION, TRL_ADVICE, resolve_trl_settings, trl_spelling
 
-__all__ = ["TESTED_TRL", "STATE_FILE", "ACRMixin", "AVSPOGRPOTrainer"]
+__all__ = ["TESTED_TRL", "STATE_FILE", "ACRTrainerMixin", "AVSPOGRPOTrainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class _TRLRunTracker(RunTracker):
         super().load_state_dict(state)
 
 
-class ACRMixin:
+class ACRTrainerMixin:
     """ACR metrics, the stall alert and (``estimator='avspo'``) AVSPO's advantages for a ``GRPOTrainer``.
 
     Keyword arguments, besides the trainer's own:
@@ -177,11 +177,12 @@ class ACRMixin:
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         order = cls.__mro__
-        if GRPOTrainer in order and order.index(GRPOTrainer) < order.index(ACRMixin):
+        if GRPOTrainer in order and order.index(GRPOTrainer) < order.index(ACRTrainerMixin):
             raise TypeError(
-                f"class {cls.__name__} puts ACRMixin behind GRPOTrainer in its bases, so GRPOTrainer's methods run "
-                "instead of the mixin's (plain GRPO: no acr/* metrics, no AVSPO, no avspo= argument). Put ACRMixin "
-                f"before GRPOTrainer: class {cls.__name__}(ACRMixin, GRPOTrainer), or (ACRMixin, MyGRPOTrainer)."
+                f"class {cls.__name__} puts ACRTrainerMixin behind GRPOTrainer in its bases, so GRPOTrainer's methods "
+                "run instead of the mixin's (plain GRPO: no acr/* metrics, no AVSPO, no avspo= argument). Put "
+                f"ACRTrainerMixin before GRPOTrainer: class {cls.__name__}(ACRTrainerMixin, GRPOTrainer), or "
+                "(ACRTrainerMixin, MyGRPOTrainer)."
             )
 
     def __init__(
@@ -345,5 +346,5 @@ class ACRMixin:
             self.tracker.load(checkpoint)
 
 
-class AVSPOGRPOTrainer(ACRMixin, GRPOTrainer):
-    """TRL's ``GRPOTrainer`` with ACR metrics, the stall alert and AVSPO (:class:`ACRMixin`'s arguments)."""
+class AVSPOGRPOTrainer(ACRTrainerMixin, GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with ACR metrics, the stall alert and AVSPO (:class:`ACRTrainerMixin`'s arguments)."""

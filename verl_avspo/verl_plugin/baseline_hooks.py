@@ -14,8 +14,6 @@ The launcher refuses them outside V1's ``sync`` mode.
 
 from __future__ import annotations
 
-from abc import ABC
-
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -56,10 +54,9 @@ def intrinsic_rewards(
     )
 
 
-class BaselineHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
-    """(Based on ``ABC`` for the reason :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin` gives.)
-    Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
-    which sets ``tracker`` and ``intrinsic``."""
+class BaselineHooksV1:
+    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`, which sets
+    ``tracker`` and ``intrinsic``."""
 
     def _apply_baselines(self, batch, metrics: dict) -> None:
         """Before verl's advantage stage: the intrinsic reward in place of ``rm_scores``."""

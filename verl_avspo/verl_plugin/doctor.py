@@ -4,9 +4,10 @@ verl swallows import errors of ``verl.plugins`` entry points (at DEBUG level), s
 shows up only as ``Unknown advantage estimator`` after models have loaded. This command makes each
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
-cluster's workers), the launcher's config, the ACR hook for stock ``main_ppo`` (with the overrides
-that switch it on; refused with ``trainer.use_v1=False`` among the overrides), the paper's other baselines (the ``dcpo``
-registrations; whether verl carries the patch INTUITOR needs), and TRL when it is installed (its
+cluster's workers), the launcher's config, our trainer for stock ``main_ppo`` (its modes in verl's trainer
+registry, and the override that chooses it; refused with ``trainer.use_v1=False`` among the overrides), the
+paper's other baselines (the ``dcpo`` registrations; whether verl carries the patch INTUITOR needs), and TRL when it is
+installed (its
 version against the TRL adapter's tested range, ``GRPOTrainer`` and the adapter importable, and
 whether verl can build models next to it: the entry point's TRL guard). Exit status 1 if any check
 fails.
@@ -43,8 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="your stock main_ppo overrides: the custom_sampler (the ACR hook), custom_cls and custom_reward_function "
-        "they name are imported and checked (default: the hook's own overrides)",
+        help="your stock main_ppo overrides: the custom_sampler, custom_cls and custom_reward_function they name are "
+        "imported and checked, and trainer.v1.trainer_mode=avspo_* with trainer.use_v1=False is refused",
     )
 
 
@@ -173,28 +174,35 @@ def _baselines() -> str:
     return f"dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR {intuitor}"
 
 
-def _hook(overrides: Sequence[str] = ()) -> str:
-    """The ACR hook for stock ``main_ppo``: imported as verl's loader would import it, and the
-    overrides to add; with ``overrides``, what their ``path``/``name`` pairs name instead (the hook's
-    ``trainer.v1.sampler.custom_sampler``, a custom dataset or reward function, ...). The hook with
-    ``trainer.use_v1=False`` fails: verl's legacy trainer never builds it."""
+def _stock_route(overrides: Sequence[str] = ()) -> str:
+    """Our trainers for stock ``main_ppo``: in verl's trainer registry after ``import verl`` (as verl's TaskRunner
+    looks them up), and the override that chooses one; with ``overrides``, what their ``path``/``name`` pairs name
+    too (a custom sampler, dataset or reward function, ...). Our mode with ``trainer.use_v1=False`` fails: verl's
+    legacy trainer never reads it."""
     from omegaconf import OmegaConf
 
     from verl_avspo.verl_plugin.checks.extern import EXTERN_SECTIONS, extern_object_problems
-    from verl_avspo.verl_plugin.hook_overrides import HOOK_OVERRIDES, legacy_hook_problem
+    from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE, MODES, command_line_problem
 
+    legacy = command_line_problem([MODE_OVERRIDE, *overrides])  # the mode they are to add, unless they set one
+    if legacy:
+        raise RuntimeError(legacy)
+    import verl  # noqa: F401  (loads the verl.plugins entry points)
+    from verl.trainer.ppo.v1 import trainer_base
+
+    missing = [mode for mode in MODES if mode not in trainer_base.TRAINER_REGISTRY]
+    if missing:
+        cause = _plugin_policy_problem() or "see the warning above for why verl_avspo.verl_plugin.trainer_v1 failed"
+        raise RuntimeError(f"trainer.v1.trainer_mode={'/'.join(missing)} is not in verl's trainer registry: {cause}")
     named = [
         arg.lstrip("+") for arg in overrides if arg.lstrip("+").partition("=")[0].rpartition(".")[0] in EXTERN_SECTIONS
     ]
-    legacy = legacy_hook_problem([*overrides, *(() if named else HOOK_OVERRIDES)])
-    if legacy:
-        raise RuntimeError(legacy)
-    problems = extern_object_problems(OmegaConf.from_dotlist(["trainer.use_v1=true", *(named or HOOK_OVERRIDES)]))
+    problems = extern_object_problems(OmegaConf.from_dotlist(["trainer.use_v1=true", *named]))
     if problems:
         raise RuntimeError(" ".join(problems))
-    if named:
-        return f"{' '.join(named)} import(s) as verl will import them"
-    return f"ACR in stock `python -m verl.trainer.main_ppo` (V1, every mode): add {' '.join(HOOK_OVERRIDES)}"
+    imported = f"; {' '.join(named)} import(s) as verl will import them" if named else ""
+    others = ", ".join(mode for mode in MODES if mode not in MODE_OVERRIDE)
+    return f"ACR in stock `python -m verl.trainer.main_ppo` (V1): add {MODE_OVERRIDE} (or {others}){imported}"
 
 
 def _verl_next_to_trl() -> str:
@@ -255,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         checks.append(("Ray actor", _ray_actor))
     checks.append(("launcher config", _config))
     checks.append(("baselines", _baselines))
-    checks.append(("stock main_ppo hook", lambda: _hook(getattr(args, "overrides", ()))))
+    checks.append(("stock main_ppo trainer", lambda: _stock_route(getattr(args, "overrides", ()))))
     checks.append(("TRL", _trl))
     failures = 0
     for name, check in checks:

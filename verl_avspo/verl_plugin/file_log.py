@@ -2,11 +2,10 @@
 
 verl 0.9.1's ``FileLogger`` opens ``VERL_FILE_LOGGER_PATH`` (or ``<root>/<project>/<experiment>.jsonl``)
 with ``"wb"`` (``verl/utils/tracking.py:541``), so a resumed run's log starts at the resumed step and
-every earlier row is lost. The launcher's TaskRunners install :class:`ResumedFileLogger` in the trainer's
-process before verl builds its ``Tracking``: on a resume it keeps the rows with step <= the resumed
+every earlier row is lost. Our trainer installs :class:`ResumedFileLogger` in its process before verl builds
+its ``Tracking``: on a resume it keeps the rows with step <= the resumed
 step (the rows a crashed attempt wrote after it are dropped, since they are logged again) and appends
-after them; a fresh run behaves as verl's. (Stock ``main_ppo`` keeps verl's logger; its hook warns at
-resume, see :mod:`verl_avspo.verl_plugin.sampler`.)
+after them; a fresh run behaves as verl's. Stock ``main_ppo`` without our trainer keeps verl's logger.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any
 from verl.utils import tracking
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from verl_avspo.tools.logs import parse_record
+from verl_avspo.core.log_record import parse_record
 
 __all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "install_resumed_file_logger"]
 

@@ -1,4 +1,5 @@
-"""Launcher: verl's PPO trainer with ACR metrics, the stagnation alert and AVSPO state in checkpoints.
+"""Launcher: verl's own ``main_ppo`` with our trainer: ACR metrics, the stagnation alert and AVSPO state in
+checkpoints.
 
     python -m verl_avspo.main_ppo <hydra overrides>            # train
     python -m verl_avspo.main_ppo --dry-run <hydra overrides>  # check the config, start nothing
@@ -8,7 +9,13 @@ The config is ``verl_avspo/verl_plugin/config/avspo_trainer.yaml``: verl's ``ppo
 ``algorithm.avspo.*`` key, with ``algorithm.adv_estimator=avspo``. Before Ray starts, the launcher
 checks what verl itself never checks (the estimator name, the group size, the AVSPO settings) and
 runs verl's own ``validate_config``; a config that fails gets one message listing every problem,
-each with what to change.
+each with what to change. Then it runs verl's own ``main_ppo`` (its Hydra task, given the composed config)
+with ``trainer.v1.trainer_mode`` set to our trainer for the mode asked for (``sync`` -> ``avspo_sync``,
+:mod:`verl_avspo.verl_plugin.trainer_modes`): the same trainer, through the same door, as stock
+``python -m verl.trainer.main_ppo trainer.v1.trainer_mode=avspo_sync``.
+
+With ``trainer.use_v1=False`` verl's legacy trainer runs with the estimator alone (no ``acr/*``, no run state in
+checkpoints, no alert), and the launcher says so at start-up (docs/integration.md, "The legacy trainer").
 
 This module imports neither verl nor Ray at import time: the settings are checked first, against
 verl's YAML read from its folder, so a typo in ``algorithm.avspo`` is refused in about a second.
@@ -47,8 +54,9 @@ from verl_avspo.verl_plugin.prompt_identity import (
     resolve_prompt_identity,
     resolve_prompts,
 )
+from verl_avspo.verl_plugin.trainer_modes import our_mode
 
-__all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_config", "dry_run", "train", "task_runner_class", "main"]
+__all__ = ["CONFIG_DIR", "CONFIG_NAME", "LEGACY_LIMITS", "compose_config", "dry_run", "train", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +83,8 @@ def compose_config(overrides: Sequence[str] = (), *, import_verl: bool = True) -
 
 
 def _describe(config: DictConfig, checked: CheckedConfig) -> str:
-    trainer = f"V1 {config.trainer.v1.trainer_mode}" if config.trainer.use_v1 else "legacy (use_v1=False)"
+    mode = config.trainer.v1.trainer_mode
+    trainer = f"V1 {our_mode(mode)}" if config.trainer.use_v1 else "legacy (use_v1=False): the estimator alone"
     lines = [
         f"algorithm.adv_estimator={config.algorithm.adv_estimator}  "
         f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n}  trainer={trainer}",
@@ -140,29 +149,29 @@ def _warn(warnings: Sequence[str]) -> None:
         logger.warning(warning)
 
 
+# Said at start-up with trainer.use_v1=False (docs/integration.md, "The legacy trainer").
+LEGACY_LIMITS = (
+    "trainer.use_v1=False runs verl's legacy trainer, which is deprecated in verl 0.9.1, with verl-avspo's "
+    "estimator alone: no acr/* or prompts/* metrics, no stall alert, no run state in checkpoints (a resumed avspo "
+    "run restarts its controller). For all of them set trainer.use_v1=True (verl's default)."
+)
+
+
 def train(config: DictConfig) -> None:
-    """Check ``config`` and the resources it asks for, log the AVSPO settings once, then run verl's
-    PPO with our TaskRunner."""
+    """Check ``config`` and the resources it asks for, log the AVSPO settings once, then run verl's own
+    ``main_ppo`` with our trainer's mode."""
     try:
         checked, _ = _checked(config, connect=True)
     except ConfigCheckError as err:
         _fail(err)
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer import main_ppo
 
-    logger.info("verl-avspo launcher\n%s", _describe(config, checked))
-    run_ppo(config, task_runner_class=task_runner_class(config))
-
-
-def task_runner_class(config: DictConfig):
-    """Our TaskRunner for the config's trainer, importing only that trainer's module: the V1 one
-    needs TransferQueue, the legacy one ``main_ppo_v0``, and either may leave verl."""
     if config.trainer.use_v1:
-        from verl_avspo.verl_plugin.trainer_v1 import AVSPOTaskRunner
-
-        return AVSPOTaskRunner
-    from verl_avspo.verl_plugin.trainer_legacy import AVSPOLegacyTaskRunner
-
-    return AVSPOLegacyTaskRunner
+        config.trainer.v1.trainer_mode = our_mode(config.trainer.v1.trainer_mode)
+    else:
+        logger.warning(LEGACY_LIMITS)
+    logger.info("verl-avspo launcher\n%s", _describe(config, checked))
+    main_ppo.main(config)  # Hydra's decorator runs verl's task with a config handed to it
 
 
 # The sections whose keys our config declares, and their keys.

@@ -1,5 +1,4 @@
-"""Prompt identity and prompt skipping inside the launcher's V1 trainer (every mode; the stock hook
-adopts the same trainer).
+"""Prompt identity and prompt skipping inside our V1 trainer (every mode).
 
 - Every step, before verl's advantage stage, the trainer reads each response's prompt identity from
   TransferQueue with its score (the field :mod:`verl_avspo.verl_plugin.prompt_identity` resolved: ``index`` or
@@ -32,7 +31,6 @@ adopts the same trainer).
 from __future__ import annotations
 
 import logging
-from abc import ABC
 from typing import Any
 
 import numpy as np
@@ -51,9 +49,8 @@ __all__ = ["PromptHooksV1"]
 logger = logging.getLogger(__name__)
 
 
-class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
-    """(Based on ``ABC`` for the reason :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin` gives.)
-    Mixed into the launcher's V1 trainer before :class:`~verl_avspo.verl_plugin.trainer.AVSPOTrainerMixin`,
+class PromptHooksV1:
+    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`,
     which sets ``tracker``, ``prompt_identity`` and ``skips_prompts``."""
 
     def _pass_prompt_keys(self, batch, uids: np.ndarray, prompts: list | None) -> None:
@@ -87,7 +84,7 @@ class PromptHooksV1(ABC):  # noqa: B024 (ABC for the layout, not for abstract me
         :meth:`_record_cleared` first (module docstring). verl has no hook there, so the buffer's
         bound ``_clear_groups`` is wrapped (``replay_buffer.py``; called from ``_evict_terminal_groups``
         and, for DAPO's surplus, from ``sample``)."""
-        buffer = getattr(self.replay_buffer, "buffer", self.replay_buffer)  # the stock hook wraps verl's buffer
+        buffer = self.replay_buffer
         if self.prompt_identity is None or getattr(buffer, "_verl_avspo_records_dropped", False):
             return
         buffer._verl_avspo_records_dropped = True

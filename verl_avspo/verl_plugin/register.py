@@ -1,14 +1,24 @@
-"""verl adapter: registers the ``avspo`` and ``dcpo`` advantage estimators and the ``dcpo`` policy loss.
+"""verl adapter: registers the ``avspo`` and ``dcpo`` advantage estimators, the ``dcpo`` policy loss and our
+V1 trainers (``trainer.v1.trainer_mode=avspo_sync`` and the other modes of
+:mod:`verl_avspo.verl_plugin.trainer_modes`).
 
 This module is the ``verl.plugins`` entry point, so every ``import verl`` in every process (the
 launcher, the TaskRunner actor, each FSDP and vLLM worker) imports it. It therefore imports only
 ``verl.trainer.ppo.core_algos`` from verl, and does no work beyond registration and that check. That the actor
 workers import it too is what makes ``actor_rollout_ref.actor.policy_loss.loss_mode=dcpo``
-resolvable there (verl looks the loss up inside the worker, in ``workers/utils/losses.py``). It also
-installs :mod:`verl_avspo.verl_plugin.trl_guard` (stdlib only), so that verl 0.9.1 trains in an
-environment whose TRL has no value-head class. In stock ``main_ppo``'s own process it refuses the ACR
-hook named with ``trainer.use_v1=False``, which verl would ignore without a word
-(:func:`verl_avspo.verl_plugin.hook_overrides.refuse_legacy_hook`: it reads the command line only).
+resolvable there (verl looks the loss up inside the worker, in ``workers/utils/losses.py``).
+
+Our trainers need verl's ``verl.trainer.ppo.v1`` (TransferQueue, the agent loop: tens of seconds of imports),
+which most processes never load. So the entry point does not import them: it asks Python to run
+:mod:`verl_avspo.verl_plugin.trainer_v1` right after ``verl.trainer.ppo.v1`` is first imported, in whatever
+process that is (:class:`_AfterV1Import`). verl's TaskRunner imports it just before it looks the mode up
+(``verl/trainer/main_ppo.py:139-141``), so our names are there when verl reads them, and a process that never
+trains (a worker, the legacy trainer's) never loads our trainers.
+
+It also installs :mod:`verl_avspo.verl_plugin.trl_guard` (stdlib only), so that verl 0.9.1 trains in an
+environment whose TRL has no value-head class. In stock ``main_ppo``'s own process it refuses our trainer mode
+named with ``trainer.use_v1=False``, which verl would ignore without a word
+(:func:`verl_avspo.verl_plugin.trainer_modes.refuse_legacy_mode`: it reads the command line only).
 
 The estimators are :mod:`verl_avspo.verl_plugin.estimators`, the run state they share
 :mod:`verl_avspo.verl_plugin.run_state`, the loss :mod:`verl_avspo.verl_plugin.dcpo_loss`.
@@ -16,15 +26,21 @@ The estimators are :mod:`verl_avspo.verl_plugin.estimators`, the run state they 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import logging
+import sys
 from typing import Any
 
 from verl.trainer.ppo import core_algos
 
-from verl_avspo.verl_plugin import hook_overrides, trl_guard
+from verl_avspo.verl_plugin import trainer_modes, trl_guard
 from verl_avspo.verl_plugin.dcpo_loss import compute_dcpo_policy_loss
 from verl_avspo.verl_plugin.estimators import AVSPO, DCPO, compute_avspo_advantage, compute_dcpo_advantage
 
-__all__ = ["NAME", "DCPO_NAME", "register"]
+__all__ = ["NAME", "DCPO_NAME", "register", "register_trainers_with_v1"]
+
+logger = logging.getLogger(__name__)
 
 NAME = AVSPO
 DCPO_NAME = DCPO
@@ -53,6 +69,56 @@ def register() -> None:
     core_algos.register_policy_loss(DCPO_NAME)(compute_dcpo_policy_loss)
 
 
+_V1_PACKAGE = "verl.trainer.ppo.v1"
+_TRAINERS = "verl_avspo.verl_plugin.trainer_v1"
+
+
+def _register_trainers() -> None:
+    """Import our trainers (they register themselves); a failure is logged, not raised, so that verl's own
+    trainers still run, and a run that names our mode is told why verl does not know it."""
+    try:
+        importlib.import_module(_TRAINERS)
+    except ImportError as err:
+        if err.name in sys.modules and err.name.startswith("verl_avspo."):
+            # One of our own modules imported verl's V1 package halfway through its own import (a test that
+            # imports prompt_hooks first): our trainers register when that import finishes and they are imported.
+            return
+        logger.warning("verl-avspo: our V1 trainers (trainer.v1.trainer_mode=avspo_*) are not registered: %r", err)
+    except Exception as err:  # noqa: BLE001 (a future verl's change must not break verl's own trainers)
+        logger.warning("verl-avspo: our V1 trainers (trainer.v1.trainer_mode=avspo_*) are not registered: %r", err)
+
+
+class _AfterV1Import:
+    """A ``sys.meta_path`` finder for verl's ``verl.trainer.ppo.v1`` only: it finds the package as Python would
+    and has its loader run :func:`_register_trainers` once the package has run. Removes itself at first use."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname != _V1_PACKAGE:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_package = spec.loader.exec_module
+
+        def exec_then_register(module: Any) -> None:
+            exec_package(module)
+            _register_trainers()
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+def register_trainers_with_v1() -> None:
+    """Have our trainers registered when verl's V1 package is imported, or now if it already is."""
+    if _V1_PACKAGE in sys.modules:
+        _register_trainers()
+    elif not any(isinstance(finder, _AfterV1Import) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterV1Import())
+
+
 trl_guard.install()  # first: a registration that fails must not leave verl unable to train next to TRL
 register()
-hook_overrides.refuse_legacy_hook()
+register_trainers_with_v1()
+trainer_modes.refuse_legacy_mode()

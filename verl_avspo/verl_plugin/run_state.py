@@ -1,35 +1,44 @@
-"""The run's :class:`~verl_avspo.core.run_tracker.RunTracker` in this process, which verl's stateless
-estimator functions reach.
+"""How verl's estimator functions reach the run's :class:`~verl_avspo.core.run_tracker.RunTracker`.
 
 verl calls an advantage estimator as a plain function of the batch and ``config.algorithm``, so the state
-that must persist across steps (AVSPO's controller, DCPO's reward history) cannot travel with the call.
-The host that owns the run (the launcher's trainer, the stock hook's adopted trainer, the sandbox) builds
-the tracker with :func:`start_run` and binds it here; the estimators use the bound one. Where no host
-bound one (verl's ``compute_advantage`` called directly), the first estimator call starts one, which
-lives as long as the process and is not checkpointed.
+that must persist across steps (AVSPO's controller, DCPO's reward history) cannot travel with the call. One
+way carries it: our trainer wraps verl's advantage stage in :func:`advantage_stage` with its own tracker (as
+verl's trainer hands ``apply_kl_penalty`` its ``kl_ctrl``), and the estimator called inside uses that one
+(:func:`tracker_for`).
+
+Only where verl's ``compute_advantage`` runs with no trainer of ours around it (stock ``main_ppo`` without our
+trainer mode, verl's legacy trainer, a direct call) does the estimator fall back to a tracker of this process,
+started at its first call for the settings it is called with: it lives as long as the process, is not
+checkpointed, and says so once.
 
 Imports nothing from verl.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
+from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
 
-__all__ = ["run_settings", "run_dcpo_settings", "start_run", "bound_tracker", "tracker_for", "reset"]
+__all__ = ["run_settings", "run_dcpo_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
 
-_bound: RunTracker | None = None
+# The tracker of the trainer whose advantage stage is running (advantage_stage).
+_stage: contextvars.ContextVar[RunTracker | None] = contextvars.ContextVar("verl_avspo_stage", default=None)
+# The tracker the estimators started where no trainer of ours called them (tracker_for).
+_fallback: RunTracker | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -64,26 +73,34 @@ def run_dcpo_settings(algorithm_config: Any) -> DCPOConfig:
 
 
 def start_run(algorithm_config: Any) -> RunTracker:
-    """A fresh tracker for the run that verl's ``config.algorithm`` describes, bound in this process."""
-    global _bound
+    """A fresh tracker for the run that verl's ``config.algorithm`` describes."""
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
     dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
     skip = resolve_prompts(algorithm_config).skip
-    _bound = RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std, prompt_skip=skip)
-    return _bound
+    return RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std, prompt_skip=skip)
 
 
-def bound_tracker() -> RunTracker | None:
-    """The tracker the run's host bound in this process, if any."""
-    return _bound
+@contextlib.contextmanager
+def advantage_stage(tracker: RunTracker) -> Iterator[RunTracker]:
+    """The estimators called inside this block use ``tracker`` (our trainer wraps verl's advantage stage in it)."""
+    token = _stage.set(tracker)
+    try:
+        yield tracker
+    finally:
+        _stage.reset(token)
 
 
 def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
-    """The bound tracker, for ``estimator`` called with verl's ``config.algorithm``; one started now
-    when no host bound one, or when the bound one was built for other settings (a new run in this process)."""
+    """The tracker for ``estimator`` called with verl's ``config.algorithm``: the one of the trainer whose
+    :func:`advantage_stage` is running; else this process's fallback, started now when there is none or it
+    was built for other settings (a new run in this process)."""
+    global _fallback
+    current = _stage.get()
+    if current is not None:
+        return current
     settings = run_settings(algorithm_config, estimator)
-    tracker = _bound
+    tracker = _fallback
     fits = tracker is not None and tracker.acr == settings.acr and tracker.avspo == settings.avspo
     if estimator == "dcpo":
         fits = fits and tracker.dcpo == run_dcpo_settings(algorithm_config)
@@ -91,21 +108,23 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
         if resolve_prompts(algorithm_config).skip.enable:
             raise ValueError(
                 "algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs in this process, so nothing "
-                "reads the prompts before their rollout (stock `python -m verl.trainer.main_ppo` with only the "
-                "plugin installed reaches verl-avspo at the advantage stage, after the rollout). Launch with "
-                "`python -m verl_avspo.main_ppo`, or add the ACR hook (trainer.v1.sampler.custom_sampler, "
-                "docs/integration.md), or set algorithm.prompts.skip.enable=False."
+                "reads the prompts before their rollout (stock `python -m verl.trainer.main_ppo` without our trainer "
+                f"reaches verl-avspo at the advantage stage, after the rollout). Add {MODE_OVERRIDE} (V1, "
+                "docs/integration.md) or launch with `python -m verl_avspo.main_ppo`, or set "
+                "algorithm.prompts.skip.enable=False."
             )
-        logger.info(
-            "verl-avspo: no run tracker bound for %s in this process; starting one (not checkpointed)", estimator
+        logger.warning(
+            "verl-avspo: %s runs without our trainer (trainer.v1.trainer_mode=avspo_*): its state lives in this "
+            "process only and is not checkpointed, and no acr/* is logged",
+            estimator,
         )
         config = dict(algorithm_config or {})
         config["adv_estimator"] = estimator
-        tracker = start_run(config)
+        tracker = _fallback = start_run(config)
     return tracker
 
 
 def reset() -> None:
-    """Unbind the tracker (a fresh run in the same process, or tests)."""
-    global _bound
-    _bound = None
+    """Forget the fallback tracker (a fresh run in the same process, or tests)."""
+    global _fallback
+    _fallback = None

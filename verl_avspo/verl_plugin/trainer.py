@@ -1,15 +1,12 @@
-"""What every verl trainer of the launcher adds: ACR metrics, the stagnation alert, the run's checkpointed state.
+"""What our verl trainer adds: ACR metrics, the stagnation alert, the run's checkpointed state.
 
-:class:`AVSPOTrainerMixin` is mixed into verl's trainers by :mod:`verl_avspo.verl_plugin.trainer_v1`
-(the V1 trainers of every mode: ``sync``, ``colocate_async``, ``separate_async``; the stock hook adopts the
-same classes) and :mod:`verl_avspo.verl_plugin.trainer_legacy` (the legacy ``RayPPOTrainer``,
-``trainer.use_v1=False``). This module imports neither: each route imports only its own trainer, so the
-legacy route runs without TransferQueue and the V1 routes without ``main_ppo_v0``.
+:class:`ACRTrainerMixin` is mixed into verl's V1 trainers of every mode by
+:mod:`verl_avspo.verl_plugin.trainer_v1`. This module imports no trainer of verl's (no TransferQueue).
 
-The run's :class:`~verl_avspo.core.run_tracker.RunTracker` (bound for verl's estimator functions,
-:mod:`verl_avspo.verl_plugin.run_state`) measures each step's raw scores once and turns them into
-every ``acr/*`` metric, runs the stall rule (``acr/stalled``; the first stalled step logs a warning
-with advice, and ``algorithm.acr.alert.action=stop`` (V1) also saves a checkpoint and ends the run
+The run's :class:`~verl_avspo.core.run_tracker.RunTracker` (handed to verl's estimator functions during the
+advantage stage, :mod:`verl_avspo.verl_plugin.run_state`) measures each step's raw scores once and turns them
+into every ``acr/*`` metric, runs the stall rule (``acr/stalled``; the first stalled step logs a warning
+with advice, and ``algorithm.acr.alert.action=stop`` also saves a checkpoint and ends the run
 after that step) and holds the state a restart keeps. For ``avspo`` the estimator's own
 ``avspo/threshold``, ``avspo/signal``, ``avspo/triggered`` and ``avspo/virtual_k`` join the same step's log.
 
@@ -30,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-from abc import ABC
 from typing import Any
 
 from verl.utils.fs import local_mkdir_safe
@@ -43,25 +39,19 @@ from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
 
-__all__ = ["STATE_FILE", "AVSPOTrainerMixin"]
+__all__ = ["STATE_FILE", "ACRTrainerMixin"]
 
 logger = logging.getLogger(__name__)
 
 
-class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstract methods)
-    """What both trainers add: the run's tracker (ACR metrics, the stagnation alert) and its checkpointed state.
+class ACRTrainerMixin:
+    """The run's tracker (ACR metrics, the stagnation alert) and its checkpointed state.
 
-    Mixed in before a verl trainer class; relies on its ``config`` and ``global_steps``. Based on ``ABC``,
-    as verl's V1 ``PPOTrainer`` is: CPython lets an object change its class only to one with the same
-    layout base, and the stock hook turns an already built verl trainer into one with this mixin in front
-    (:func:`verl_avspo.verl_plugin.trainer_v1.adopt`).
+    Mixed in before a verl trainer class; relies on its ``config`` and ``global_steps``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._init_avspo()
-
-    def _init_avspo(self) -> None:
         algorithm = self.config.algorithm
         estimator = str(algorithm.adv_estimator)
         self.tracker = run_state.start_run(algorithm)
@@ -70,6 +60,11 @@ class AVSPOTrainerMixin(ABC):  # noqa: B024 (ABC for the layout, not for abstrac
         # Where each prompt's identity is read from, for its history (and DCPO's) and skipping.
         self.prompt_identity = resolve_prompt_identity(self.config) if self.measures_collapse else None
         self.skips_prompts = self.prompt_identity is not None and self.tracker.skipper is not None
+        if not self.measures_collapse:
+            logger.warning(
+                "algorithm.adv_estimator=%s compares no groups of responses: verl-avspo's trainer logs no acr/* for it",
+                estimator,
+            )
         if self.prompt_identity is not None:
             logger.info(
                 "verl-avspo: prompts are keyed by %s (%s)", self.prompt_identity.source, self.prompt_identity.reason

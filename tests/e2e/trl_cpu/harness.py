@@ -5,7 +5,7 @@
 - :func:`contains_sum`: the verifiable reward of the verl runs (:mod:`verl_cpu.reward`) as a TRL
   reward function;
 - :func:`grpo_config`: a ``GRPOConfig`` that runs on CPU, small and quiet;
-- :func:`make_trainer`: :class:`~verl_avspo.trl.ACRMixin` over TRL's real ``GRPOTrainer``, between
+- :func:`make_trainer`: :class:`~verl_avspo.trl.ACRTrainerMixin` over TRL's real ``GRPOTrainer``, between
   two recorders that keep what each generation computed (:class:`Recorder` in front of the mixin,
   :class:`TRLAdvantages` behind it);
 - :func:`launch`: the same run as a program (``train.py``), in one process or in several with
@@ -101,7 +101,7 @@ def grpo_config(output_dir: Path, **overrides: Any):
 
 
 class Recorder:
-    """In front of ``ACRMixin``: keeps, per generation batch, the gathered rewards TRL computed, the
+    """In front of ``ACRTrainerMixin``: keeps, per generation batch, the gathered rewards TRL computed, the
     advantages of this process's rows after the mixin, the completions log's advantages (the whole
     batch's), and the prompts of this process's rows as the dataloader drew them (``drawn``) and as
     they were rolled out (``prompts``: after skipping); and each loss call's advantages, with whether
@@ -133,7 +133,7 @@ class Recorder:
 
 
 class TRLAdvantages:
-    """Behind ``ACRMixin``: keeps TRL's own advantages of this process's rows (``trl_advantages``)."""
+    """Behind ``ACRTrainerMixin``: keeps TRL's own advantages of this process's rows (``trl_advantages``)."""
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -144,13 +144,13 @@ class TRLAdvantages:
 def recording_trainer_class():
     from trl import GRPOTrainer
 
-    from verl_avspo.trl import ACRMixin
+    from verl_avspo.trl import ACRTrainerMixin
 
-    return type("RecordingTrainer", (Recorder, ACRMixin, TRLAdvantages, GRPOTrainer), {})
+    return type("RecordingTrainer", (Recorder, ACRTrainerMixin, TRLAdvantages, GRPOTrainer), {})
 
 
 def make_trainer(tiny: TinyAssets, output_dir: Path, *, reward_funcs=contains_sum, config=None, **settings: Any):
-    """A recording ``ACRMixin`` trainer of ``tiny`` (``settings``: ``estimator``, ``avspo``, ``acr``,
+    """A recording ``ACRTrainerMixin`` trainer of ``tiny`` (``settings``: ``estimator``, ``avspo``, ``acr``,
     ``prompts``; ``config``: :func:`grpo_config`'s overrides)."""
     return recording_trainer_class()(
         model=str(tiny.model),

@@ -5,9 +5,9 @@
     records = run.metrics()
 
 ``entry`` is the module run with ``python -m``: ``verl.trainer.main_ppo`` (verl's) or
-``verl_avspo.main_ppo`` (ours). Neither is modified; the harness enters through the environment
-(``VERL_USE_EXTERNAL_MODULES=verl_cpu.plugin``, ``VERL_PLATFORM=cpu``, this folder's parent on
-``PYTHONPATH``, which the local Ray cluster passes on to every worker) and the overrides below.
+``verl_avspo.main_ppo`` (ours, which runs verl's with our trainer's mode). Neither is modified; the harness
+enters through the environment (``VERL_USE_EXTERNAL_MODULES=verl_cpu.plugin``, ``VERL_PLATFORM=cpu``, this
+folder's parent on ``PYTHONPATH``, which the local Ray cluster passes on to every worker) and the overrides below.
 """
 
 from __future__ import annotations
@@ -184,14 +184,16 @@ class TinyRun:
             )
 
 
-def separate_async_overrides(num_ranks: int = NUM_RANKS, device: str = "cpu") -> list[str]:
-    """``trainer.v1.trainer_mode=separate_async``: a standalone rollout pool as large as the
-    trainer's (on CPU, ``num_ranks`` more logical GPUs; on CUDA, as many more real ones), weights
+def separate_async_overrides(
+    num_ranks: int = NUM_RANKS, device: str = "cpu", mode: str = "separate_async"
+) -> list[str]:
+    """``trainer.v1.trainer_mode=separate_async`` (or ``mode``: our ``avspo_separate_async``): a standalone rollout
+    pool as large as the trainer's (on CPU, ``num_ranks`` more logical GPUs; on CUDA, as many more real ones), weights
     through the harness's ``ray_store`` checkpoint engine (verl refuses ``naive`` there, and its
     others need NCCL, NIXL or Mooncake), and one parameter sync per step (verl wants
     train_batch_size = parameter_sync_step x ppo_mini_batch_size)."""
     overrides = [
-        "trainer.v1.trainer_mode=separate_async",
+        f"trainer.v1.trainer_mode={mode}",
         "trainer.v1.separate_async.parameter_sync_step=1",
         "actor_rollout_ref.rollout.nnodes=1",
         f"actor_rollout_ref.rollout.n_gpus_per_node={num_ranks}",

@@ -46,18 +46,14 @@ from verl_avspo.verl_plugin.checks.resources import (
     verl_has_self_certainty,
     verl_package_dir,
 )
-from verl_avspo.verl_plugin.checks.settings import SettingsCheck, hook_problems, settings_problems
+from verl_avspo.verl_plugin.checks.settings import SettingsCheck, mode_problems, settings_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
-from verl_avspo.verl_plugin.hook_overrides import HOOK_OVERRIDES, SAMPLER_NAME, SAMPLER_PATH
 
 __all__ = [
     "ConfigCheckError",
     "CheckedConfig",
     "SettingsCheck",
-    "HOOK_OVERRIDES",
-    "SAMPLER_NAME",
-    "SAMPLER_PATH",
-    "hook_problems",
+    "mode_problems",
     "verl_package_dir",
     "is_group_estimator",
     "settings_problems",
@@ -128,7 +124,7 @@ def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
     """``trainer.v1.trainer_mode`` must be registered (verl looks it up only inside the TaskRunner)."""
     if not config.trainer.use_v1:
         return
-    import verl.trainer.ppo.v1  # noqa: F401  (registers sync, colocate_async, separate_async)
+    import verl.trainer.ppo.v1  # noqa: F401  (registers verl's modes, and ours: verl_plugin.register)
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
     problem = _unregistered("trainer.v1.trainer_mode", config.trainer.v1.trainer_mode, TRAINER_REGISTRY, "V1 trainer")

@@ -1,4 +1,4 @@
-"""The classes and functions a config names by ``path`` and ``name`` (the ACR hook's
+"""The classes and functions a config names by ``path`` and ``name`` (a custom replay buffer's
 ``trainer.v1.sampler.custom_sampler``, a custom dataset, reward function, reward manager or async
 server): imported here as verl would import them, so that a misspelt module or name is refused
 before Ray starts, not 40 s into the run inside a Ray actor.
@@ -27,7 +27,7 @@ EXTERN_SECTIONS = {
     "reward.reward_manager.module": "class",
     "actor_rollout_ref.rollout.agent.custom_async_server": "class",
 }
-_HOOK_SECTION = "trainer.v1.sampler.custom_sampler"
+_SAMPLER_SECTION = "trainer.v1.sampler.custom_sampler"
 _PKG = "pkg://"
 
 
@@ -76,7 +76,7 @@ def _section_problems(section: str, kind: str, path: str, name: str | None) -> I
 def extern_object_problems(config: DictConfig) -> list[str]:
     """Every ``path``/``name`` pair of :data:`EXTERN_SECTIONS` that verl would fail to load.
 
-    A file that does not exist is left to the path checks; the hook's section is read only with
+    A file that does not exist is left to the path checks; the custom sampler's section is read only with
     the V1 trainer, the one that has a sampler.
     """
     problems = []
@@ -84,8 +84,8 @@ def extern_object_problems(config: DictConfig) -> list[str]:
         node = OmegaConf.select(config, section, default=None)
         if node is None or not node.get("path"):
             continue
-        if section == _HOOK_SECTION and OmegaConf.select(config, "trainer.use_v1") is not True:
-            continue  # the hook's own check says the legacy trainer has no sampler
+        if section == _SAMPLER_SECTION and OmegaConf.select(config, "trainer.use_v1") is not True:
+            continue  # the legacy trainer has no sampler and never reads it
         path = str(node.path)
         if not path.startswith(_PKG) and not Path(path.removeprefix("file://")).expanduser().exists():
             continue

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_avspo.verl_plugin.checks.data import DATA_KEYS, DATA_WRITERS, data_problems, local_data_files
 from verl_avspo.verl_plugin.checks.extern import extern_object_problems
 from verl_avspo.verl_plugin.checks.hub import hub_model_problem
+from verl_avspo.verl_plugin.trainer_modes import verl_mode
 
 __all__ = [
     "verl_package_dir",
@@ -131,7 +132,7 @@ def _gpu_pools(config: DictConfig) -> dict[str, int]:
     trainer's; ``separate_async``'s standalone rollout pool, which has GPUs of its own
     (trainer_separate_async.py); a standalone reward model's."""
     sections = ["trainer"]
-    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    mode = verl_mode(OmegaConf.select(config, "trainer.v1.trainer_mode", default=None))
     if OmegaConf.select(config, "trainer.use_v1", default=False) and mode == "separate_async":
         sections.append("actor_rollout_ref.rollout")
     reward = config.reward.reward_model

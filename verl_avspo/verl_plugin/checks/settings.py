@@ -23,10 +23,10 @@ from verl_avspo.core.prompt_skip import PromptSkipConfig, SkipSpelling, skip_pro
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
-from verl_avspo.verl_plugin.hook_overrides import LEGACY_HOOK_PROBLEM, SAMPLER_NAME, SAMPLER_PATH
 from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
+from verl_avspo.verl_plugin.trainer_modes import is_ours, legacy_mode_problem, verl_mode
 
-__all__ = ["SettingsCheck", "hook_problems", "settings_problems"]
+__all__ = ["SettingsCheck", "mode_problems", "settings_problems"]
 
 
 def _filters_groups(algorithm: DictConfig) -> bool:
@@ -35,8 +35,13 @@ def _filters_groups(algorithm: DictConfig) -> bool:
     return filter_groups is not None and bool(filter_groups.get("enable", False))
 
 
+def _v1_mode(config: DictConfig) -> str | None:
+    """verl's name of the V1 mode the config runs (ours mapped to verl's); None with the legacy trainer."""
+    return verl_mode(config.trainer.v1.trainer_mode) if config.trainer.use_v1 else None
+
+
 def _sync_v1(config: DictConfig) -> bool:
-    return bool(config.trainer.use_v1) and config.trainer.v1.trainer_mode == "sync"
+    return _v1_mode(config) == "sync"
 
 
 def _rollout_problems(config: DictConfig) -> Iterator[str]:
@@ -95,7 +100,7 @@ def _separate_async_problems(config: DictConfig) -> Iterator[str]:
     """What verl's separate_async trainer asserts when it is built (trainer_separate_async.py:55-76),
     after Ray has started: a rollout pool of its own, a checkpoint engine that can ship weights to
     it, and one parameter sync per mini-batch step."""
-    if not (config.trainer.use_v1 and config.trainer.v1.trainer_mode == "separate_async"):
+    if _v1_mode(config) != "separate_async":
         return
     rollout = config.actor_rollout_ref.rollout
     for key in ("nnodes", "n_gpus_per_node"):
@@ -132,19 +137,16 @@ def _separate_async_problems(config: DictConfig) -> Iterator[str]:
 def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
     if acr.alert.action == "stop" and not config.trainer.use_v1:
         yield (
-            "algorithm.acr.alert.action=stop needs the V1 trainer; with trainer.use_v1=False the alert "
-            "can only warn. Set trainer.use_v1=True or algorithm.acr.alert.action=warn."
+            "algorithm.acr.alert.action=stop needs verl-avspo's V1 trainer; with trainer.use_v1=False verl's legacy "
+            "trainer runs the estimator alone and nothing watches ACR. Set trainer.use_v1=True or "
+            "algorithm.acr.alert.action=warn."
         )
 
 
-def hook_problems(config: Any) -> list[str]:
-    """Why the hook cannot measure ACR under ``config`` (verl's whole config); empty if it can."""
-    return [] if config.trainer.use_v1 else [LEGACY_HOOK_PROBLEM]
-
-
-def _uses_hook(config: DictConfig) -> bool:
-    custom = OmegaConf.select(config, "trainer.v1.sampler.custom_sampler", default=None)
-    return custom is not None and custom.get("path") == SAMPLER_PATH and custom.get("name") == SAMPLER_NAME
+def mode_problems(config: Any) -> list[str]:
+    """Why our trainer mode named in ``config`` (verl's whole config) would not run; empty if it runs."""
+    mode = config.trainer.v1.trainer_mode
+    return [legacy_mode_problem(mode)] if is_ours(mode) and not config.trainer.use_v1 else []
 
 
 def _dcpo_clip_problems(value: Any, warnings: list[str]) -> Iterator[str]:
@@ -331,8 +333,7 @@ def settings_problems(config: DictConfig) -> SettingsCheck:
     prompts = problems.check(resolve_prompts, algorithm)
     if acr is not None:
         problems.messages.extend(_alert_problems(config, acr))
-    if _uses_hook(config):
-        problems.messages.extend(hook_problems(config))
+    problems.messages.extend(mode_problems(config))
     prompt_key = prompts.key if prompts is not None and dcpo is not None else None
     problems.messages.extend(_baseline_problems(config, prompt_key, intrinsic, warnings))
     if prompts is None and OmegaConf.select(config, "algorithm.prompts.skip.enable", default=None) is True:
