@@ -52,7 +52,7 @@ def test_legacy_route_and_the_estimator_work_without_transfer_queue(runnable):
         "transfer_queue",
         f"""
         import numpy as np, torch
-        import verl_avspo.register  # the verl.plugins entry point
+        import verl_avspo.verl_plugin.register  # the verl.plugins entry point
         from verl.trainer.ppo import core_algos
         advantages, _ = core_algos.get_adv_estimator_fn("avspo")(
             token_level_rewards=torch.tensor([[1.0], [0.0], [0.0], [0.0]]),
