@@ -5,7 +5,7 @@ Every run is a real ``python -m verl.trainer.main_ppo trainer.v1.trainer_mode=av
 choosing our trainer through its own registry) or ``python -m verl_avspo.main_ppo`` (our launcher, which checks
 the config and then runs that same ``main_ppo`` with that same mode) of a tiny random Qwen2 on gloo FSDP ranks
 (the harness in ``verl_cpu``; nothing is mocked). The two are one route, so each mode is run once, on one of
-them. A run costs about one to three minutes, mostly process start-ups, so the eight runs are launched once per
+them. A run costs about one to three minutes, mostly process start-ups, so the seven runs are launched once per
 module, two at a time, and each test reads the logs and checkpoints of the run it is about:
 
 - ``avspo``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, 3 steps on 2 ranks,
@@ -20,8 +20,6 @@ module, two at a time, and each test reads the logs and checkpoints of the run i
 - ``stock_dapo_skip``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts
   skipped before rollout, 4 steps, checkpointed at the last: skipped places left open, the rollouts saved and
   generated counted;
-- ``launcher_five``: our launcher, ``sync``, ``avspo`` (θ_1 = 0.2), prompts skipped before rollout, a checkpoint
-  every step, 5 steps (also read by ``verl-avspo prompts``).
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -68,9 +66,6 @@ AVSPO_SYNC = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0
 # count); verl's config does not declare algorithm.prompts, hence the +.
 COLOCATE_SKIP = [f"{MODE_KEY}=avspo_colocate_async", "algorithm.adv_estimator=avspo",
                  *(f"+algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
-# The launcher's five steps, skipping prompts, a checkpoint every step.
-AVSPO_EVERY_STEP = ["algorithm.adv_estimator=avspo", "algorithm.avspo.threshold_init=0.2", "trainer.save_freq=1",
-                    *(f"algorithm.{key}" for key in SKIP_PROMPTS)]  # fmt: skip
 # The skip rule's metrics, on every step of a run that skips.
 SKIP_KEYS = ("prompts/skipped", "prompts/reselected", "prompts/reselected_cumulative", "prompts/rollouts_skipped",
              "prompts/rollouts_skipped_cumulative")  # fmt: skip
@@ -156,8 +151,7 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
             [*COLOCATE_SKIP, "trainer.save_freq=2", "trainer.resume_mode=auto", *THREE_STEPS],
             prepare=lambda run: resume_from(colocate.run, 2, run),
         )
-        launcher_five = launch("launcher_five", AVSPO_ENTRY, [*AVSPO_EVERY_STEP, "trainer.total_training_steps=5"])
-        return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed, "launcher_five": launcher_five}
+        return {**outcomes, "colocate": colocate, "colocate_resumed": colocate_resumed}
 
     # Made before the lanes start: pytest creates (and, with --basetemp, first empties) the base
     # folder on its first use, and two lanes doing that at once delete each other's work folders.
@@ -368,9 +362,9 @@ def test_dapo_with_skipping_leaves_skipped_places_open_and_saves_their_rollouts(
 
 
 def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):
-    records = runs["launcher_five"].records()
+    records = runs["avspo"].records()
     skipped = [record["data"]["prompts/skipped"] for record in records]
-    # Epoch 1 (steps 1-2) sees every prompt for the first time: nothing to skip. Then prompts are skipped,
+    # Epoch 1 (steps 1-2) sees every prompt for the first time: nothing to skip. Then (step 3) prompts are skipped,
     # each replaced by a refill (a re-selection, no rollout saved), and the batch still trains 4 groups.
     assert skipped[:2] == [0.0, 0.0] and sum(skipped) > 0, skipped
     for record in records:
@@ -379,24 +373,24 @@ def test_prompts_are_skipped_before_rollout_and_counted_every_step(runs):
         assert data["acr/groups"] == 4, record["step"]
     cumulative = [record["data"]["prompts/reselected_cumulative"] for record in records]
     assert cumulative == list(itertools.accumulate(skipped))
-    assert runs["launcher_five"].state(5)["prompt_skip"]["reselected"] == cumulative[-1]
-    assert runs["launcher_five"].state(5)["prompt_skip"]["rollouts_skipped"] == 0
-    # The history: 8 prompts, 4 groups a step, 20 visits in all.
+    assert runs["avspo"].state(3)["prompt_skip"]["reselected"] == cumulative[-1]
+    assert runs["avspo"].state(3)["prompt_skip"]["rollouts_skipped"] == 0
+    # The history: 8 prompts, 4 groups a step, 12 visits in all.
     seen = [record["data"]["prompts/seen"] for record in records]
-    assert seen[:2] == [4.0, 8.0] and seen[-1] == 8.0
-    assert int(runs["launcher_five"].state(5)["prompt_history"]["visits"].sum()) == 20
+    assert seen == [4.0, 8.0, 8.0]
+    assert int(runs["avspo"].state(3)["prompt_history"]["visits"].sum()) == 12
 
 
 def test_the_prompts_command_reads_a_real_run_and_writes_its_parquet_without_dead_prompts(runs, tmp_path, capsys):
-    outcome = runs["launcher_five"]
+    outcome = runs["avspo"]
     outcome.records()
     history = PromptHistory()
-    history.load_state_dict(outcome.state(5)["prompt_history"])
+    history.load_state_dict(outcome.state(3)["prompt_history"])
     table = history.table()
     classes = dict(zip(table["key"].tolist(), table["class"].tolist(), strict=True))
     assert main(["prompts", str(outcome.run.checkpoints), "--show", "0"]) == 0
     out = capsys.readouterr().out
-    assert "(step 5, 8 prompts seen, keyed by an integer index)" in out
+    assert "(step 3, 8 prompts seen, keyed by an integer index)" in out
     for name in ("always_solved", "never_solved", "mixed"):
         count = sum(value == name for value in classes.values())
         assert f"{name:<13}  {count:>8}" in out, name
