@@ -32,7 +32,7 @@ import torch
 
 from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.advantage import AdvantageOutput, compute_avspo_outcome_advantage, response_scores
-from verl_avspo.core.alert import ADVICE, StagnationMonitor
+from verl_avspo.core.alert import NEUTRAL_ADVICE, StagnationMonitor
 from verl_avspo.core.baseline_settings import DCPOConfig
 from verl_avspo.core.collapse import (
     DroppedGroups,
@@ -164,9 +164,9 @@ class RunTracker:
         avspo: AVSPO's settings when the run's estimator is avspo (it then owns AVSPO's controller).
         dcpo: DCPO's settings when the run's estimator is dcpo (it then owns DCPO's reward history).
         norm_adv_by_std: DCPO's standardisation (verl's ``norm_adv_by_std_in_grpo``).
-        rule_setting: how the host's user names the alert rule, for the stall warning
-            (``algorithm.acr.alert.rule`` in verl, ``--acr.alert.rule`` in OpenRLHF).
-        advice: what the stall warning advises, in the host's settings.
+        rule_setting: how the host's user names the alert rule, for the stall warning (the host passes its
+            spelling; the default names no host).
+        advice: what the stall warning advises, in the host's settings (``core.alert.stall_advice``).
         prompt_skip: the pre-rollout skip rule's settings (``core.prompt_skip``); skipping is on when
             they are given with ``enable``.
     """
@@ -177,8 +177,8 @@ class RunTracker:
         avspo: AVSPOConfig | None = None,
         dcpo: DCPOConfig | None = None,
         norm_adv_by_std: bool = True,
-        rule_setting: str = "algorithm.acr.alert.rule",
-        advice: str = ADVICE,
+        rule_setting: str = "alert.rule",
+        advice: str = NEUTRAL_ADVICE,
         prompt_skip: PromptSkipConfig | None = None,
     ):
         self.acr = acr

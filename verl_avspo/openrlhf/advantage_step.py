@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
-from verl_avspo.core.alert import HOST_ADVICE
+from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.collapse import DroppedGroups
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
 from verl_avspo.core.prompt_history import prompt_key
@@ -56,7 +56,10 @@ AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
 # gets all-zero advantages. (reinforce_baseline also has one, but OpenRLHF then whitens the whole
 # batch, which shifts every advantage: its acr/effective would be meaningless and is not logged.)
 _GROUP_BASELINES = ("rloo", "group_norm", "dr_grpo")
-OPENRLHF_ADVICE = HOST_ADVICE["openrlhf"]
+# What the stall alert advises, in OpenRLHF's flags.
+OPENRLHF_ADVICE = stall_advice(
+    "--rollout.temperature", "--rollout.n_samples_per_prompt", "--algo.advantage.estimator avspo"
+)
 
 
 def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
