@@ -95,9 +95,9 @@ def test_end_step_without_a_measurement_is_refused():
 
 @pytest.mark.parametrize(
     ("host", "expected"),
-    [({}, "(now step 2, alert.rule=acr); most groups give no gradient. Try to raise the sampling temperature "
+    [({}, "(now step 2, acr.alert.rule=acr); most groups give no gradient. Try to raise the sampling temperature "
           "(the generator's temperature), use a larger group (the group size)"),
-     ({"rule_setting": "--acr.alert.rule", "advice": "use a bigger --group"},
+     ({"acr_section": "--acr", "advice": "use a bigger --group"},
       "(now step 2, --acr.alert.rule=acr); most groups give no gradient. Try to use a bigger --group.")],
 )  # fmt: skip
 def test_the_stall_rule_sets_acr_stalled_and_warns_once_in_the_hosts_spelling(caplog, host, expected):

@@ -164,8 +164,8 @@ class RunTracker:
         avspo: AVSPO's settings when the run's estimator is avspo (it then owns AVSPO's controller).
         dcpo: DCPO's settings when the run's estimator is dcpo (it then owns DCPO's reward history).
         norm_adv_by_std: DCPO's standardisation (verl's ``norm_adv_by_std_in_grpo``).
-        rule_setting: how the host's user names the alert rule, for the stall warning (the host passes its
-            spelling; the default names no host).
+        acr_section: how the host's user names ACR's settings (``algorithm.acr`` in verl, ``--acr`` in
+            OpenRLHF), for the stall warning's rule and the reward range warning; the default names no host.
         advice: what the stall warning advises, in the host's settings (``core.alert.stall_advice``).
         prompt_skip: the pre-rollout skip rule's settings (``core.prompt_skip``); skipping is on when
             they are given with ``enable``.
@@ -177,7 +177,7 @@ class RunTracker:
         avspo: AVSPOConfig | None = None,
         dcpo: DCPOConfig | None = None,
         norm_adv_by_std: bool = True,
-        rule_setting: str = "alert.rule",
+        acr_section: str = "acr",
         advice: str = NEUTRAL_ADVICE,
         prompt_skip: PromptSkipConfig | None = None,
     ):
@@ -190,7 +190,7 @@ class RunTracker:
         self.dcpo_history = (
             PromptRewardHistory(epsilon=dcpo.epsilon, norm_adv_by_std=norm_adv_by_std) if dcpo is not None else None
         )
-        self.rule_setting = rule_setting
+        self.acr_section = acr_section
         self.advice = advice
         self.prompt_history = PromptHistory()
         self.set_prompt_skip(prompt_skip)
@@ -232,6 +232,7 @@ class RunTracker:
                 self.controller,
                 norm_adv_by_std,
                 measured=measured,
+                acr_section=self.acr_section,
             )
         if measured is None:  # no host measured this step: the estimator's batch is the step's
             self.measurement = output.measurement
@@ -372,7 +373,7 @@ class RunTracker:
                 }
             )
         if newly_stalled:
-            rule = f"{self.rule_setting}={self.acr.alert.rule}"
+            rule = f"{self.acr_section}.alert.rule={self.acr.alert.rule}"
             logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
         return newly_stalled
 

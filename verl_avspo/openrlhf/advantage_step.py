@@ -152,7 +152,7 @@ class AdvantageStep:
         self.tracker = RunTracker(
             acr,
             avspo,
-            rule_setting=f"{ACR_FLAGS}.alert.rule",
+            acr_section=ACR_FLAGS,
             advice=OPENRLHF_ADVICE,
             prompt_skip=prompt_skip_from_env(),
         )

@@ -5,9 +5,8 @@ would fall inside a generation.
 
 Imports neither TRL nor transformers: ``GRPOConfig`` is read by attribute. AVSPO's and ACR's keys are
 validated by the core (``core.config``, ``core.acr_config``); a TRL user passes them as the trainer's
-``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY`` (the core's
-resolvers take the sections' names; :func:`trl_spelling` re-spells the one core warning that names verl's
-section, scores outside ``acr.reward_range``).
+``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY`` (the core
+takes the sections' names).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ __all__ = [
     "TRL_CHOICES",
     "TRLSettings",
     "resolve_trl_settings",
-    "trl_spelling",
 ]
 
 # grpo: TRL's own advantages, with ACR measured; avspo: AVSPO's advantages replace them.
@@ -55,11 +53,6 @@ TRL_CHOICES = {
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
 }
-
-
-def trl_spelling(message: str) -> str:
-    """A core message with verl's sections (``algorithm.acr.tau``) spelled as the trainer's arguments (``acr.tau``)."""
-    return message.replace("algorithm.acr", ACR_SECTION).replace("algorithm.avspo", AVSPO_SECTION)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def start_run(algorithm_config: Any) -> RunTracker:
         settings.avspo,
         dcpo,
         norm_adv_by_std,
-        rule_setting=f"{ACR_SECTION}.alert.rule",
+        acr_section=ACR_SECTION,
         advice=VERL_ADVICE,
         prompt_skip=skip,
     )
