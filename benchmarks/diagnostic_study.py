@@ -7,7 +7,7 @@ final held-out accuracy and the gain. Then
 
 - line fits and R² of final accuracy, and of the gain, against each early-ACR measure, beside
   the paper's R² = 0.617 (acc ≈ 51.4 − 29.6·ACR_100);
-- precision and recall of each stall rule of ``algorithm.avspo.alert.rule`` (run over the logs by
+- precision and recall of each stall rule of ``algorithm.acr.alert.rule`` (run over the logs by
   ``core.alert.stalled_steps``, the monitor the trainers use) against runs whose accuracy stalled.
 
 Usage:

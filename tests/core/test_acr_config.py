@@ -1,8 +1,8 @@
 """ACR's own settings (core.acr_config, algorithm.acr) and how verl's config.algorithm is read
-(core.config.resolve_run_settings): the old algorithm.avspo spellings warn with the new key, a
-conflict between both places is an error, AVSPO keys with another estimator are refused, a tau that
-is not small beside the reward range is refused (every group collapsed) or warned of, and the seed is
-bounded as torch takes it."""
+(core.config.resolve_run_settings): ACR's keys under algorithm.avspo are refused naming their
+algorithm.acr key (in the host's spelling where it passes its own), AVSPO keys with another estimator
+are refused, a tau that is not small beside the reward range is refused (every group collapsed) or
+warned of, and the seed is bounded as torch takes it."""
 
 import warnings
 
@@ -20,22 +20,25 @@ def test_acr_has_its_own_section():
     assert settings.acr == ACRConfig(tau=1e-3, alert=AlertConfig(window=7)) and settings.avspo is None
 
 
-def test_the_old_spelling_still_works_and_names_the_new_key():
-    with pytest.warns(FutureWarning, match=r"algorithm\.avspo\.tau is deprecated.*algorithm\.acr\.tau"):
-        settings = resolve_run_settings({"adv_estimator": "avspo", "avspo": {"tau": 0.01, "gap": 0.2}})
-    assert settings.acr.tau == 0.01 and settings.avspo.gap == 0.2
+@pytest.mark.parametrize("estimator", ["avspo", "grpo"])
+def test_acr_keys_under_avspo_are_refused_naming_their_acr_key(estimator):
+    with pytest.raises(SettingsError) as error:
+        resolve_run_settings({"adv_estimator": estimator, "avspo": {"tau": 0.01, "alert": {"window": 3}}})
+    assert error.value.problems == [
+        f"algorithm.avspo.{key} is not an AVSPO setting: ACR's settings apply to every estimator and have a "
+        f"section of their own; set algorithm.acr.{key} instead."
+        for key in ("tau", "alert")
+    ]
 
 
-def test_an_all_null_old_alert_section_is_not_a_setting():
-    """The launcher's YAML declares algorithm.avspo.alert.* as null: no warning for what nobody set."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        resolve_run_settings({"adv_estimator": "avspo", "avspo": {"alert": {"window": None}}})
-
-
-def test_both_places_disagreeing_is_an_error():
-    with pytest.raises(SettingsError, match=r"algorithm\.avspo\.tau=0\.1 and algorithm\.acr\.tau=0\.2 disagree"):
-        resolve_run_settings({"adv_estimator": "avspo", "acr": {"tau": 0.2}, "avspo": {"tau": 0.1}})
+def test_a_host_names_the_sections_in_its_own_spelling():
+    with pytest.raises(SettingsError) as error:
+        resolve_avspo({"reward_range": [0, 1], "gap": 2}, section="--avspo", acr_section="--acr")
+    first, second = error.value.problems
+    assert first.startswith("--avspo.reward_range is not an AVSPO setting") and "set --acr.reward_range" in first
+    assert second.startswith("--avspo.gap=2 is invalid")
+    with pytest.raises(SettingsError, match=r"^--acr\.tau=0 is invalid"):
+        resolve_acr({"tau": 0}, section="--acr")
 
 
 def test_avspo_keys_with_another_estimator_are_refused_with_the_fix():

@@ -4,6 +4,7 @@ and exact equivalence with verl's own ``compute_grpo_outcome_advantage``."""
 import dataclasses
 import io
 import math
+import re
 
 import pytest
 import torch
@@ -222,9 +223,17 @@ def test_batch_scope_uses_the_reward_range_and_leaves_other_batches_to_grpo():
         assert out.metrics["avspo/triggered"] == 0.0 and bool(out.virtual_k.eq(0).all())
 
 
-def test_scores_outside_the_reward_range_warn():
-    with pytest.warns(UserWarning, match=r"outside algorithm.acr.reward_range=\[0.0, 1.0\]"):
-        avspo([2.0, 2.0], group_uids([2]))
+@pytest.mark.parametrize(
+    ("acr_section", "named"), [("algorithm.acr", "algorithm.acr"), ("--acr", "--acr"), (None, "acr")]
+)
+def test_scores_outside_the_reward_range_warn_naming_the_hosts_setting(acr_section, named):
+    cfg, acr = resolve_settings({})
+    tracker = RunTracker(acr, cfg, **({} if acr_section is None else {"acr_section": acr_section}))
+    rewards, mask = outcome_batch([2.0, 2.0])
+    with pytest.warns(
+        UserWarning, match=rf"^response scores fall outside {re.escape(named)}\.reward_range=\[0.0, 1.0\]"
+    ):
+        tracker.avspo_advantages(rewards, mask, group_uids([2]))
 
 
 def test_singletons_get_verl_mean_zero_std_one():

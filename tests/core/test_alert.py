@@ -1,4 +1,4 @@
-"""The stall rules of ``algorithm.avspo.alert`` on scripted metric sequences (``core.alert``)."""
+"""The stall rules of ``algorithm.acr.alert`` on scripted metric sequences (``core.alert``)."""
 
 import pytest
 from hypothesis import given, settings

@@ -12,7 +12,7 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
         (
             {"strategies": "stratified"},
             r"algorithm.avspo.strategies is not a setting. Did you mean algorithm.avspo.strategy\? Allowed keys of "
-            r"algorithm.avspo: preset, tau",
+            r"algorithm.avspo: preset, strategy",
         ),
         ({"strategy": "stratifed"}, r"strategy='stratifed' is invalid: allowed values are stratified, opposite, www"),
         ({"preset": "papers"}, r"preset='papers' is invalid: allowed values are paper, paper_code, grpo"),
@@ -35,7 +35,7 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
         ({"threshold_bounds": [0.9, 0.1]}, r"threshold_bounds=\[0.9, 0.1\] is invalid: expected low < high"),
         ({"threshold_bounds": [0.0, 2.0]}, r"threshold_bounds=\[0.0, 2.0\] is invalid: expected 0 <= low < high <= 1"),
         ({"threshold_bounds": 0.5}, r"threshold_bounds=0.5 is invalid: expected a pair \[low, high\]"),
-        ({"reward_range": [1, 0]}, r"algorithm.avspo.reward_range=\[1, 0\] is invalid: expected low < high"),
+        ({"reward_range": [1, 0]}, r"algorithm.acr.reward_range=\[1, 0\] is invalid: expected low < high"),
         ({"reward_range": [0, 1, 2]}, r"reward_range=\[0, 1, 2\] is invalid: expected a pair"),
         ({"seed": -1}, r"seed=-1 is invalid: expected an integer >= 0"),
         ({"epsilon": 0}, r"epsilon=0 is invalid"),
@@ -43,10 +43,10 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
         ({"alert": {"action": "halt"}}, r"alert.action='halt' is invalid: allowed values are warn, stop"),
         (
             {"alert": {"windows": 5}},
-            r"algorithm.avspo.alert.windows is not a setting. Did you mean algorithm.avspo.alert.window\?",
+            r"algorithm.acr.alert.windows is not a setting. Did you mean algorithm.acr.alert.window\?",
         ),
         ({"preset": "PAPER"}, r"preset='PAPER' is invalid: .*\(did you mean 'paper'\?\)"),
-        ({"alert": 5}, r"algorithm.avspo.alert=5 is invalid: it is a group of settings; set its keys"),
+        ({"alert": 5}, r"algorithm.acr.alert=5 is invalid: it is a group of settings; set its keys"),
         (
             {"trigger_scope": "batches"},
             r"trigger_scope='batches' is invalid: allowed values are group, batch \(did you mean 'batch'\?\)",
@@ -88,7 +88,7 @@ def test_a_misspelt_key_is_reported_with_the_other_problems():
         for p in problems
     )
     assert any("strategy='stratifed'" in p for p in problems)
-    assert any("Did you mean algorithm.avspo.alert.window?" in p for p in problems)
+    assert any("Did you mean algorithm.acr.alert.window?" in p for p in problems)
     assert any("alert.action='halt'" in p for p in problems)
 
 

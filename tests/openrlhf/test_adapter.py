@@ -1,84 +1,18 @@
-"""GroupNormAVSPO reproduces OpenRLHF's group_norm where AVSPO does not trigger and AVSPO's closed
-form where it does, over a run tracker (alert and state included; an earlier release's state loads),
-and the launcher's argument handling (``flags``): ``--avspo.*``, ``--acr.*`` and ``--prompts.skip.*``,
-the earlier ``--avspo.tau`` / ``--avspo.reward_range`` / ``--avspo.alert.*`` spellings (FutureWarning
-naming the ``--acr.`` flag), AVSPO flags with an estimator AVSPO does not replace refused, and a run
-without AVSPO building no AVSPOConfig. None of this imports OpenRLHF: its group_norm is two lines,
-written out here as the reference (tests/openrlhf/test_trainer.py runs the real one)."""
+"""The launcher's argument handling (``flags``): ``--avspo.*``, ``--acr.*`` and ``--prompts.skip.*``,
+ACR's keys given as ``--avspo.*`` refused naming the ``--acr.`` flag, AVSPO flags with an estimator AVSPO
+does not replace refused, and a run without AVSPO building no AVSPOConfig. None of this imports OpenRLHF
+(tests/openrlhf/test_trainer.py runs the real one)."""
 
 import json
-import math
 import re
 import warnings
 
 import pytest
-import torch
 
 from verl_avspo.core import config as core_config
 from verl_avspo.core.acr_config import ACR_KEYS, ALERT_KEYS, ACRConfig, AlertConfig
-from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_avspo, resolve_settings
-from verl_avspo.core.run_tracker import STATE_VERSION
-from verl_avspo.openrlhf import GroupNormAVSPO, advantage_step, flags, launcher
-
-
-def openrlhf_group_norm(rewards):
-    return (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)
-
-
-def test_preset_grpo_equals_openrlhf_group_norm():
-    rewards = torch.randn(6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    adapter = GroupNormAVSPO({"preset": "grpo", "epsilon": 1e-9, "reward_range": [-10, 10]})
-    torch.testing.assert_close(adapter(rewards), openrlhf_group_norm(rewards))
-    assert adapter.metrics["acr/rate"] == 0.0
-
-
-def test_collapsed_rows_get_the_push_and_metrics():
-    rewards = torch.tensor([[1.0] * 4, [0.0] * 4, [1.0, 0.0, 0.0, 1.0]])
-    adapter = GroupNormAVSPO({"preset": "paper_code", "epsilon": 1e-9})
-    advantages = adapter(rewards)
-    torch.testing.assert_close(advantages[0], torch.full((4,), 1 / math.sqrt(5)), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(advantages[1], torch.full((4,), -1 / math.sqrt(5)), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(advantages[2], openrlhf_group_norm(rewards[2:])[0], atol=1e-5, rtol=1e-5)
-    assert adapter.metrics["acr/rate"] == pytest.approx(2 / 3) and adapter.metrics["acr/effective"] == 0.0
-
-
-def test_state_round_trip():
-    first, second = GroupNormAVSPO({"eta": 0.5}), GroupNormAVSPO({"eta": 0.5})
-    for rewards in (torch.ones(2, 4), torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1]])):
-        first(rewards)
-    state = first.state_dict()
-    assert state["version"] == STATE_VERSION and state["stagnation"]["streak"] == 2
-    second.load_state_dict(state)
-    assert second.controller.threshold == first.controller.threshold and second.controller.step == 2
-    assert second.tracker.alert.streak == 2
-
-
-def test_an_earlier_releases_bare_controller_state_loads():
-    first = GroupNormAVSPO({"eta": 0.5})
-    first(torch.ones(2, 4))
-    old = first.controller.state_dict()  # what GroupNormAVSPO.state_dict() returned before
-    second = GroupNormAVSPO({"eta": 0.5})
-    second.load_state_dict(old)
-    assert second.controller.state_dict()["threshold"] == old["threshold"] and second.controller.step == 1
-
-
-def test_the_alert_runs_each_call_and_warns_once(caplog):
-    avspo = GroupNormAVSPO({"preset": "grpo", "alert": {"rule": "acr", "window": 2, "threshold": 0.4}})
-    stalled = []
-    with caplog.at_level("WARNING"):
-        for _ in range(3):
-            avspo(torch.ones(2, 4))
-            stalled.append(avspo.metrics["acr/stalled"])
-    assert stalled == [0.0, 1.0, 1.0]
-    assert [r.getMessage() for r in caplog.records].count(
-        "advantage collapse: ACR above 0.40 for 2 consecutive steps (now step 2, alert.rule=acr); most groups give "
-        "no gradient. Try to " + advantage_step.OPENRLHF_ADVICE + "."
-    ) == 1
-
-
-def test_flat_rewards_are_refused_with_the_fix():
-    with pytest.raises(ValueError, match=r"reshape with rewards.reshape\(-1, n_samples_per_prompt\)"):
-        GroupNormAVSPO()(torch.ones(8))
+from verl_avspo.core.config import AVSPO_KEYS, PRESETS, resolve_settings
+from verl_avspo.openrlhf import advantage_step, flags, launcher
 
 
 def test_avspo_arguments_are_split_from_openrlhfs():
@@ -107,8 +41,9 @@ def test_alert_settings_nest_as_in_verls_config():
     ("argv", "settings", "openrlhf_argv", "avspo"),
     [
         (["--algo.advantage.estimator", "avspo"], {}, ["--algo.advantage.estimator", "group_norm"], {}),
-        (["--advantage_estimator=avspo"], {}, ["--algo.advantage.estimator=group_norm"], {}),
-        (["--advantage_estimator", "dr_grpo"], {"k": 2}, ["--algo.advantage.estimator", "dr_grpo"], {"k": 2}),
+        (["--algo.advantage.estimator", "dr_grpo"], {"k": 2}, ["--algo.advantage.estimator", "dr_grpo"], {"k": 2}),
+        # Not OpenRLHF's flag: left to its argparse, which refuses it.
+        (["--advantage_estimator", "avspo"], {}, ["--advantage_estimator", "avspo"], None),
         (["--algo.advantage.estimator", "group_norm"], {}, ["--algo.advantage.estimator", "group_norm"], None),
         (["--algo.advantage.estimator", "rloo"], {}, ["--algo.advantage.estimator", "rloo"], None),
         # argparse's abbreviations (OpenRLHF's parser allows them).
@@ -154,30 +89,18 @@ def test_acr_flags_keep_openrlhfs_estimator_and_build_no_avspo_config(argv, acr,
 
 
 @pytest.mark.parametrize(
-    ("legacy", "new", "acr"),
-    [
-        (["--avspo.tau", "0.01"], "--acr.tau", {"tau": 0.01}),
-        (["--avspo.reward_range", "-1", "1"], "--acr.reward_range", {"reward_range": [-1, 1]}),
-        (["--avspo.alert.window", "3"], "--acr.alert", {"alert": {"window": 3}}),
-    ],
-)
-@pytest.mark.parametrize("estimator", ["rloo", "avspo"])
-def test_earlier_avspo_spellings_of_acr_flags_work_with_a_warning_naming_the_acr_flag(legacy, new, acr, estimator):
-    argv = ["--algo.advantage.estimator", estimator, *legacy]
-    with pytest.warns(FutureWarning, match=rf"--avspo\.\w+ is deprecated.*set {re.escape(new)}"):
-        rest, settings, acr_settings = launcher.resolve_arguments(argv)
-    assert acr_settings == acr  # the workers get the --acr. spelling: they warn of nothing
-    assert (settings is None) == (estimator == "rloo") and not set(settings or {}) & set(ACR_KEYS)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        step = advantage_step.AdvantageStep(rest[1], settings, acr_settings)
-    assert step.tracker.acr.alert.window == acr.get("alert", {}).get("window", 50)
-
-
-def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolves():
-    with pytest.warns(FutureWarning, match=r"--avspo\.reward_range is deprecated.*--acr\.reward_range"):
-        step = advantage_step.AdvantageStep("group_norm", {"preset": "paper", "reward_range": [-1, 1]}, None)
-    assert step.tracker.acr.reward_range == (-1.0, 1.0) and step.tracker.avspo == resolve_avspo({"preset": "paper"})
+    ("argv", "key"),
+    [(["--avspo.tau", "0.01"], "tau"), (["--avspo.reward_range", "-1", "1"], "reward_range"),
+     (["--avspo.alert.window", "3"], "alert")],
+)  # fmt: skip
+def test_acr_keys_given_as_avspo_flags_are_refused_naming_the_acr_flag(argv, key, capsys):
+    assert launcher.main(["--algo.advantage.estimator", "avspo", *argv]) == 2
+    assert capsys.readouterr().err.strip().removeprefix("verl_avspo.openrlhf: error: ") == (
+        f"--avspo.{key} is not an AVSPO setting: ACR's settings apply to every estimator and have a section of "
+        f"their own; set --acr.{key} instead."
+    )
+    with pytest.raises(ValueError, match=rf"^--avspo\.{key} is not an AVSPO setting.*set --acr\.{key} instead"):
+        advantage_step.AdvantageStep("group_norm", {"preset": "paper", key: 1}, None)
 
 
 @pytest.mark.parametrize(
@@ -220,7 +143,6 @@ def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolve
         ),
         (["--algo.advantage.estimator", "avspo", "--acr.alert.action", "halt"], r"--acr\.alert\.action='halt'"),
         (["--algo.advantage.estimator", "rloo", "--acr.alert.window", "0"], r"--acr\.alert\.window=0"),
-        (["--avspo.alert.window", "0"], r"--avspo\.alert\.window=0"),  # named as given
         (["--acr.alert.rule", "acr", "--acr.alert.rule", "all_wrong"], r"--acr\.alert\.rule is given twice"),
         (
             ["--train.async_enable", "--acr.alert.action", "stop"],
@@ -228,7 +150,6 @@ def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolve
         ),
         (["--algo.advantage.estimator", "avspo", "--avspo.k", "2", "--avspo.k", "3"], r"--avspo\.k is given twice"),
         (["--algo.advantage.estimator", "rloo", "--acr.reward_range", "1", "0"], r"reward_range=\[1, 0\] is invalid"),
-        (["--avspo.tau", "0.1", "--acr.tau", "0.2"], r"--avspo\.tau=0\.1 and --acr\.tau=0\.2 disagree"),
         # What torch.Generator.manual_seed refuses, refused here rather than at the first advantage step.
         (
             ["--algo.advantage.estimator", "avspo", "--avspo.seed", str(2**64)],
@@ -285,7 +206,6 @@ def test_an_earlier_workers_environment_with_acr_keys_among_avspos_still_resolve
         (["--prompts.skp.enable=true"], r"^--prompts\.skp\.enable true: --prompts\.skp\.enable is not a setting; "),
     ],
 )
-@pytest.mark.filterwarnings("ignore:--avspo.alert is deprecated:FutureWarning")
 def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, monkeypatch):
     def not_reached():
         raise AssertionError("OpenRLHF must not be checked after a usage error")

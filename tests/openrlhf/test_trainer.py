@@ -3,9 +3,9 @@
 
 What runs for real: OpenRLHF's RemoteExperienceMaker (split, group step, per-token returns),
 SamplesGenerator with dynamic filtering, BasePPOTrainer's rollout stats, TensorBoard logging and
-checkpoint client states (the run tracker's state; an earlier release's two keys still load), the
-stall alert's stop (checkpoint, then no more samples), and the Ray worker_process_setup_hook in a
-real Ray worker. Each step's raw rewards are measured once (counted).
+checkpoint client states (the run tracker's state; a checkpoint without one resumes afresh, another
+version's is refused), the stall alert's stop (checkpoint, then no more samples), and the Ray
+worker_process_setup_hook in a real Ray worker. Each step's raw rewards are measured once (counted).
 
 What is stood in for, and why:
 - `vllm` and `flash_attn` cannot be installed on a CPU machine (CUDA builds; vllm would replace
@@ -331,7 +331,8 @@ def test_launcher_feeds_the_real_openrlhf_cli_and_ray_init(openrlhf, monkeypatch
     monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", "")
     monkeypatch.syspath_prepend(openrlhf.stub_dir)
     argv = ["--actor.model_name_or_path", str(tmp_path), "--reward.remote_url", "http://localhost:1"]
-    argv += ["--rollout.n_samples_per_prompt", "4", "--advantage_estimator", "avspo", "--avspo.preset", "paper_code"]
+    argv += ["--rollout.n_samples_per_prompt", "4", "--algo.advantage.estimator", "avspo"]
+    argv += ["--avspo.preset", "paper_code"]
     with pytest.raises(Stop):
         launcher.main(argv)
     runtime_env = calls[0]["runtime_env"]
@@ -559,28 +560,28 @@ def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, r
     assert resumed.experience_maker._verl_avspo_step.tracker.alert.streak == 2
 
 
-def test_an_earlier_releases_client_states_load(openrlhf, ray_session, monkeypatch, tmp_path):
-    """Before the run tracker, the checkpoint held AVSPO's bare controller state under ``verl_avspo``
-    and the alert's under ``verl_avspo_stagnation``; a resume from one continues both."""
-    from verl_avspo.openrlhf import GroupNormAVSPO
-
-    settings = {"preset": "paper", "eta": 0.5, "threshold_init": 0.3, "epsilon": 1e-9}
-    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", json.dumps(settings))
+def test_a_checkpoint_without_our_client_state_resumes_afresh_and_another_versions_is_refused(
+    openrlhf, ray_session, monkeypatch, tmp_path, caplog
+):
+    """A checkpoint of a run without verl-avspo resumes with the tracker started afresh, and a warning; a run
+    state of another version (an unreleased build's layout) is refused, naming the version."""
+    monkeypatch.setenv("VERL_AVSPO_OPENRLHF_SETTINGS", json.dumps({"preset": "paper", "epsilon": 1e-9}))
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
-    earlier = GroupNormAVSPO(settings)
-    for rewards in (REWARDS, 1 - REWARDS):
-        earlier(rewards)
-    stagnation = {"streak": 2, "stalled": False, "rewards": [0.5, 0.5]}
-    saved = {"global_step": 2, "verl_avspo": earlier.controller.state_dict(), "verl_avspo_stagnation": stagnation}
     args = make_args("group_norm", tmp_path)
     os.makedirs(os.path.join(args.ckpt.path, "_actor"))
-    trainer = openrlhf.pt.BasePPOTrainer(
-        SimpleNamespace(args=args), RecordingActorGroup(ray_session, saved), None, None, None, None, Tokenizer()
-    )
-    assert trainer.init_checkpoint_states()["global_step"] == 2
-    tracker = trainer.experience_maker._verl_avspo_step.tracker
-    assert tracker.controller.step == 2 and tracker.controller.threshold == earlier.controller.threshold
-    assert tracker.alert.state_dict() == stagnation
+
+    def resume(saved):
+        trainer = openrlhf.pt.BasePPOTrainer(
+            SimpleNamespace(args=args), RecordingActorGroup(ray_session, saved), None, None, None, None, Tokenizer()
+        )
+        return trainer, trainer.init_checkpoint_states()
+
+    with caplog.at_level("WARNING"):
+        trainer, states = resume({"global_step": 2})
+    assert states["global_step"] == 2 and trainer.experience_maker._verl_avspo_step.tracker.controller.step == 0
+    assert "holds no 'verl_avspo' client state" in caplog.text
+    with pytest.raises(ValueError, match=r"the run state has version 3, .* reads version 4 only"):
+        resume({"global_step": 2, "verl_avspo": {"version": 3, "controller": None, "stagnation": None}})
 
 
 @pytest.mark.parametrize(("estimator", "settings"), [("group_norm", '{"preset": "paper_code"}'), ("rloo", "")])

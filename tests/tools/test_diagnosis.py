@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from verl_avspo.core.alert import HOST_ADVICE
 from verl_avspo.core.config import AlertConfig
+from verl_avspo.openrlhf.advantage_step import OPENRLHF_ADVICE
 from verl_avspo.tools.diagnosis import diagnose
 from verl_avspo.tools.logs import collect_runs, read_run, write_record
 
@@ -44,7 +44,7 @@ def test_an_openrlhf_log_gives_its_reward_and_runs_the_stall_rule(tmp_path, open
     assert diagnosis.row["final val"] == "eval/eval_math500_pass1 0.500"
     assert "[ALERT] Stalled at steps 1–8 (8 steps)" in diagnosis.text()
     # What to try, in OpenRLHF's flags (its policy_loss tells the log apart), not verl's keys.
-    assert f"1. try to {HOST_ADVICE['openrlhf']}" in diagnosis.text()
+    assert f"1. try to {OPENRLHF_ADVICE}" in diagnosis.text()
     assert "actor_rollout_ref" not in diagnosis.text()
     split = {step: {**row, "acr/all_correct": 0.1, "acr/all_wrong": 0.8} for step, row in rows.items()}
     (frame,) = collect_runs([openrlhf_tensorboard(tmp_path / "tb3", "or", split)]).values()

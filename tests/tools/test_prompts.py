@@ -44,7 +44,8 @@ def save_run(folder, recorded: PromptHistory, steps=(1, 2)):
     """A verl checkpoint folder: global_step_N/avspo_state.pt for each step (the last holds ``recorded``)."""
     for step in steps:
         (folder / f"global_step_{step}").mkdir(parents=True)
-        state = {"version": 3, "prompt_history": (recorded if step == steps[-1] else PromptHistory()).state_dict()}
+        saved = recorded if step == steps[-1] else PromptHistory()
+        state = {"version": STATE_VERSION, "prompt_history": saved.state_dict()}
         torch.save(state, folder / f"global_step_{step}" / "avspo_state.pt")
     return folder
 
@@ -78,7 +79,7 @@ def test_a_trl_output_folder_is_read_at_its_latest_checkpoint_and_matched_by_an_
     for step in (2, 4):
         (output_dir / f"checkpoint-{step}").mkdir(parents=True)
         torch.save(
-            {"version": 3, "prompt_history": history().state_dict()},
+            {"version": STATE_VERSION, "prompt_history": history().state_dict()},
             output_dir / f"checkpoint-{step}" / "avspo_state.pt",
         )
     data, out = tmp_path / "trl.parquet", tmp_path / "kept.parquet"
@@ -134,12 +135,12 @@ def test_a_run_without_a_history_names_the_fix(tmp_path, capsys, setup, args, me
     assert message in capsys.readouterr().err
 
 
-def test_a_state_of_an_earlier_release_says_so(tmp_path, capsys):
+def test_a_state_of_another_version_is_refused_naming_it(tmp_path, capsys):
     (tmp_path / "global_step_3").mkdir()
     torch.save({"version": 2, "controller": None, "stagnation": None, "dcpo": None},
                tmp_path / "global_step_3" / "avspo_state.pt")  # fmt: skip
     assert main(["prompts", str(tmp_path)]) == 1
-    assert "saved by an earlier verl-avspo release" in capsys.readouterr().err
+    assert "the run state has version 2, and this verl-avspo reads version 4 only" in capsys.readouterr().err
 
 
 def test_a_parquet_whose_rows_have_no_key_is_refused(tmp_path, capsys):
@@ -171,7 +172,7 @@ def state_file(run, step=2):
         (lambda path: path.write_bytes(b""), "is empty (a save that was killed or ran out of space)"),
         (lambda path: path.write_text("not a state\n"), "is not a readable run state"),
         (lambda path: path.unlink() or path.mkdir(), "is a folder, not a run state file"),
-        (lambda path: torch.save({"version": STATE_VERSION + 1}, path), "newer than this verl-avspo reads"),
+        (lambda path: torch.save({"version": STATE_VERSION + 1}, path), "reads version 4 only: upgrade verl-avspo"),
     ],
 )
 def test_a_bad_state_file_is_named_with_the_fix(tmp_path, capsys, spoil, says):
@@ -181,7 +182,7 @@ def test_a_bad_state_file_is_named_with_the_fix(tmp_path, capsys, spoil, says):
     err = capsys.readouterr().err
     assert says in err and str(state_file(run)) in err
     assert "Traceback" not in err and "weights_only" not in err
-    if "newer" in says:
+    if "upgrade" in says:
         assert "upgrade verl-avspo" in err
     else:
         assert "previous checkpoint" in err and "--step reads another checkpoint (1 here)" in err
@@ -194,7 +195,7 @@ def test_an_openrlhf_checkpoint_is_read_from_its_client_states(tmp_path, capsys)
     states = {
         "module": None,
         "args": argparse.Namespace(lr=1e-6),
-        STATE_KEY: {"version": 3, "prompt_history": history().state_dict()},
+        STATE_KEY: {"version": STATE_VERSION, "prompt_history": history().state_dict()},
     }
     torch.save(states, folder / CLIENT_STATES_FILE)
     assert main(["prompts", str(tmp_path)]) == 0

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from verl_avspo import cli
-from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.diagnosis import diagnose
 from verl_avspo.tools.logs import collect_runs, read_run, write_record
 from verl_avspo.tools.report import write_report
+from verl_avspo.verl_plugin.run_state import VERL_ADVICE as ADVICE
 
 VAL = "val-core/HuggingFaceH4/MATH-500/acc/mean@1"
 

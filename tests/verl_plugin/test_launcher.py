@@ -85,12 +85,12 @@ def launch(cwd, *args):
 
 
 def test_our_config_extends_verls_and_declares_every_avspo_key():
-    config = compose_config(["algorithm.avspo.strategy=opposite", "algorithm.avspo.alert.window=7"])
+    config = compose_config(["algorithm.avspo.strategy=opposite", "algorithm.acr.alert.window=7"])
     assert config.algorithm.adv_estimator == "avspo"
     assert config.algorithm.gamma == 1.0 and config.trainer.use_v1  # verl's ppo_trainer underneath
     assert set(config.algorithm.avspo) == set(AVSPO_KEYS)
-    assert set(config.algorithm.avspo.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
-    assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.avspo.alert.window == 7
+    assert set(config.algorithm.acr.alert) == {f.name for f in dataclasses.fields(AlertConfig)}
+    assert config.algorithm.avspo.strategy == "opposite" and config.algorithm.acr.alert.window == 7
     settings = check_config(
         compose_config(RUNNABLE + ["algorithm.avspo.preset=paper_code", "algorithm.avspo.k=3"])
     ).avspo
@@ -100,12 +100,14 @@ def test_our_config_extends_verls_and_declares_every_avspo_key():
 def test_a_misspelt_avspo_key_gets_a_did_you_mean_with_the_other_problems(capsys):
     with pytest.raises(ConfigCompositionException, match="algorithm.avspo.strategies"):
         compose_config(["algorithm.avspo.strategies=opposite"])
-    overrides = ["algorithm.avspo.treshold_init=0.3", "algorithm.avspo.alert.windw=3", "algorithm.avspo.gap=2"]
+    overrides = ["algorithm.avspo.treshold_init=0.3", "algorithm.acr.alert.windw=3", "algorithm.avspo.gap=2"]
+    overrides += ["algorithm.avspo.tau=0.1"]
     assert dry_run([*RUNNABLE, *overrides]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("verl-avspo: 3 problems in the config:"), err
+    assert err.startswith("verl-avspo: 4 problems in the config:"), err
     assert "algorithm.avspo.treshold_init is not a setting. Did you mean algorithm.avspo.threshold_init?" in err
-    assert "algorithm.avspo.alert.windw is not a setting. Did you mean algorithm.avspo.alert.window?" in err
+    assert "algorithm.acr.alert.windw is not a setting. Did you mean algorithm.acr.alert.window?" in err
+    assert "algorithm.avspo.tau is not an AVSPO setting: ACR's settings" in err and "set algorithm.acr.tau" in err
     assert "algorithm.avspo.gap=2 is invalid" in err
     assert "+" not in err.replace("+00", "")  # no advice to append a key with +
 
@@ -140,7 +142,7 @@ def test_a_misspelt_prompts_or_acr_key_gets_a_did_you_mean(capsys):
     ("overrides", "message"),
     [
         (["algorithm.avspo.k=0"], "algorithm.avspo.k=0 is invalid: expected a positive integer or 'adaptive'"),
-        (["algorithm.avspo.alert.action=halt"], "algorithm.avspo.alert.action='halt' is invalid"),
+        (["algorithm.acr.alert.action=halt"], "algorithm.acr.alert.action='halt' is invalid"),
         (
             ["algorithm.avspo.strategy=random", f"algorithm.avspo.seed={2**64}"],
             f"algorithm.avspo.seed={2**64} is invalid: expected an integer >= 0 and <= {2**64 - 1}",
@@ -150,7 +152,7 @@ def test_a_misspelt_prompts_or_acr_key_gets_a_did_you_mean(capsys):
             "actor_rollout_ref.rollout.n=1 with algorithm.adv_estimator=rloo: a group estimator",
         ),
         (
-            ["trainer.use_v1=False", "algorithm.avspo.alert.action=stop"],
+            ["trainer.use_v1=False", "algorithm.acr.alert.action=stop"],
             "alert.action=stop needs verl-avspo's V1 trainer; with trainer.use_v1=False verl's legacy trainer runs",
         ),
         (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name is required"),
@@ -179,7 +181,7 @@ def test_check_config_refuses_with_the_fix(overrides, message):
 def test_every_v1_mode_takes_the_alert_stop_without_a_warning(mode):
     # Our trainer replaces verl's in every mode, so nothing is refused and nothing "adds nothing".
     trainer_mode = SEPARATE_ASYNC if mode == "separate_async" else [f"trainer.v1.trainer_mode={mode}"]
-    checked = check_config(compose_config([*RUNNABLE, *trainer_mode, "algorithm.avspo.alert.action=stop"]))
+    checked = check_config(compose_config([*RUNNABLE, *trainer_mode, "algorithm.acr.alert.action=stop"]))
     assert checked.warnings == []
 
 
@@ -555,7 +557,7 @@ def test_all_problems_across_both_stages_come_together():
     # A bad AVSPO value (first stage) and an unregistered policy loss (second) in one error.
     config = compose_config(
         [
-            "algorithm.avspo.tau=-1",
+            "algorithm.avspo.gap=-1",
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanila",
             "actor_rollout_ref.rollout.name=vllm",
         ]
@@ -563,7 +565,7 @@ def test_all_problems_across_both_stages_come_together():
     with pytest.raises(ConfigCheckError) as caught:
         check_config(config)
     assert len(caught.value.problems) == 2
-    assert caught.value.problems[0].startswith("algorithm.avspo.tau=-1")
+    assert caught.value.problems[0].startswith("algorithm.avspo.gap=-1")
     assert "loss_mode='vanila' is not a registered policy loss. Did you mean 'vanilla'?" in caught.value.problems[1]
 
 

@@ -21,9 +21,9 @@ from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
-from verl_avspo.core.alert import ADVICE
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.verl_plugin import run_state
+from verl_avspo.verl_plugin.run_state import VERL_ADVICE as ADVICE
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
 

@@ -2,8 +2,7 @@
 
 Framework-free. They apply to every group estimator (grpo, rloo, avspo, ...), so they have a section
 of their own, ``algorithm.acr`` in verl (``--acr.*`` in OpenRLHF), apart from AVSPO's
-``algorithm.avspo``. Earlier releases read them from ``algorithm.avspo.{tau,reward_range,alert}``:
-:func:`resolve_acr` still takes those, with a ``FutureWarning`` naming the new key.
+``algorithm.avspo``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ __all__ = [
 
 ALERT_ACTIONS = ("warn", "stop")
 ALERT_RULES = ("acr", "all_wrong", "acr_no_gain")  # core.alert: what each one watches
-# Where verl users set them; earlier releases read them from algorithm.avspo.
+# Where verl users set them.
 ACR_SECTION = "algorithm.acr"
 
 
@@ -98,24 +97,9 @@ def _is_given(value: Any) -> bool:
     return value is not None
 
 
-def _legacy_values(legacy: Mapping[str, Any] | None) -> dict[str, Any]:
-    if not isinstance(legacy, Mapping):
-        return {}
-    return {key: legacy[key] for key in ACR_KEYS if _is_given(legacy.get(key))}
-
-
-def resolve_acr(
-    mapping: Mapping[str, Any] | None,
-    *,
-    section: str = ACR_SECTION,
-    legacy: Mapping[str, Any] | None = None,
-    legacy_section: str = "algorithm.avspo",
-) -> ACRConfig:
-    """Validate ACR's section ``mapping`` (``algorithm.acr``; None or missing keys: the defaults).
-
-    ``legacy`` is the section that held these keys before (``algorithm.avspo``): a key found only
-    there is used, with a FutureWarning that names the new key; a key set in both places to
-    different values is an error.
+def resolve_acr(mapping: Mapping[str, Any] | None, *, section: str = ACR_SECTION) -> ACRConfig:
+    """Validate ACR's section ``mapping`` (``algorithm.acr``; None or missing keys: the defaults);
+    ``section`` names it in the messages, as the host's user spells it.
 
     Raises:
         SettingsError (a ValueError): one message per bad key, naming the key, the value and the fix.
@@ -123,30 +107,14 @@ def resolve_acr(
     problems = Problems()
     given = given_settings(mapping, section, ACR_KEYS, problems, example=f"{section}.tau=1e-6")
     given = {key: value for key, value in given.items() if _is_given(value)}  # an all-null alert is not given
-    where = dict.fromkeys(given, section)
-    for key, value in _legacy_values(legacy).items():
-        if key in given:
-            if given[key] != value:
-                problems.messages.append(
-                    f"{legacy_section}.{key}={value!r} and {section}.{key}={given[key]!r} disagree: ACR's settings "
-                    f"moved to {section}; remove {legacy_section}.{key}."
-                )
-            continue
-        warnings.warn(
-            f"{legacy_section}.{key} is deprecated: ACR's settings apply to every estimator and moved to "
-            f"{section}.{key}; set {section}.{key} instead (the old key is read until the next release).",
-            FutureWarning,
-            stacklevel=2,
-        )
-        given[key], where[key] = value, legacy_section
     values = {**asdict(ACRConfig()), **given}
-    tau = problems.check(number, f"{where.get('tau', section)}.tau", values["tau"], 0.0, math.inf, low_open=True)
-    reward_range = problems.check(pair, f"{where.get('reward_range', section)}.reward_range", values["reward_range"])
+    tau = problems.check(number, f"{section}.tau", values["tau"], 0.0, math.inf, low_open=True)
+    reward_range = problems.check(pair, f"{section}.reward_range", values["reward_range"])
     if tau is not None and reward_range is not None:
-        problems.check(_check_tau_scale, f"{where.get('tau', section)}.tau", tau, reward_range)
+        problems.check(_check_tau_scale, f"{section}.tau", tau, reward_range)
     alert = values["alert"]
     if not isinstance(alert, AlertConfig):
-        alert = problems.check(resolve_alert, alert, f"{where.get('alert', section)}.alert")
+        alert = problems.check(resolve_alert, alert, f"{section}.alert")
     problems.raise_any()
     return ACRConfig(tau=tau, reward_range=reward_range, alert=alert)
 

@@ -96,6 +96,7 @@ def compute_avspo_outcome_advantage(
     controller: AdaptiveController,
     norm_adv_by_std: bool = True,
     measured: Measurement | None = None,
+    acr_section: str = "acr",
 ) -> AdvantageOutput:
     """AVSPO advantage for outcome rewards. Advances ``controller`` by one step.
 
@@ -112,6 +113,8 @@ def compute_avspo_outcome_advantage(
         measured: the step's raw measurement, made by the host before this call: its ACR and mean
             score J_t drive the controller, and its group statistics are reused when it is this very
             batch. None: this batch is the step's measurement.
+        acr_section: how the host's user names ACR's settings (``algorithm.acr`` in verl), for the warning
+            about scores outside ``reward_range``.
 
     Returns:
         AdvantageOutput with ``advantages`` (bs, L) and the step's metrics.
@@ -125,7 +128,7 @@ def compute_avspo_outcome_advantage(
     batch_low, batch_high = torch.stack([stats.min.min(), stats.max.max()]).tolist()
     if batch_low < lo or batch_high > hi:
         warnings.warn(
-            f"response scores fall outside algorithm.acr.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
+            f"response scores fall outside {acr_section}.reward_range=[{lo}, {hi}]; the all-correct/all-wrong "
             "split and the virtual rewards assume that range. Set reward_range to your verifier's [low, high].",
             stacklevel=2,
         )

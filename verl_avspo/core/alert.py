@@ -20,8 +20,8 @@ from typing import Any
 from verl_avspo.core.config import AlertConfig
 
 __all__ = [
-    "ADVICE",
-    "HOST_ADVICE",
+    "NEUTRAL_ADVICE",
+    "stall_advice",
     "ALERT_SIGNALS",
     "REWARD_KEY",
     "StagnationMonitor",
@@ -30,23 +30,18 @@ __all__ = [
     "stalled_windows",
 ]
 
-# What to try when a run stalls, in each host's own settings: the live alert's message and the stall
-# finding of `verl-avspo report` on that host's log.
-HOST_ADVICE = {
-    "verl": (
-        "raise the sampling temperature, use a larger group (actor_rollout_ref.rollout.n), "
-        "train on easier data (a pass-rate band around 30-50%), or use algorithm.adv_estimator=avspo"
-    ),
-    "openrlhf": (
-        "raise the sampling temperature (--rollout.temperature), use a larger group (--rollout.n_samples_per_prompt), "
-        "train on easier data (a pass-rate band around 30-50%), or use --algo.advantage.estimator avspo"
-    ),
-    "trl": (
-        "raise the sampling temperature (GRPOConfig.temperature), use a larger group (GRPOConfig.num_generations), "
-        "train on easier data (a pass-rate band around 30-50%), or use AVSPOGRPOTrainer(..., estimator='avspo')"
-    ),
-}
-ADVICE = HOST_ADVICE["verl"]
+
+def stall_advice(temperature: str, group_size: str, avspo: str) -> str:
+    """What to try when a run stalls (the live alert's message, ``verl-avspo report``'s stall finding), with
+    the host's own spellings of its sampling temperature, its group size and the switch to AVSPO."""
+    return (
+        f"raise the sampling temperature ({temperature}), use a larger group ({group_size}), "
+        f"train on easier data (a pass-rate band around 30-50%), or use {avspo}"
+    )
+
+
+# The advice of a tracker whose host passes none: it names no host's settings.
+NEUTRAL_ADVICE = stall_advice("the generator's temperature", "the group size", "the avspo estimator")
 
 # The metric each rule compares with the threshold.
 ALERT_SIGNALS = {"acr": "acr/rate", "all_wrong": "acr/all_wrong", "acr_no_gain": "acr/rate"}
@@ -104,10 +99,9 @@ class StagnationMonitor:
         rewards = list(self.rewards)
         return sum(rewards[window:]) <= sum(rewards[:window])
 
-    def message(self, step: int, rule_setting: str | None = None, advice: str = ADVICE) -> str:
-        """The warning for a run stalled at ``step``; ``rule_setting`` and ``advice`` spell the settings
-        the way the framework's user gives them (default: verl's)."""
-        rule_setting = rule_setting or f"algorithm.acr.alert.rule={self.config.rule}"
+    def message(self, step: int, rule_setting: str, advice: str) -> str:
+        """The warning for a run stalled at ``step``; ``rule_setting`` (``<the rule's setting>=<rule>``)
+        and ``advice`` spell the settings the way the host's user gives them."""
         return (
             f"advantage collapse: {describe_rule(self.config)} (now step {step}, {rule_setting}); most groups give "
             f"no gradient. Try to {advice}."

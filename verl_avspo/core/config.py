@@ -5,7 +5,7 @@ Framework-free. ``resolve_avspo`` takes any mapping (a plain dict, or verl's
 :class:`AVSPOConfig`. ACR's own settings (``tau``, ``reward_range``, ``alert``) live in
 :mod:`verl_avspo.core.acr_config`; :func:`resolve_run_settings` reads both from verl's
 ``config.algorithm`` (``algorithm.acr`` and ``algorithm.avspo``), and :func:`resolve_settings` from
-one flat mapping that holds both (a notebook's dict, OpenRLHF's ``--avspo.*``).
+one flat mapping that holds both (a notebook's dict).
 A key set to ``None`` means "not given", so a Hydra config can declare every key with a null
 default and still let ``preset`` decide.
 """
@@ -62,6 +62,7 @@ __all__ = [
     "resolve_acr",
     "resolve_alert",
     "unknown_key_problem",
+    "misplaced_acr_key_problem",
     "given_settings",
     "AVSPO_KEYS",
     "ALERT_KEYS",
@@ -84,7 +85,7 @@ VIRTUAL_SAMPLE_KEYS = ("gap", "apply_to", "k", "alpha", "trigger_scope")
 
 @dataclass(frozen=True)
 class AVSPOConfig:
-    """Resolved AVSPO estimator settings (``algorithm.avspo`` less the ACR keys of :class:`ACRConfig`).
+    """Resolved AVSPO estimator settings (``algorithm.avspo``).
     The defaults are the ``paper`` preset."""
 
     preset: str = "paper"
@@ -150,24 +151,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "beta_fitted": {"strategy": "beta", "prior": "fitted", "baseline": "loo"},
 }
 
-_ESTIMATOR_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 # Every key of algorithm.avspo, in the order the docs and the messages list them.
-AVSPO_KEYS = (_ESTIMATOR_KEYS[0], "tau", "reward_range", *_ESTIMATOR_KEYS[1:], "alert")
+AVSPO_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 SECTION = "algorithm.avspo"
 # The largest seed torch.Generator.manual_seed takes (an unsigned 64-bit integer).
 MAX_SEED = 2**64 - 1
 
 
-def _in_section(check):
-    """``check`` with the key named in full, ``algorithm.avspo.<key>``."""
-    return lambda key, *args, **kwargs: check(f"{SECTION}.{key}", *args, **kwargs)
-
-
-_fail, _choice, _number, _integer, _boolean, _pair = map(_in_section, (fail, choice, number, integer, boolean, pair))
-
-
 def _check_strategy_keys(
-    strategy: str, given: Mapping[str, Any], preset_values: Mapping[str, Any], problems: Problems
+    strategy: str, given: Mapping[str, Any], preset_values: Mapping[str, Any], problems: Problems, section: str
 ) -> None:
     """Refuse a key set, to a value other than its preset's, where the chosen strategy does not read
     it. (A resolved config, which lists every key at its preset value, still round-trips.)"""
@@ -178,24 +170,24 @@ def _check_strategy_keys(
     if strategy == "beta":
         if "strategy" in given and preset_values["apply_to"] == "none":
             problems.check(
-                _fail,
-                "strategy",
+                fail,
+                f"{section}.strategy",
                 "beta",
                 "the grpo preset is plain GRPO, but strategy=beta adds prior pseudo-counts to every group; use "
                 "preset=beta_loo (or beta_fitted) instead",
             )
         if changed("prior_strength_max") and given.get("prior", preset_values["prior"]) != "fitted":
             problems.check(
-                _fail,
-                "prior_strength_max",
+                fail,
+                f"{section}.prior_strength_max",
                 given["prior_strength_max"],
                 "it caps only the fitted prior's strength; set prior=fitted (or preset=beta_fitted), or remove it",
             )
         for key in VIRTUAL_SAMPLE_KEYS:
             if changed(key):
                 problems.check(
-                    _fail,
-                    key,
+                    fail,
+                    f"{section}.{key}",
                     given[key],
                     "strategy=beta adds prior pseudo-counts to every group and reads no virtual-sample "
                     f"setting ({', '.join(VIRTUAL_SAMPLE_KEYS)}); remove it (to weight the all-correct half, "
@@ -205,8 +197,8 @@ def _check_strategy_keys(
         for key in BETA_KEYS:
             if changed(key):
                 problems.check(
-                    _fail,
-                    key,
+                    fail,
+                    f"{section}.{key}",
                     given[key],
                     f"it applies only with strategy=beta, and strategy is {strategy!r}; "
                     "set strategy=beta (or preset=beta_loo), or remove it",
@@ -218,86 +210,110 @@ def _k(key: str, value: Any) -> int | str:
         return value
     k = int(value) if isinstance(value, str) and value.isdigit() else value  # "4" from a shell or a YAML string
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        _fail(key, value, "expected a positive integer or 'adaptive'")
+        fail(key, value, "expected a positive integer or 'adaptive'")
     return k
 
 
 def _threshold_bounds(key: str, value: Any) -> tuple[float, float]:
-    bounds = _pair(key, value)
+    bounds = pair(key, value)
     if bounds[0] < 0.0 or bounds[1] > 1.0:
-        _fail(key, list(bounds), "expected 0 <= low < high <= 1 (the threshold is compared with a rate)")
+        fail(key, list(bounds), "expected 0 <= low < high <= 1 (the threshold is compared with a rate)")
     return bounds
 
 
-def _resolve_avspo(mapping: Mapping[str, Any] | None, problems: Problems) -> AVSPOConfig | None:
-    """The AVSPO keys of ``algorithm.avspo`` (its ACR keys are allowed and left to :func:`resolve_acr`),
-    merged over their preset and validated; None with the messages in ``problems`` if any is bad."""
-    example = f"{SECTION}.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
-    given = problems.check(given_settings, mapping, SECTION, AVSPO_KEYS, problems, example=example)
+def misplaced_acr_key_problem(key: str, section: str = SECTION, acr_section: str = ACR_SECTION) -> str:
+    """The message for ACR's ``key`` (``tau``, ``reward_range``, ``alert``) set in AVSPO's ``section``."""
+    return (
+        f"{section}.{key} is not an AVSPO setting: ACR's settings apply to every estimator and have a section of "
+        f"their own; set {acr_section}.{key} instead."
+    )
+
+
+def _misplaced_acr_keys(mapping: Any, section: str, acr_section: str) -> list[str]:
+    """:func:`misplaced_acr_key_problem` for each ACR key in ``mapping``."""
+    if not isinstance(mapping, Mapping):
+        return []
+    return [misplaced_acr_key_problem(key, section, acr_section) for key in ACR_KEYS if key in mapping]
+
+
+def _resolve_avspo(
+    mapping: Mapping[str, Any] | None, problems: Problems, section: str = SECTION, acr_section: str = ACR_SECTION
+) -> AVSPOConfig | None:
+    """The keys of ``algorithm.avspo`` merged over their preset and validated; None with the messages in
+    ``problems`` if any is bad. ``section`` and ``acr_section`` name AVSPO's and ACR's settings in the
+    messages, as the host's user spells them."""
+    example = f"{section}.preset={mapping if isinstance(mapping, str) and mapping in PRESETS else 'paper'}"
+    problems.messages.extend(_misplaced_acr_keys(mapping, section, acr_section))
+    if isinstance(mapping, Mapping):
+        mapping = {key: value for key, value in mapping.items() if key not in ACR_KEYS}
+    given = problems.check(given_settings, mapping, section, AVSPO_KEYS, problems, example=example)
     if given is None:
         return None
-    given = {key: value for key, value in given.items() if key not in ACR_KEYS}
-    preset = problems.check(_choice, "preset", given.get("preset", "paper"), tuple(PRESETS))
+    preset = problems.check(choice, f"{section}.preset", given.get("preset", "paper"), tuple(PRESETS))
     preset_values = {**asdict(AVSPOConfig()), **PRESETS.get(preset, {})}
     values = {**preset_values, **given, "preset": preset}
     check = problems.check
 
-    values["strategy"] = check(_choice, "strategy", values["strategy"], STRATEGIES)
-    values["gap"] = check(_number, "gap", values["gap"], 0.0, 1.0, low_open=True)
-    values["apply_to"] = check(_choice, "apply_to", values["apply_to"], APPLY_TO)
-    values["k"] = check(_k, "k", values["k"])
-    values["alpha"] = check(_number, "alpha", values["alpha"], 0.0, math.inf, low_open=True)
-    values["acr_signal"] = check(_choice, "acr_signal", values["acr_signal"], ACR_SIGNALS)
-    values["trigger_scope"] = check(_choice, "trigger_scope", values["trigger_scope"], TRIGGER_SCOPES)
-    values["ema_beta"] = check(_number, "ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
-    values["adaptive_threshold"] = check(_boolean, "adaptive_threshold", values["adaptive_threshold"])
-    values["threshold_init"] = check(_number, "threshold_init", values["threshold_init"], 0.0, 1.0)
-    values["eta"] = check(_number, "eta", values["eta"], 0.0, 1.0)
-    values["threshold_bounds"] = check(_threshold_bounds, "threshold_bounds", values["threshold_bounds"])
-    values["seed"] = check(_integer, "seed", values["seed"], 0, MAX_SEED)
-    values["epsilon"] = check(_number, "epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
-    values["prior"] = check(_choice, "prior", values["prior"], PRIORS)
-    values["baseline"] = check(_choice, "baseline", values["baseline"], BASELINES)
+    values["strategy"] = check(choice, f"{section}.strategy", values["strategy"], STRATEGIES)
+    values["gap"] = check(number, f"{section}.gap", values["gap"], 0.0, 1.0, low_open=True)
+    values["apply_to"] = check(choice, f"{section}.apply_to", values["apply_to"], APPLY_TO)
+    values["k"] = check(_k, f"{section}.k", values["k"])
+    values["alpha"] = check(number, f"{section}.alpha", values["alpha"], 0.0, math.inf, low_open=True)
+    values["acr_signal"] = check(choice, f"{section}.acr_signal", values["acr_signal"], ACR_SIGNALS)
+    values["trigger_scope"] = check(choice, f"{section}.trigger_scope", values["trigger_scope"], TRIGGER_SCOPES)
+    values["ema_beta"] = check(number, f"{section}.ema_beta", values["ema_beta"], 0.0, 1.0, high_open=True)
+    values["adaptive_threshold"] = check(boolean, f"{section}.adaptive_threshold", values["adaptive_threshold"])
+    values["threshold_init"] = check(number, f"{section}.threshold_init", values["threshold_init"], 0.0, 1.0)
+    values["eta"] = check(number, f"{section}.eta", values["eta"], 0.0, 1.0)
+    values["threshold_bounds"] = check(_threshold_bounds, f"{section}.threshold_bounds", values["threshold_bounds"])
+    values["seed"] = check(integer, f"{section}.seed", values["seed"], 0, MAX_SEED)
+    values["epsilon"] = check(number, f"{section}.epsilon", values["epsilon"], 0.0, 1.0, low_open=True)
+    values["prior"] = check(choice, f"{section}.prior", values["prior"], PRIORS)
+    values["baseline"] = check(choice, f"{section}.baseline", values["baseline"], BASELINES)
     values["prior_strength_max"] = check(
-        _number, "prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
+        number, f"{section}.prior_strength_max", values["prior_strength_max"], 0.0, math.inf, low_open=True
     )
     # Bounded so that the weighted advantages stay far inside float32 (3.4e38 overflows at step 1).
-    values["correct_weight"] = check(_number, "correct_weight", values["correct_weight"], 0.0, 1e6)
+    values["correct_weight"] = check(number, f"{section}.correct_weight", values["correct_weight"], 0.0, 1e6)
     bounds, init = values["threshold_bounds"], values["threshold_init"]
     if values["adaptive_threshold"] and None not in (bounds, init) and not bounds[0] <= init <= bounds[1]:
         within = f"with adaptive_threshold=true it must lie within threshold_bounds {list(bounds)}"
-        check(_fail, "threshold_init", init, within)
+        check(fail, f"{section}.threshold_init", init, within)
     if values["strategy"] is not None:
-        _check_strategy_keys(values["strategy"], given, preset_values, problems)
+        _check_strategy_keys(values["strategy"], given, preset_values, problems, section)
     return None if problems.messages else AVSPOConfig(**values)
 
 
-def resolve_avspo(mapping: Mapping[str, Any] | None = None) -> AVSPOConfig:
+def resolve_avspo(
+    mapping: Mapping[str, Any] | None = None, *, section: str = SECTION, acr_section: str = ACR_SECTION
+) -> AVSPOConfig:
     """The estimator's settings of ``algorithm.avspo``: ``preset`` defaults with the keys given beside
-    it, every value validated. ACR keys found there (an earlier release's place) are left to :func:`resolve_acr`.
+    it, every value validated. ``section`` and ``acr_section`` name AVSPO's and ACR's settings in the
+    messages as the host's user spells them (OpenRLHF: ``--avspo``, ``--acr``); an ACR key given here is
+    refused with the key to set instead.
 
     Raises:
         SettingsError (a ValueError): one message per bad key, each naming the key, the value and
         what is allowed.
     """
     problems = Problems()
-    avspo = _resolve_avspo(mapping, problems)
+    avspo = _resolve_avspo(mapping, problems, section, acr_section)
     problems.raise_any()
     return avspo
 
 
 def resolve_settings(mapping: Mapping[str, Any] | None = None) -> tuple[AVSPOConfig, ACRConfig]:
     """Both configs from one flat mapping that holds the AVSPO keys and ACR's ``tau``,
-    ``reward_range`` and ``alert`` side by side (a notebook's dict; OpenRLHF's ``--avspo.*``).
-    verl's config, where ACR has a section of its own, is read by :func:`resolve_run_settings`.
+    ``reward_range`` and ``alert`` side by side (a notebook's dict); messages name each key in its
+    section of verl's config. verl's config itself is read by :func:`resolve_run_settings`.
 
     Raises:
         SettingsError: every bad key of both, at once.
     """
     problems = Problems()
-    avspo = _resolve_avspo(mapping, problems)
-    acr_keys = {k: v for k, v in mapping.items() if k in ACR_KEYS} if isinstance(mapping, Mapping) else None
-    acr = problems.check(resolve_acr, acr_keys, section=SECTION)
+    flat = isinstance(mapping, Mapping)
+    avspo = _resolve_avspo({k: v for k, v in mapping.items() if k not in ACR_KEYS} if flat else mapping, problems)
+    acr = problems.check(resolve_acr, {k: v for k, v in mapping.items() if k in ACR_KEYS} if flat else None)
     problems.raise_any()
     return avspo, acr
 
@@ -309,7 +325,7 @@ class RunSettings:
     estimator: str
     """``algorithm.adv_estimator``."""
     acr: ACRConfig
-    """``algorithm.acr`` (with any ACR key still given under ``algorithm.avspo``)."""
+    """``algorithm.acr``."""
     avspo: AVSPOConfig | None
     """``algorithm.avspo``; None unless the estimator is ``avspo``."""
 
@@ -318,8 +334,8 @@ def resolve_run_settings(algorithm: Mapping[str, Any] | None, estimator: str | N
     """Read verl's ``config.algorithm``: ``acr`` for every estimator, ``avspo`` for ``avspo`` only.
 
     ``estimator`` overrides ``algorithm.adv_estimator`` (the ``avspo`` estimator knows its name).
-    AVSPO keys set with another estimator are refused, because they would do nothing; ACR keys still
-    found under ``algorithm.avspo`` are read with a FutureWarning naming ``algorithm.acr``.
+    AVSPO keys set with another estimator are refused, because they would do nothing, and so are ACR's
+    keys under ``algorithm.avspo`` (the message names their ``algorithm.acr`` key).
 
     Raises:
         SettingsError: every bad key, at once.
@@ -328,11 +344,12 @@ def resolve_run_settings(algorithm: Mapping[str, Any] | None, estimator: str | N
     estimator = str(estimator or algorithm.get("adv_estimator", None) or "avspo")
     raw = algorithm.get("avspo", None)
     problems = Problems()
-    acr = problems.check(resolve_acr, algorithm.get("acr", None), legacy=raw)
+    acr = problems.check(resolve_acr, algorithm.get("acr", None))
     avspo = None
     if estimator == "avspo":
         avspo = _resolve_avspo(raw, problems)
     elif isinstance(raw, Mapping):
+        problems.messages.extend(_misplaced_acr_keys(raw, SECTION, ACR_SECTION))
         unused = sorted(str(k) for k, v in raw.items() if v is not None and k not in ACR_KEYS)
         if unused:
             problems.messages.append(

@@ -32,7 +32,7 @@ import torch
 
 from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.advantage import AdvantageOutput, compute_avspo_outcome_advantage, response_scores
-from verl_avspo.core.alert import ADVICE, StagnationMonitor
+from verl_avspo.core.alert import NEUTRAL_ADVICE, StagnationMonitor
 from verl_avspo.core.baseline_settings import DCPOConfig
 from verl_avspo.core.collapse import (
     DroppedGroups,
@@ -64,14 +64,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# 4: {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative"}.
-# 3: without "rollouts_cumulative" (a resumed run counts its rollouts from the resume).
-# 2: {"version", "controller", "stagnation", "dcpo"}. Version 1 (no "version" key) had the same three
-# entries. All three load (an older state has no prompt history: it starts empty).
+# {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative"};
+# a state of any other version is refused (versions 1-3 were layouts of unreleased builds).
 STATE_VERSION = 4
 # The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
-# OpenRLHF keeps it in DeepSpeed's client states instead). The name predates all but AVSPO's controller;
-# kept so that earlier checkpoints resume.
+# OpenRLHF keeps it in DeepSpeed's client states instead).
 STATE_FILE = "avspo_state.pt"
 
 
@@ -132,16 +129,22 @@ def read_state(path: str | os.PathLike, *, within: str | None = None) -> dict[st
 
 
 def check_state_version(state: dict[str, Any]) -> int:
-    """The version of a saved run state (see :data:`STATE_VERSION`).
+    """The version of a saved run state, :data:`STATE_VERSION`.
 
     Raises:
-        ValueError: a state of a newer release, which this one would misread.
+        ValueError: a state of another version (a newer release's, or an unreleased build's), which this
+            one would misread.
     """
-    version = int(state.get("version", 1))
-    if version > STATE_VERSION:
-        raise ValueError(
-            f"the run state has version {version}, newer than this verl-avspo reads ({STATE_VERSION}): "
+    version = state.get("version")
+    if version != STATE_VERSION:
+        fix = (
             "upgrade verl-avspo to read it"
+            if isinstance(version, int) and version > STATE_VERSION
+            else "resume from a checkpoint this verl-avspo wrote, or move the state away to resume with the AVSPO "
+            "threshold, the stall streak and the prompt history started afresh"
+        )
+        raise ValueError(
+            f"the run state has version {version}, and this verl-avspo reads version {STATE_VERSION} only: {fix}"
         )
     return version
 
@@ -161,9 +164,9 @@ class RunTracker:
         avspo: AVSPO's settings when the run's estimator is avspo (it then owns AVSPO's controller).
         dcpo: DCPO's settings when the run's estimator is dcpo (it then owns DCPO's reward history).
         norm_adv_by_std: DCPO's standardisation (verl's ``norm_adv_by_std_in_grpo``).
-        rule_setting: how the host's user names the alert rule, for the stall warning
-            (``algorithm.acr.alert.rule`` in verl, ``--acr.alert.rule`` in OpenRLHF).
-        advice: what the stall warning advises, in the host's settings.
+        acr_section: how the host's user names ACR's settings (``algorithm.acr`` in verl, ``--acr`` in
+            OpenRLHF), for the stall warning's rule and the reward range warning; the default names no host.
+        advice: what the stall warning advises, in the host's settings (``core.alert.stall_advice``).
         prompt_skip: the pre-rollout skip rule's settings (``core.prompt_skip``); skipping is on when
             they are given with ``enable``.
     """
@@ -174,8 +177,8 @@ class RunTracker:
         avspo: AVSPOConfig | None = None,
         dcpo: DCPOConfig | None = None,
         norm_adv_by_std: bool = True,
-        rule_setting: str = "algorithm.acr.alert.rule",
-        advice: str = ADVICE,
+        acr_section: str = "acr",
+        advice: str = NEUTRAL_ADVICE,
         prompt_skip: PromptSkipConfig | None = None,
     ):
         self.acr = acr
@@ -187,7 +190,7 @@ class RunTracker:
         self.dcpo_history = (
             PromptRewardHistory(epsilon=dcpo.epsilon, norm_adv_by_std=norm_adv_by_std) if dcpo is not None else None
         )
-        self.rule_setting = rule_setting
+        self.acr_section = acr_section
         self.advice = advice
         self.prompt_history = PromptHistory()
         self.set_prompt_skip(prompt_skip)
@@ -229,6 +232,7 @@ class RunTracker:
                 self.controller,
                 norm_adv_by_std,
                 measured=measured,
+                acr_section=self.acr_section,
             )
         if measured is None:  # no host measured this step: the estimator's batch is the step's
             self.measurement = output.measurement
@@ -369,7 +373,7 @@ class RunTracker:
                 }
             )
         if newly_stalled:
-            rule = f"{self.rule_setting}={self.acr.alert.rule}"
+            rule = f"{self.acr_section}.alert.rule={self.acr.alert.rule}"
             logger.warning(self.alert.message(step, rule_setting=rule, advice=self.advice))
         return newly_stalled
 
@@ -423,10 +427,10 @@ class RunTracker:
         return True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (any version up to :data:`STATE_VERSION`).
+        """Restore :meth:`state_dict` (of :data:`STATE_VERSION`).
 
         Raises:
-            ValueError: a state of a newer version, or AVSPO state saved with other settings.
+            ValueError: a state of another version, or AVSPO state saved with other settings.
         """
         check_state_version(state)
         if self.controller is not None and state.get("controller") is not None:
@@ -435,17 +439,15 @@ class RunTracker:
             logger.warning("the saved run state holds no AVSPO controller: the adaptive threshold starts afresh")
         if self.dcpo_history is not None:
             self._load_dcpo(state.get("dcpo"))
-        if state.get("stagnation") is not None:
-            self.alert.load_state_dict(state["stagnation"])
-        if state.get("prompt_history") is not None:
-            self.prompt_history.load_state_dict(state["prompt_history"])
-        if state.get("rollouts_cumulative") is not None:
+        self.alert.load_state_dict(state["stagnation"])
+        self.prompt_history.load_state_dict(state["prompt_history"])
+        if state["rollouts_cumulative"] is not None:  # None: a run that counts no rollouts
             self.rollouts_cumulative = int(state["rollouts_cumulative"])
         if self.skipper is not None and state.get("prompt_skip") is not None:
             self.skipper.load_state_dict(state["prompt_skip"])
         elif self.skipper is not None:
             logger.warning(
-                "the saved run state holds no prompt skip rule (saved with skipping off or by an older release): "
+                "the saved run state holds no prompt skip rule (saved with skipping off): "
                 "its exploration probabilities and generator start afresh"
             )
 
@@ -455,8 +457,7 @@ class RunTracker:
                 "the saved run state holds no DCPO reward history (saved by a run with another estimator?): "
                 "every prompt's next visit counts as its first"
             )
-        elif saved.get("prompt_key", self.dcpo.prompt_key) != self.dcpo.prompt_key:
-            # (A state from before prompt_key was saved is taken to match.)
+        elif saved["prompt_key"] != self.dcpo.prompt_key:
             logger.warning(
                 "the saved DCPO reward history is keyed by %s, this run by algorithm.dcpo.prompt_key=%s: no prompt "
                 "would match, so the history starts fresh (every next visit counts as the first)",

@@ -3,8 +3,6 @@
 - ``python -m verl_avspo.openrlhf <train_ppo_ray arguments> [--avspo.KEY VALUE ...]`` runs
   ``openrlhf.cli.train_ppo_ray`` with the adapter installed in every Ray worker
   (:mod:`verl_avspo.openrlhf.launcher`).
-- :class:`GroupNormAVSPO` is the estimator itself, a stateful callable over (num_prompts, G)
-  rewards, for use by hand.
 - :func:`install` / :func:`worker_setup` put it into OpenRLHF's trainer classes
   (:mod:`verl_avspo.openrlhf.trainer_wrap`), after :func:`check_openrlhf` found what they wrap
   (:mod:`verl_avspo.openrlhf.compat`).
@@ -13,13 +11,11 @@ Importing this package imports neither OpenRLHF nor Ray.
 """
 
 from verl_avspo.openrlhf.compat import CHECKED_VERSIONS, SUPPORTED_VERSIONS, OpenRLHFIncompatibleError, check_openrlhf
-from verl_avspo.openrlhf.group_norm import GroupNormAVSPO
 from verl_avspo.openrlhf.trainer_wrap import install, worker_setup
 
 __all__ = [
     "CHECKED_VERSIONS",
     "SUPPORTED_VERSIONS",
-    "GroupNormAVSPO",
     "OpenRLHFIncompatibleError",
     "check_openrlhf",
     "install",

@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
-from verl_avspo.core.alert import HOST_ADVICE
+from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.collapse import DroppedGroups
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
 from verl_avspo.core.prompt_history import prompt_key
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.run_tracker import RunTracker
-from verl_avspo.core.validation import Problems, SettingsError
+from verl_avspo.core.validation import Problems
 
 __all__ = [
     "SETTINGS_ENV",
@@ -36,7 +36,6 @@ __all__ = [
     "AdvantageStep",
     "group_index",
     "resolve_flags",
-    "run_state",
     "settings_from_env",
     "acr_settings_from_env",
 ]
@@ -57,7 +56,10 @@ AVSPO_ESTIMATORS = {"group_norm": True, "dr_grpo": False}
 # gets all-zero advantages. (reinforce_baseline also has one, but OpenRLHF then whitens the whole
 # batch, which shifts every advantage: its acr/effective would be meaningless and is not logged.)
 _GROUP_BASELINES = ("rloo", "group_norm", "dr_grpo")
-OPENRLHF_ADVICE = HOST_ADVICE["openrlhf"]
+# What the stall alert advises, in OpenRLHF's flags.
+OPENRLHF_ADVICE = stall_advice(
+    "--rollout.temperature", "--rollout.n_samples_per_prompt", "--algo.advantage.estimator avspo"
+)
 
 
 def _json_object_from_env(name: str, what: str) -> dict[str, Any] | None:
@@ -91,39 +93,27 @@ def prompt_skip_from_env() -> PromptSkipConfig | None:
 
 
 def resolve_flags(
-    avspo: Mapping[str, Any] | None, acr: Mapping[str, Any] | None, legacy: Mapping[str, Any] | None = None
+    avspo: Mapping[str, Any] | None, acr: Mapping[str, Any] | None
 ) -> tuple[AVSPOConfig | None, ACRConfig]:
     """The run's settings from the ``--avspo.*`` and ``--acr.*`` flags: AVSPO's only when ``avspo``
-    is given (a run without AVSPO builds none), ACR's always. ACR keys still given as ``--avspo.*``
-    (``legacy``, or found in ``avspo``) are read with a FutureWarning that names the ``--acr.`` flag.
+    is given (a run without AVSPO builds none), ACR's always. An ACR key given as ``--avspo.*`` is
+    refused with its ``--acr.`` flag.
 
     Raises:
         SettingsError: every bad flag at once, each named as the user typed it.
     """
-    legacy = {**{k: v for k, v in (avspo or {}).items() if k in ACR_KEYS}, **(legacy or {})}
     problems = Problems()
-    acr_config = problems.check(resolve_acr, acr, section=ACR_FLAGS, legacy=legacy, legacy_section=AVSPO_FLAGS)
+    acr_config = problems.check(resolve_acr, acr, section=ACR_FLAGS)
     avspo_config = None
     if avspo is not None:
-        avspo_config = problems.check(resolve_avspo, {k: v for k, v in avspo.items() if k not in ACR_KEYS})
-    if problems.messages:
-        raise SettingsError([message.replace("algorithm.avspo", AVSPO_FLAGS) for message in problems.messages])
+        avspo_config = problems.check(resolve_avspo, avspo, section=AVSPO_FLAGS, acr_section=ACR_FLAGS)
+    problems.raise_any()
     return avspo_config, acr_config
 
 
 def group_index(num_groups: int, group_size: int) -> np.ndarray:
     """(num_groups * group_size,) group labels of rewards laid out one prompt per row."""
     return np.arange(num_groups).repeat(group_size)
-
-
-def run_state(saved: Mapping[str, Any] | None, stagnation: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A checkpoint's run state as :meth:`RunTracker.load_state_dict` reads it. Earlier releases saved
-    a bare AVSPO controller state (``client_states["verl_avspo"]``, or ``GroupNormAVSPO.state_dict()``)
-    and the alert's state apart (``client_states["verl_avspo_stagnation"]``): those become
-    ``{"controller": ..., "stagnation": ...}``."""
-    if saved is not None and "version" in saved:
-        return dict(saved)
-    return {"controller": saved, "stagnation": stagnation}
 
 
 def _prompt_order(experiences: list) -> tuple[torch.Tensor, list[int]]:
@@ -162,7 +152,7 @@ class AdvantageStep:
         self.tracker = RunTracker(
             acr,
             avspo,
-            rule_setting=f"{ACR_FLAGS}.alert.rule",
+            acr_section=ACR_FLAGS,
             advice=OPENRLHF_ADVICE,
             prompt_skip=prompt_skip_from_env(),
         )

@@ -6,9 +6,7 @@ for ACR's (the keys of docs/configuration.md). AVSPO computes the advantages whe
 checks), or when ``--avspo.*`` keys are given with ``group_norm`` or ``dr_grpo`` (the latter without
 the std division); ``--avspo.*`` keys with another estimator are refused. Without AVSPO, OpenRLHF's
 own estimator runs and only the ``acr/*`` metrics and the stall alert are added. ``--acr.*`` applies to
-every estimator; the earlier spellings ``--avspo.tau``, ``--avspo.reward_range`` and ``--avspo.alert.*``
-still work, with a FutureWarning naming the ``--acr.`` flag. The older flat spelling
-``--advantage_estimator`` is accepted and rewritten.
+every estimator.
 
 The adapter must be installed where OpenRLHF computes advantages, i.e. inside its Ray actors. The
 launcher therefore adds a ``worker_process_setup_hook`` and the settings to the runtime_env of the
@@ -22,11 +20,10 @@ import json
 import os
 import runpy
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig
+from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.config import PRESETS
 from verl_avspo.core.prompt_skip import SkipSpelling, resolve_prompt_skip, skip_problems
 from verl_avspo.core.validation import SettingsError
@@ -47,7 +44,6 @@ __all__ = ["WORKER_SETUP_HOOK", "choose_estimator", "runtime_env_hook", "main"]
 
 WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
-_LEGACY_ESTIMATOR_FLAG = "--advantage_estimator"
 _ASYNC_FLAG = "--train.async_enable"
 _GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
 # The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
@@ -77,7 +73,7 @@ USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arg
                                    (and acr/effective for rloo, group_norm, dr_grpo) in its logged metrics
   --acr.tau 1e-6, --acr.reward_range 0 1
                                    any algorithm.acr key: the collapse test and the verifier's range, for
-                                   every estimator (earlier spelling: --avspo.tau, --avspo.reward_range)
+                                   every estimator
   --acr.alert.rule acr|all_wrong|acr_no_gain, --acr.alert.window 50, --acr.alert.threshold 0.35,
   --acr.alert.action warn|stop     the stall alert (acr/stalled), with or without AVSPO; stop checkpoints
                                    the stalled step and ends the run (synchronous trainer only)
@@ -99,7 +95,7 @@ def choose_estimator(argv: Sequence[str], settings: dict[str, Any]) -> tuple[lis
     position, estimator = None, None
     for i, token in enumerate(argv):
         flag, has_value, inline = token.partition("=")
-        if flag == _LEGACY_ESTIMATOR_FLAG or _names(flag, _ESTIMATOR_FLAG):
+        if _names(flag, _ESTIMATOR_FLAG):
             if has_value:
                 position, estimator = i, inline
                 argv[i] = f"{_ESTIMATOR_FLAG}={inline}"
@@ -218,27 +214,20 @@ def runtime_env_hook(
 
 def resolve_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, Any] | None, dict[str, Any]]:
     """OpenRLHF's arguments, the AVSPO settings (None: no AVSPO) and the ``--acr.*`` settings the
-    workers get, every value checked. ACR keys given as ``--avspo.*`` move to the ACR settings with a
-    FutureWarning naming their ``--acr.`` flag.
+    workers get, every value checked.
 
     Raises:
         UsageError: every problem of the command line, with the fix.
     """
     rest, avspo, acr = split_settings_arguments(argv)
-    legacy = {key: avspo.pop(key) for key in ACR_KEYS if key in avspo}
     rest, avspo = choose_estimator(rest, avspo)
     avspo = None if avspo is None else _with_openrlhf_epsilon(avspo)
-    caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            _, acr_config = resolve_flags(avspo, acr, legacy)
+        _, acr_config = resolve_flags(avspo, acr)
     except SettingsError as error:
         raise UsageError(str(error)) from None
-    finally:  # an old flag's FutureWarning, shown as the command's rather than a source line's
-        for warning in caught:
-            warnings.warn_explicit(warning.message, warning.category, "python -m verl_avspo.openrlhf", 0)
     _check_alert_stop(rest, acr_config)
-    return rest, avspo, {**legacy, **acr}
+    return rest, avspo, acr
 
 
 def check_prompt_skip(argv: Sequence[str], prompt_skip: dict[str, Any] | None) -> bool:

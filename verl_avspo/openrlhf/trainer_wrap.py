@@ -54,7 +54,6 @@ from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
     AdvantageStep,
     acr_settings_from_env,
-    run_state,
     settings_from_env,
 )
 from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
@@ -66,12 +65,10 @@ logger = logging.getLogger(__name__)
 # A name OpenRLHF's group if/elif and its batch whitening do not match: rewards pass unchanged.
 _PASS_THROUGH = "avspo"
 _TRIGGER_MODULE = "openrlhf.trainer.ppo_trainer"
-# The checkpoint client state that holds the run tracker's state; earlier releases kept the alert's
-# apart, under _LEGACY_ALERT_KEY, and AVSPO's controller alone under STATE_KEY.
+# The checkpoint client state that holds the run tracker's state.
 STATE_KEY = "verl_avspo"
 # DeepSpeed's file of a checkpoint's client states (in --ckpt.path/_actor/global_step<N>/).
 CLIENT_STATES_FILE = "mp_rank_00_model_states.pt"
-_LEGACY_ALERT_KEY = "verl_avspo_stagnation"
 _STEP = "_verl_avspo_step"
 _DROPPED = "_verl_avspo_dropped"
 _RECORDED = "_verl_avspo_rewards"
@@ -347,13 +344,26 @@ def _save_logs_and_checkpoints(original: Callable) -> Callable:
     return save_logs_and_checkpoints
 
 
+def _load_run_state(tracker, saved: dict[str, Any] | None) -> None:
+    """Restore the run tracker from a resumed checkpoint's client state ``saved`` (None: the run that wrote
+    it trained without verl-avspo, and the tracker starts afresh, with a warning)."""
+    if saved is None:
+        logger.warning(
+            "the resumed checkpoint holds no %r client state (written by a run without verl-avspo?): the AVSPO "
+            "threshold, the stall streak and the prompt history start afresh",
+            STATE_KEY,
+        )
+        return
+    tracker.load_state_dict(saved)
+
+
 def _init_checkpoint_states(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_checkpoint_states(self, *rest, **kwargs):
         states = original(self, *rest, **kwargs)
         tracker = _advantage_step(self.experience_maker).tracker
         if states.get("global_step", 0) > 0:  # a resume (a fresh run's states are OpenRLHF's defaults)
-            tracker.load_state_dict(run_state(states.get(STATE_KEY), states.get(_LEGACY_ALERT_KEY)))
+            _load_run_state(tracker, states.get(STATE_KEY))
         generator = getattr(self, "samples_generator", None)  # the synchronous trainer's, in this actor
         if generator is not None:
             setattr(generator, _TRACKER, tracker)  # the skip rule decides from this run's history

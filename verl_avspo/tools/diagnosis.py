@@ -18,7 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from verl_avspo.core.alert import ALERT_SIGNALS, HOST_ADVICE, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
+from verl_avspo.core.alert import (
+    ALERT_SIGNALS,
+    REWARD_KEY,
+    describe_rule,
+    stall_advice,
+    stalled_steps,
+    stalled_windows,
+)
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.hosts import HOSTS, framework_of
 from verl_avspo.tools.signals import Cause, CollapseRate, Trend, causes, collapse_rate, per_step, trend
@@ -168,7 +175,7 @@ def diagnose(name: str, frame: pd.DataFrame, alert: AlertConfig | None = None) -
         frame_acr = training.assign(**{"acr/rate": collapse.rate})
         if collapse.all_wrong is not None:
             frame_acr = frame_acr.assign(**{"acr/all_wrong": collapse.all_wrong})
-        advice = _PPO_ADVICE if ppo else HOST_ADVICE.get(framework, HOST_ADVICE["verl"])
+        advice = _PPO_ADVICE if ppo else stall_advice(host["temperature"], host["group"], host["use_avspo"])
         diagnosis.findings.append(_stall_finding(frame_acr, coverage, alert, values, advice, caveat))
         _avspo_findings(diagnosis, training, collapse, host, problems, caveat)
     return diagnosis

@@ -11,13 +11,16 @@ from verl_avspo.tools.log_formats import is_trl_grpo
 __all__ = ["HOSTS", "framework_of"]
 
 # Each framework whose logs are told apart here, as its user reads the findings: how to get our metrics
-# ("how") and AVSPO ("try_avspo") there, and how the settings the findings name are spelled ({} is the value).
+# ("how") and AVSPO ("try_avspo") there, and how the settings the findings name are spelled ({} is the value);
+# "temperature", "group" and "use_avspo" spell the stall advice (core.alert.stall_advice) as the host's adapter does.
 HOSTS = {
     "verl": {
         "label": "verl",
         "how": "log acr/*: train with `python -m verl_avspo.main_ppo algorithm.adv_estimator=grpo ...`, or apply "
         "patches/03-acr-metrics.patch to verl",
         "try_avspo": "try AVSPO on the same setup: algorithm.adv_estimator=avspo",
+        "temperature": "actor_rollout_ref.rollout.temperature",
+        "use_avspo": "algorithm.adv_estimator=avspo",
         "group": "actor_rollout_ref.rollout.n",
         "apply_to": "algorithm.avspo.apply_to={}",
         "threshold_init": "algorithm.avspo.threshold_init",
@@ -32,6 +35,8 @@ HOSTS = {
         "how": "log acr/*: train with `python -m verl_avspo.openrlhf` in place of "
         "`python -m openrlhf.cli.train_ppo_ray` (docs/integration.md section 7)",
         "try_avspo": "try AVSPO on the same setup: --algo.advantage.estimator avspo",
+        "temperature": "--rollout.temperature",
+        "use_avspo": "--algo.advantage.estimator avspo",
         "group": "--rollout.n_samples_per_prompt",
         "apply_to": "--avspo.apply_to {}",
         "threshold_init": "--avspo.threshold_init",
@@ -46,6 +51,8 @@ HOSTS = {
         "how": "log the fraction of groups whose rewards are all equal as acr/rate, and its all-correct and "
         "all-wrong parts as acr/all_correct and acr/all_wrong (docs/diagnostics.md)",
         "try_avspo": "try AVSPO: verl_avspo.core.estimators (docs/method.md)",
+        "temperature": "the generator's temperature",
+        "use_avspo": "the avspo estimator",
         "group": "the group size",
         "apply_to": "apply_to={}",
         "threshold_init": "threshold_init",
@@ -60,6 +67,8 @@ HOSTS = {
         "how": "log acr/* (with the all-correct/all-wrong split and the stall alert): train with "
         "verl_avspo.trl.AVSPOGRPOTrainer in place of trl.GRPOTrainer (docs/trl.md)",
         "try_avspo": "try AVSPO on the same setup: verl_avspo.trl.AVSPOGRPOTrainer(..., estimator='avspo')",
+        "temperature": "GRPOConfig.temperature",
+        "use_avspo": "AVSPOGRPOTrainer(..., estimator='avspo')",
         "group": "GRPOConfig.num_generations",
         "apply_to": "avspo={{'apply_to': '{}'}}",
         "threshold_init": "avspo={'threshold_init': ...}",

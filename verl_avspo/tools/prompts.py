@@ -126,20 +126,13 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
             raise PromptsError(f"no run state {which}under {path}: {_WHERE}. Point at a folder holding one.")
         path = files[-1]
     state = _run_state(path, steps)
-    saved = state.get("prompt_history")
     history = PromptHistory()
-    if saved is not None:
-        history.load_state_dict(saved)
+    history.load_state_dict(state["prompt_history"])
     if not len(history):
-        why = (
-            "was saved by an earlier verl-avspo release, before the per-prompt history"
-            if saved is None
-            else "is empty: the run passed no prompt identity (an estimator without groups, or a batch without "
-            "index/raw_prompt fields)"
-        )
         raise PromptsError(
-            f"the run state {path} has no per-prompt history: it {why}. Train with this release and a group "
-            "estimator (grpo, avspo, ...): every route records the history by default."
+            f"the run state {path} has no per-prompt history: it is empty: the run passed no prompt identity (an "
+            "estimator without groups, or a batch without index/raw_prompt fields). Train with a group estimator "
+            "(grpo, avspo, ...): every route records the history by default."
         )
     return SavedHistory(history, path, _step_of(path))
 

@@ -5,8 +5,8 @@ would fall inside a generation.
 
 Imports neither TRL nor transformers: ``GRPOConfig`` is read by attribute. AVSPO's and ACR's keys are
 validated by the core (``core.config``, ``core.acr_config``); a TRL user passes them as the trainer's
-``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY``
-(:func:`trl_spelling` for the core's messages that name verl's sections).
+``avspo=`` and ``acr=`` arguments, so the messages name them ``avspo.KEY`` and ``acr.KEY`` (the core
+takes the sections' names).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from verl_avspo.core.acr_config import ACR_KEYS, ACRConfig, resolve_acr
-from verl_avspo.core.alert import HOST_ADVICE
+from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.config import AVSPOConfig, resolve_avspo
-from verl_avspo.core.validation import Problems, SettingsError, choice, fail, unknown_key_problem
+from verl_avspo.core.validation import Problems, choice, fail, unknown_key_problem
 from verl_avspo.trl.prompts import TRLPrompts, resolve_trl_prompts
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "TRL_CHOICES",
     "TRLSettings",
     "resolve_trl_settings",
-    "trl_spelling",
 ]
 
 # grpo: TRL's own advantages, with ACR measured; avspo: AVSPO's advantages replace them.
@@ -39,9 +38,12 @@ ESTIMATORS = ("grpo", "avspo")
 # groups AVSPO leaves alone get exactly TRL's advantage (the authors' released code, a fork of TRL's
 # trainer, used the same 1e-4).
 TRL_EPSILON = 1e-4
-TRL_ADVICE = HOST_ADVICE["trl"]
 ACR_SECTION = "acr"
 AVSPO_SECTION = "avspo"
+# What the stall alert advises, in the trainer's arguments.
+TRL_ADVICE = stall_advice(
+    "GRPOConfig.temperature", "GRPOConfig.num_generations", "AVSPOGRPOTrainer(..., estimator='avspo')"
+)
 # The keys avspo= takes: AVSPOConfig's (ACR's tau, reward_range and alert are acr='s here).
 AVSPO_ARGUMENT_KEYS = tuple(f.name for f in fields(AVSPOConfig))
 # The values TRL 1.16's GRPOTrainer accepts for the GRPOConfig options it checks only at the first
@@ -51,11 +53,6 @@ TRL_CHOICES = {
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
 }
-
-
-def trl_spelling(message: str) -> str:
-    """A core message with verl's sections (``algorithm.acr.tau``) spelled as the trainer's arguments (``acr.tau``)."""
-    return message.replace("algorithm.acr", ACR_SECTION).replace("algorithm.avspo", AVSPO_SECTION)
 
 
 @dataclass(frozen=True)
@@ -95,11 +92,7 @@ def _resolve_avspo(avspo: Any, problems: Problems) -> AVSPOConfig | None:
         avspo = {key: value for key, value in avspo.items() if key in AVSPO_ARGUMENT_KEYS}
         if avspo.get("epsilon") is None:
             avspo = {**avspo, "epsilon": TRL_EPSILON}
-    try:
-        return resolve_avspo(avspo)
-    except SettingsError as error:
-        problems.messages += [trl_spelling(message) for message in error.problems]
-        return None
+    return problems.check(resolve_avspo, avspo, section=AVSPO_SECTION, acr_section=ACR_SECTION)
 
 
 def _check_trl_choices(args: Any, problems: Problems) -> bool:

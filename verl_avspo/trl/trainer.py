@@ -38,11 +38,9 @@ them is refused at the first step.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -70,7 +68,7 @@ from verl_avspo.trl.prompts import (
     select_groups,
 )
 from verl_avspo.trl.rewards import check_finite, checked_reward_funcs
-from verl_avspo.trl.settings import ACR_SECTION, AVSPO_SECTION, TRL_ADVICE, resolve_trl_settings, trl_spelling
+from verl_avspo.trl.settings import ACR_SECTION, AVSPO_SECTION, TRL_ADVICE, resolve_trl_settings
 
 __all__ = ["TESTED_TRL", "STATE_FILE", "ACRTrainerMixin", "AVSPOGRPOTrainer"]
 
@@ -107,17 +105,6 @@ class _StopAfterStall(TrainerCallback):
                 os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"),
             )
         return control
-
-
-@contextlib.contextmanager
-def _trl_spelled_warnings() -> Iterator[None]:
-    """The core's warnings, re-issued with the trainer's spelling of the settings (``acr.reward_range``,
-    not verl's ``algorithm.acr.reward_range``)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for warning in caught:
-        warnings.warn(trl_spelling(str(warning.message)), warning.category, stacklevel=3)
 
 
 class _TRLRunTracker(RunTracker):
@@ -202,7 +189,7 @@ class ACRTrainerMixin:
         self.tracker = _TRLRunTracker(
             settings.acr,
             settings.avspo,
-            rule_setting=f"{ACR_SECTION}.alert.rule",
+            acr_section=ACR_SECTION,
             advice=TRL_ADVICE,
             prompt_skip=settings.prompts.skip,
             prompts_key=settings.prompts.key,
@@ -317,10 +304,9 @@ class ACRTrainerMixin:
         """(num_rows,) AVSPO advantages of the gathered batch: 0 for unscorable rows and for groups left
         with one scorable row (no baseline: TRL's NaN std gives them 0 too)."""
         kept = scores[scorable].unsqueeze(1)
-        with _trl_spelled_warnings():  # scores outside acr.reward_range
-            output = self.tracker.avspo_advantages(
-                kept, torch.ones_like(kept), index, norm_adv_by_std=self.avspo_settings.norm_adv_by_std
-            )
+        output = self.tracker.avspo_advantages(
+            kept, torch.ones_like(kept), index, norm_adv_by_std=self.avspo_settings.norm_adv_by_std
+        )
         alone = output.stats.count[output.stats.ids] < 2
         advantages = torch.zeros_like(scores)
         advantages[scorable] = output.scalar_advantages.masked_fill(alone, 0.0).to(scores.dtype)

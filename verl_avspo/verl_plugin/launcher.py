@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
-from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, unknown_key_problem
+from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, misplaced_acr_key_problem, unknown_key_problem
 from verl_avspo.core.prompt_skip import FIELDS as PROMPT_SKIP_KEYS
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
@@ -179,7 +179,6 @@ _DECLARED = {
     "algorithm.acr": ACR_KEYS,
     "algorithm.acr.alert": ALERT_KEYS,
     "algorithm.avspo": AVSPO_KEYS,
-    "algorithm.avspo.alert": ALERT_KEYS,  # the earlier spelling of algorithm.acr.alert
     PROMPTS_SECTION: PROMPTS_KEYS,
     SKIP_SECTION: PROMPT_SKIP_KEYS,
 }
@@ -193,7 +192,11 @@ def _undeclared_key_problem(key: str) -> str | None:
         section = ".".join(parts[:depth])
         if section in _DECLARED:
             name = parts[depth]
-            return None if name in _DECLARED[section] else unknown_key_problem(f"{section}.{name}", _DECLARED[section])
+            if name in _DECLARED[section]:
+                return None
+            if section == "algorithm.avspo" and name in ACR_KEYS:
+                return misplaced_acr_key_problem(name)
+            return unknown_key_problem(f"{section}.{name}", _DECLARED[section])
     return None
 
 

@@ -25,15 +25,22 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from verl_avspo.core.acr_config import ACR_SECTION
+from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
 from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
 
-__all__ = ["run_settings", "run_dcpo_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
+__all__ = ["VERL_ADVICE", "run_settings", "run_dcpo_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
+
+# What the stall alert advises, in verl's settings.
+VERL_ADVICE = stall_advice(
+    "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.n", "algorithm.adv_estimator=avspo"
+)
 
 # The tracker of the trainer whose advantage stage is running (advantage_stage).
 _stage: contextvars.ContextVar[RunTracker | None] = contextvars.ContextVar("verl_avspo_stage", default=None)
@@ -78,7 +85,15 @@ def start_run(algorithm_config: Any) -> RunTracker:
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
     dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
     skip = resolve_prompts(algorithm_config).skip
-    return RunTracker(settings.acr, settings.avspo, dcpo, norm_adv_by_std, prompt_skip=skip)
+    return RunTracker(
+        settings.acr,
+        settings.avspo,
+        dcpo,
+        norm_adv_by_std,
+        acr_section=ACR_SECTION,
+        advice=VERL_ADVICE,
+        prompt_skip=skip,
+    )
 
 
 @contextlib.contextmanager
