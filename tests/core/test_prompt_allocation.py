@@ -113,6 +113,13 @@ def test_a_short_budget_drops_pilots_first_then_the_lowest_variance():
     assert one_pilot.pilot.tolist() == (one_pilot.rollouts == 2).tolist()
 
 
+def test_no_budget_rolls_out_nothing_and_a_keep_of_the_wrong_length_is_refused():
+    allocator = PromptAllocator(PromptAllocationConfig())
+    assert allocator.allocate(range(3), history_of([0.0, 0.5, np.nan]), G, budget=0).rollouts.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"3 keys, keep of shape \(2,\).*one keep flag per key"):
+        allocator.allocate(range(3), PromptHistory(), G, keep=[True, False])
+
+
 def test_ties_in_the_drop_order_are_broken_at_random():
     # 16 never-seen prompts, room for 8 full groups: which 8 changes from step to step.
     allocator = PromptAllocator(PromptAllocationConfig())

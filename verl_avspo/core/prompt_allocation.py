@@ -197,6 +197,11 @@ class PromptAllocator:
         n = len(records.seen)
         budget = int(math.floor(config.budget_share * n * group_size)) if budget is None else int(budget)
         kept = torch.ones(n, dtype=torch.bool) if keep is None else torch.as_tensor(keep, dtype=torch.bool).clone()
+        if kept.shape != (n,) or budget < 0:
+            raise ValueError(
+                f"PromptAllocator.allocate: {n} keys, keep of shape {tuple(kept.shape)} and budget={budget}: give one "
+                "keep flag per key (the skip rule's decision, or None to keep all) and a budget of 0 or more rollouts"
+            )
         streak = torch.from_numpy(records.collapse_streak.astype("int64"))
         rate = torch.from_numpy(records.last_pass_rate.astype("float64"))  # NaN where unseen
         seen = torch.from_numpy(records.seen)
