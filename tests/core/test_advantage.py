@@ -1,10 +1,13 @@
 """The AVSPO advantage (docs/method.md §3-§5): closed forms, signs, isolation, K, threshold, state, presets,
-and exact equivalence with verl's own ``compute_grpo_outcome_advantage``."""
+and exact equivalence with verl's own ``compute_grpo_outcome_advantage``; groups of unequal size (§9: sizes
+1, 2, 4, 8 and 12 in one batch, an extended pilot, a dropped pilot) against a plain per-group reference,
+for GRPO and for AVSPO's virtual rewards."""
 
 import dataclasses
 import io
 import math
 import re
+import statistics
 
 import pytest
 import torch
@@ -305,6 +308,116 @@ def test_adaptive_k_is_used_per_group():
     out = avspo(scores, group_uids([8, 4, 4, 2]))
     assert out.virtual_k.tolist() == [7, 4, 4, 0]
     assert out.metrics["avspo/virtual_k"] == pytest.approx(5.0)
+
+
+# --- groups of unequal size (docs/method.md §9) ----------------------------------------------------
+
+RAGGED_SIZES = [1, 2, 4, 8, 12]
+
+
+def reference_advantages(groups, norm=True, signal=None, gap=0.1, alpha=0.5, epsilon=1e-6):
+    """docs/method.md §1, §3 and §9 by hand, one group at a time: each group's own mean and unbiased std over
+    its n rewards (a singleton: mean 0, std 1); with ``signal`` (AVSPO triggered, stratified, adaptive K), a
+    collapsed group of n >= 2 also counts K = max(1, min(n, ceil(n signal^alpha))) virtual values
+    c -/+ gap k/K (reward range [0, 1]) in its mean and std."""
+    out = []
+    for rewards in groups:
+        values = list(rewards)
+        n = len(rewards)
+        collapsed = n >= 2 and max(rewards) == min(rewards)
+        if signal is not None and collapsed:
+            k = max(1, min(n, math.ceil(n * signal**alpha)))
+            direction = -1.0 if rewards[0] >= 0.5 else 1.0
+            values += [rewards[0] + direction * gap * j / k for j in range(1, k + 1)]
+        mean, std = (0.0, 1.0) if n == 1 else (statistics.fmean(values), statistics.stdev(values))
+        out.append([(r - mean) / (std + epsilon) if norm else r - mean for r in rewards])
+    return out
+
+
+def interleaved(groups, seed=0):
+    """The groups' scores and uids in one random order (as after verl's balancing), and that order."""
+    scores = torch.tensor([r for rewards in groups for r in rewards], dtype=torch.float64)
+    index = group_uids([len(rewards) for rewards in groups])
+    order = torch.randperm(len(scores), generator=torch.Generator().manual_seed(seed))
+    return scores[order], index[order.numpy()], order
+
+
+def ragged_groups(seed):
+    """Binary rewards for groups of RAGGED_SIZES: the group of 2 all-wrong and the group of 12 all-correct
+    (collapsed), the others mixed."""
+    gen = torch.Generator().manual_seed(seed)
+    groups = [[float(torch.rand(1, generator=gen) < 0.5)], [0.0, 0.0]]
+    for size in (4, 8):
+        mixed = (torch.rand(size, generator=gen) < 0.5).double()
+        mixed[0], mixed[1] = 0.0, 1.0
+        groups.append(mixed.tolist())
+    return groups + [[1.0] * 12]
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ragged_grpo_matches_the_per_group_reference(norm, seed):
+    groups = ragged_groups(seed)
+    scores, index, order = interleaved(groups, seed)
+    out = avspo(scores.tolist(), index, norm, preset="grpo")
+    expected = torch.tensor([a for group in reference_advantages(groups, norm) for a in group], dtype=torch.float64)
+    torch.testing.assert_close(first_token(out).double(), expected[order], atol=1e-6, rtol=1e-6)
+    assert out.metrics["acr/rate"] == pytest.approx(2 / 4)  # the singleton is not eligible
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_ragged_avspo_matches_the_per_group_reference(norm):
+    groups = ragged_groups(3)
+    scores, index, order = interleaved(groups, 3)
+    out = avspo(scores.tolist(), index, norm, threshold_init=0.1)  # ACR 1/2 > 0.1: triggered
+    assert out.augmented.tolist() == [False, True, False, False, True]
+    assert out.virtual_k.tolist() == [0, 2, 0, 0, 9]  # ceil(2 sqrt(1/2)) = 2, ceil(12 sqrt(1/2)) = 9
+    reference = reference_advantages(groups, norm, signal=0.5)
+    expected = torch.tensor([a for group in reference for a in group], dtype=torch.float64)
+    torch.testing.assert_close(first_token(out).double(), expected[order], atol=1e-6, rtol=1e-6)
+    # The singleton keeps verl's mean 0 and std 1: its advantage is its raw score, not 0.
+    singleton = groups[0][0]
+    assert reference[0][0] == pytest.approx(singleton / (1 + 1e-6) if norm else singleton)
+
+
+@pytest.mark.parametrize("preset", ["grpo", "paper"])
+def test_an_extended_pilot_is_one_group_of_pilot_and_rest(preset):
+    """The pilot's 2 responses first, its 6 further ones at the end of the batch (a second generation pass),
+    under one uid: the same advantages as a group of 8 generated at once."""
+    pilot, rest, other = [0.0, 1.0], [1.0, 1.0, 0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]
+    together = avspo(pilot + rest + other, group_uids([8, 4]), preset=preset, threshold_init=0.1)
+    two_passes = avspo(
+        pilot + other + rest,
+        ["p", "p", "q", "q", "q", "q", "p", "p", "p", "p", "p", "p"],
+        preset=preset,
+        threshold_init=0.1,
+    )
+    at = [0, 1, 6, 7, 8, 9, 10, 11, 2, 3, 4, 5]  # two_passes' rows in together's order
+    torch.testing.assert_close(first_token(two_passes)[at], first_token(together))
+
+
+def test_a_dropped_pilot_changes_no_other_group_under_grpo_but_the_collapse_signal_under_avspo():
+    groups = [[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+    with_pilot = avspo([0.0, 0.0] + groups[0] + groups[1], group_uids([2, 4, 4]), preset="grpo")
+    dropped = avspo(groups[0] + groups[1], group_uids([4, 4]), preset="grpo")
+    torch.testing.assert_close(first_token(with_pilot)[2:], first_token(dropped))
+    assert first_token(with_pilot)[:2].tolist() == [0.0, 0.0]  # a collapsed pilot kept has no gradient anyway
+    # AVSPO's signal is the batch's ACR: 2/3 with the collapsed pilot, 1/2 without it (docs/method.md §9).
+    kept = avspo([0.0, 0.0] + groups[0] + groups[1], group_uids([2, 4, 4]), threshold_init=0.1)
+    without = avspo(groups[0] + groups[1], group_uids([4, 4]), threshold_init=0.1)
+    assert (kept.decision.signal, without.decision.signal) == (pytest.approx(2 / 3), pytest.approx(1 / 2))
+    assert kept.virtual_k[2] == 4 and without.virtual_k[1] == 3  # ceil(4 sqrt(2/3)) vs ceil(4 sqrt(1/2))
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("norm", [True, False])
+def test_ragged_grpo_equals_verl_grpo(norm):
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    scores, index, _ = interleaved(ragged_groups(4), 4)
+    rewards, mask = outcome_batch(scores.float())
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
+    torch.testing.assert_close(avspo(scores.float().tolist(), index, norm, preset="grpo").advantages, theirs)
 
 
 # --- the threshold, the trigger and state -------------------------------------------------------------
