@@ -223,7 +223,10 @@ def peak_extra_bytes(fn: Callable[[], object], device: str) -> float:
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
             before = _status_kib("VmRSS")
+            reset_took = _status_kib("VmHWM") - before < 1024  # some kernels ignore the reset
         except (OSError, AttributeError):
+            return float("nan")
+        if not reset_took:
             return float("nan")
         result = fn()
         peak = (_status_kib("VmHWM") - before) * 1024
