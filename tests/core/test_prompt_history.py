@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_avspo.core.prompt_history import PromptHistory, prompt_key
+from verl_avspo.core.prompt_history import PromptHistory, history_key, prompt_key
 
 # (pass rate, all_correct, all_wrong) of a visit
 CORRECT, WRONG, MIXED = (1.0, True, False), (0.0, False, True), (0.5, False, False)
@@ -153,6 +153,22 @@ def test_prompt_key_is_the_sha256_of_the_json_form_whatever_the_container():
     assert prompt_key(messages) == hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:32]
     assert prompt_key(torch.tensor([1, 2, 3])) == prompt_key(np.array([1, 2, 3])) == prompt_key([1, 2, 3])
     assert prompt_key("2+2=") != prompt_key("2+3=") and len(prompt_key("x")) == 32
+
+
+@pytest.mark.parametrize("index", [7, np.int64(7), torch.tensor(7), torch.tensor([7])])
+def test_history_key_takes_an_integer_identity_as_it_is(index):
+    key = history_key(index)
+    assert key == 7 and type(key) is int
+
+
+@pytest.mark.parametrize("value", ["q7", True, np.bool_(False), 7.0, torch.tensor(7.0), [1, 2], None])
+def test_history_key_hashes_anything_that_is_not_an_integer(value):
+    # A bool is not an index (True == 1 would merge it with prompt 1); a float index is not exact.
+    assert history_key(value) == prompt_key(value.tolist() if isinstance(value, torch.Tensor) else value)
+
+
+def test_history_key_of_the_prompt_itself_is_its_hash_even_where_it_is_a_number():
+    assert history_key(12, hashed=True) == prompt_key(12) != history_key(12)
 
 
 def test_memory_per_prompt_is_bounded():

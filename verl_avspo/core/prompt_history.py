@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["PROMPT_CLASSES", "COLUMNS", "PromptRecords", "PromptClasses", "PromptHistory", "prompt_key"]
+__all__ = ["PROMPT_CLASSES", "COLUMNS", "PromptRecords", "PromptClasses", "PromptHistory", "prompt_key", "history_key"]
 
 # The class of a seen prompt: all-correct on every visit, all-wrong on every visit, or neither.
 PROMPT_CLASSES = ("always_solved", "never_solved", "mixed")
@@ -47,6 +47,23 @@ def prompt_key(value: Any) -> str:
         value = value.tolist()
     text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def history_key(value: Any, hashed: bool = False) -> int | str:
+    """A prompt's key in the history, the one rule of every host: an integer identity (a dataset
+    index as int, numpy integer or one-element integer tensor) as ``int``; anything else (a string id,
+    the prompt's text, token ids or chat messages) as :func:`prompt_key`'s hash.
+
+    Args:
+        value: the prompt's identity, or the prompt itself.
+        hashed: the value is the prompt itself (verl's ``raw_prompt``, TRL's ``prompt`` column), hashed
+            even where it is a number.
+    """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    if not hashed and isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return prompt_key(value)
 
 
 @dataclass(frozen=True)

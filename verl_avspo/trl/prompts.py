@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from verl_avspo.core.prompt_history import prompt_key
+from verl_avspo.core.prompt_history import history_key, prompt_key
 from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.validation import Problems, given_settings
@@ -164,7 +164,7 @@ def _check_key_column(dataset: Any, column: str, problems: Problems) -> None:
     except TypeError:  # unhashable values (lists): compared by their keys
         repeats = True
     if repeats:
-        keys = [_key(value, column) for value in values]
+        keys = [history_key(value, hashed=column == DEFAULT_KEY) for value in values]
         prompts = _read_column(dataset, DEFAULT_KEY)
         problems.check(check_keys_identify_prompts, column, keys, prompts, "training", values)
 
@@ -219,7 +219,7 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
 
 def row_key(row: Mapping[str, Any], column: str) -> int | str:
     """A dataset row's prompt key: an integer column's value as it is, anything else (the prompt's text
-    or chat messages) as the core's :func:`~verl_avspo.core.prompt_history.prompt_key` hash.
+    or chat messages) hashed: the core's :func:`~verl_avspo.core.prompt_history.history_key`.
 
     Raises:
         KeyError: the row has no such column.
@@ -235,13 +235,7 @@ def row_key(row: Mapping[str, Any], column: str) -> int | str:
     problem = _value_problem(column, value, f"the training row {short_repr(dict(row), 200)}")
     if problem:
         raise ValueError(problem)
-    return _key(value, column)
-
-
-def _key(value: Any, column: str) -> int | str:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and column != DEFAULT_KEY:
-        return int(value)
-    return prompt_key(value)
+    return history_key(value, hashed=column == DEFAULT_KEY)
 
 
 def row_entry(row: Mapping[str, Any], column: str) -> tuple[Any, str | None, str | None]:

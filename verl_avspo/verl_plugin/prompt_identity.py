@@ -21,10 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import torch
-
-from verl_avspo.core.prompt_history import prompt_key as hashed_prompt_key
+from verl_avspo.core.prompt_history import history_key
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.validation import Problems, choice, given_settings
 
@@ -55,18 +52,15 @@ PROMPT_KEY_CHOICES = ("auto", "index", "raw_prompt")
 
 
 def prompt_key(value: Any, source: str) -> int | str:
-    """A prompt's stable identity across steps, as a checkpointable int or str.
+    """A prompt's stable identity across steps, as a checkpointable int or str (the core's
+    :func:`~verl_avspo.core.prompt_history.history_key`).
 
     Args:
         value: the row's ``index`` (verl's copy of ``extra_info.index``) or its ``raw_prompt``
             (chat messages).
         source: ``index`` or ``raw_prompt``.
     """
-    if source == "raw_prompt":
-        return hashed_prompt_key(value)
-    if isinstance(value, (int, np.integer)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
-        return int(value)
-    return str(value)
+    return history_key(value, hashed=source == "raw_prompt")
 
 
 def prompt_keys(values: Iterable[Any], source: str) -> list[int | str]:
