@@ -105,10 +105,10 @@ def test_the_baselines_sections_are_read_as_algorithm_avspo_is():
     from verl_avspo.core.baseline_settings import resolve_dcpo, resolve_intrinsic
 
     with pytest.raises(ValueError) as error:
-        resolve_dcpo({"epsilon": -1, "promt_key": "index"})
+        resolve_dcpo({"epsilon": -1, "epsilom": 0})
     assert str(error.value).splitlines() == [
-        "algorithm.dcpo.promt_key is not a setting. Did you mean algorithm.dcpo.prompt_key? Allowed keys of "
-        "algorithm.dcpo: epsilon, prompt_key.",
+        "algorithm.dcpo.epsilom is not a setting. Did you mean algorithm.dcpo.epsilon? Allowed keys of "
+        "algorithm.dcpo: epsilon.",
         "algorithm.dcpo.epsilon=-1 is invalid: expected a finite number >= 0 added to the stds before dividing. "
         "Set algorithm.dcpo.epsilon=1e-6 (verl's GRPO value).",
     ]

@@ -170,7 +170,7 @@ def reference_advantages(steps):
 @pytest.mark.usefixtures("transfer_queue_cluster")
 @pytest.mark.parametrize("prompt_key", ["index", "raw_prompt"])
 def test_trainer_passes_prompt_keys_from_the_batch(prompt_key):
-    trainer = make_trainer(DCPO, f"algorithm.dcpo.prompt_key={prompt_key}")
+    trainer = make_trainer(DCPO, f"algorithm.prompts.key={prompt_key}")
     got = run_steps(trainer, f"k{prompt_key}", STEPS)
     for step, (a, b) in enumerate(zip(got, reference_advantages(STEPS), strict=True)):
         assert torch.allclose(a, b, atol=1e-6), step
@@ -231,11 +231,11 @@ def test_history_is_checkpointed_and_a_resumed_run_continues_bit_exactly(tmp_pat
         assert torch.equal(a, b)
 
     run_state.reset()  # a resumed run keyed differently cannot use the history: it starts fresh, and says so
-    other = with_checkpoint_parts(make_trainer(DCPO, *overrides, "algorithm.dcpo.prompt_key=raw_prompt"))
+    other = with_checkpoint_parts(make_trainer(DCPO, *overrides, "algorithm.prompts.key=raw_prompt"))
     with caplog.at_level(logging.WARNING, logger="verl_avspo.core.run_tracker"):
         other._load_checkpoint()
     assert len(other.tracker.dcpo_history) == 0
-    assert "keyed by index, this run by algorithm.dcpo.prompt_key=raw_prompt" in caplog.text
+    assert "keyed by index, this run's prompts by raw_prompt" in caplog.text
 
     run_state.reset()  # control: without the history, step 3 differs (prompt 3's second visit)
     fresh = run_steps(make_trainer(DCPO), "c", STEPS[2:3])

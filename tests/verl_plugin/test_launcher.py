@@ -314,7 +314,7 @@ def test_group_estimators_are_those_that_take_the_uid_index():
 def test_our_config_declares_the_dcpo_and_intrinsic_keys():
     from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 
-    config = compose_config(["algorithm.dcpo.prompt_key=raw_prompt", "algorithm.intrinsic.reward=negative_entropy"])
+    config = compose_config(["algorithm.dcpo.epsilon=0.0001", "algorithm.intrinsic.reward=negative_entropy"])
     assert set(config.algorithm.dcpo) == {f.name for f in dataclasses.fields(DCPOConfig)}
     assert set(config.algorithm.intrinsic) == {f.name for f in dataclasses.fields(IntrinsicConfig)}
     found = checks.settings_problems(config)
@@ -324,14 +324,14 @@ def test_our_config_declares_the_dcpo_and_intrinsic_keys():
         "actor_rollout_ref.rollout.name is required: set the rollout engine, for example "
         "actor_rollout_ref.rollout.name=vllm (or sglang)."
     ]
-    assert dcpo == DCPOConfig(epsilon=1e-6, prompt_key="raw_prompt")
+    assert dcpo == DCPOConfig(epsilon=1e-4)
     assert intrinsic == IntrinsicConfig(reward="negative_entropy", last_tokens=None)
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algorithm.dcpo.prompt_key=uid"], "algorithm.dcpo.prompt_key='uid' is invalid: expected one of index"),
+        (["+algorithm.dcpo.epsilom=0"], "algorithm.dcpo.epsilom is not a setting. Did you mean algorithm.dcpo.eps"),
         (["algorithm.dcpo.epsilon=-1"], "algorithm.dcpo.epsilon=-1 is invalid: expected a finite number >= 0"),
         (["algorithm.intrinsic.reward=entropy"], "algorithm.intrinsic.reward='entropy' is invalid: expected one of"),
         (
@@ -451,7 +451,7 @@ def test_dcpo_checks_the_train_files_extra_info_index_before_ray(tmp_path):
     dcpo = RUNNABLE + ["algorithm.adv_estimator=dcpo", f"data.train_files={missing}"]
     with pytest.raises(ConfigCheckError, match="has no extra_info.index column"):
         check_config(compose_config(dcpo))
-    check_config(compose_config([*dcpo, "algorithm.dcpo.prompt_key=raw_prompt"]))
+    check_config(compose_config([*dcpo, "algorithm.prompts.key=raw_prompt"]))
     custom = check_config(
         compose_config([*dcpo, "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset"])
     )
@@ -479,8 +479,6 @@ def test_prompt_settings_are_checked_before_ray_with_the_fix(tmp_path):
         "ever be skipped. Set actor_rollout_ref.rollout.n=8 (the paper's group size) or more, or set "
         "algorithm.prompts.skip.enable=False."
     ]
-    with pytest.raises(ConfigCheckError, match=r"algorithm.prompts.key='index' and algorithm.dcpo.prompt_key='raw_p"):
-        check_config(compose_config([*RUNNABLE, "algorithm.prompts.key=index", "algorithm.dcpo.prompt_key=raw_prompt"]))
     # Every V1 mode skips (in _next_train_batch, where each takes its prompts).
     for mode in ("sync", "colocate_async"):
         check_config(compose_config([*RUNNABLE, skip, f"trainer.v1.trainer_mode={mode}"]))

@@ -17,7 +17,6 @@ from typing import Any
 from verl_avspo.core.validation import Problems, given_settings
 
 __all__ = [
-    "DCPO_PROMPT_KEYS",
     "INTRINSIC_REWARDS",
     "DCPOConfig",
     "IntrinsicConfig",
@@ -27,21 +26,17 @@ __all__ = [
     "intrinsic_settings",
 ]
 
-# Where the trainer takes a prompt's identity across steps from: verl's ``index`` field (the
-# dataset row's ``extra_info.index``), or a hash of the prompt's chat messages (``raw_prompt``).
-DCPO_PROMPT_KEYS = ("index", "raw_prompt")
 # none: the verifier's reward; self_certainty: INTUITOR; negative_entropy: RENT.
 INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
 
 
 @dataclass(frozen=True)
 class DCPOConfig:
-    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``)."""
+    """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``). Its per-prompt history is keyed
+    by the run's prompt identity, which the host passes every step (``RunTracker.set_prompts``)."""
 
     epsilon: float = 1e-6
     """Added to the group and cumulative stds before dividing (verl's GRPO uses 1e-6)."""
-    prompt_key: str = "index"
-    """The stable prompt identity across steps: ``index`` (extra_info.index) or ``raw_prompt`` (a hash)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,16 +68,6 @@ def _dcpo_epsilon(epsilon: Any) -> float:
     return float(epsilon)
 
 
-def _dcpo_prompt_key(prompt_key: Any) -> str:
-    if prompt_key not in DCPO_PROMPT_KEYS:
-        raise ValueError(
-            f"algorithm.dcpo.prompt_key={prompt_key!r} is invalid: expected one of "
-            f"{', '.join(DCPO_PROMPT_KEYS)} (index: the dataset's extra_info.index; raw_prompt: a hash of the "
-            "prompt's messages). Set algorithm.dcpo.prompt_key=index."
-        )
-    return prompt_key
-
-
 def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
     """Validated DCPO settings from ``algorithm.dcpo`` (absent or null keys take the defaults).
 
@@ -94,9 +79,8 @@ def resolve_dcpo(raw: Mapping[str, Any] | None) -> DCPOConfig:
     given = given_settings(raw, "algorithm.dcpo", allowed, problems, example="algorithm.dcpo.epsilon=1e-6")
     settings = DCPOConfig(**given)
     epsilon = problems.check(_dcpo_epsilon, settings.epsilon)
-    prompt_key = problems.check(_dcpo_prompt_key, settings.prompt_key)
     problems.raise_any()
-    return DCPOConfig(epsilon=epsilon, prompt_key=prompt_key)
+    return DCPOConfig(epsilon=epsilon)
 
 
 def _intrinsic_reward(reward: Any) -> str:

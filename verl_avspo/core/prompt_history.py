@@ -41,8 +41,7 @@ COLUMNS = {
 def prompt_key(value: Any) -> str:
     """A stable identity for a prompt that has no dataset index: 32 hex characters of the SHA-256 of
     its JSON form (text, token ids, or chat messages; an array or tensor counts as its list). The same
-    prompt gives the same key in every process and release; it equals the key DCPO's
-    ``prompt_key=raw_prompt`` has always stored, so a saved DCPO history keeps matching."""
+    prompt gives the same key in every process and release, so a saved history keeps matching."""
     if isinstance(value, (np.ndarray, torch.Tensor)):
         value = value.tolist()
     text = json.dumps(value, sort_keys=True, default=str)

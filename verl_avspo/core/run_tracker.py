@@ -56,6 +56,7 @@ __all__ = [
     "STATE_VERSION",
     "STATE_FILE",
     "RunStateError",
+    "MissingPromptIdentity",
     "read_state",
     "check_state_version",
     "StepReport",
@@ -74,6 +75,11 @@ STATE_FILE = "avspo_state.pt"
 
 class RunStateError(ValueError):
     """A run state file that cannot be read: the message names the file and what to do."""
+
+
+class MissingPromptIdentity(ValueError):
+    """DCPO asked for advantages of groups whose prompt keys the host never passed; a host adds how
+    its users get them passed."""
 
 
 def read_state(path: str | os.PathLike, *, within: str | None = None) -> dict[str, Any]:
@@ -169,6 +175,8 @@ class RunTracker:
         advice: what the stall warning advises, in the host's settings (``core.alert.stall_advice``).
         prompt_skip: the pre-rollout skip rule's settings (``core.prompt_skip``); skipping is on when
             they are given with ``enable``.
+        prompt_identity: what the host's prompt keys are (verl: ``index`` or ``raw_prompt``), saved with
+            DCPO's reward history so that a run resumed with another identity starts it fresh.
     """
 
     def __init__(
@@ -180,10 +188,12 @@ class RunTracker:
         acr_section: str = "acr",
         advice: str = NEUTRAL_ADVICE,
         prompt_skip: PromptSkipConfig | None = None,
+        prompt_identity: str | None = None,
     ):
         self.acr = acr
         self.avspo = avspo
         self.dcpo = dcpo
+        self.prompt_identity = prompt_identity
         self.norm_adv_by_std = norm_adv_by_std
         self.alert = StagnationMonitor(acr.alert)
         self.controller = AdaptiveController(avspo, acr) if avspo is not None else None
@@ -314,12 +324,9 @@ class RunTracker:
         missing = [uid for uid in uids if uid not in keys_by_uid]
         if missing:
             detail = f"uid {missing[0]!r} (and {len(missing) - 1} more)" if keys_by_uid else "any uid"
-            raise ValueError(
-                f"algorithm.adv_estimator=dcpo has no prompt identity for {detail}: DCPO keeps per-prompt reward "
-                "statistics across steps, and verl's uid is new every step. verl-avspo's trainer passes the dataset's "
-                "extra_info.index (algorithm.prompts.key); verl's own trainer cannot. Launch with `python -m "
-                "verl_avspo.main_ppo algorithm.adv_estimator=dcpo ...`, or add trainer.v1.trainer_mode=avspo_sync to "
-                "stock `python -m verl.trainer.main_ppo`."
+            raise MissingPromptIdentity(
+                f"DCPO has no prompt identity for {detail}: it keeps per-prompt reward statistics across steps, "
+                "so the host must pass each group's prompt key before the advantages (set_prompt_keys)."
             )
         group_keys = np.empty(len(uids), dtype=object)
         group_keys[:] = [keys_by_uid[uid] for uid in uids]
@@ -389,7 +396,7 @@ class RunTracker:
         """Everything a resumed run needs to continue as if it never stopped (see :data:`STATE_VERSION`)."""
         dcpo = None
         if self.dcpo_history is not None:
-            dcpo = {**self.dcpo_history.state_dict(), "prompt_key": self.dcpo.prompt_key}  # what its keys are
+            dcpo = {**self.dcpo_history.state_dict(), "prompt_key": self.prompt_identity}  # what its keys are
         return {
             "version": STATE_VERSION,
             "controller": self.controller.state_dict() if self.controller is not None else None,
@@ -457,12 +464,12 @@ class RunTracker:
                 "the saved run state holds no DCPO reward history (saved by a run with another estimator?): "
                 "every prompt's next visit counts as its first"
             )
-        elif saved["prompt_key"] != self.dcpo.prompt_key:
+        elif saved["prompt_key"] != self.prompt_identity:
             logger.warning(
-                "the saved DCPO reward history is keyed by %s, this run by algorithm.dcpo.prompt_key=%s: no prompt "
-                "would match, so the history starts fresh (every next visit counts as the first)",
+                "the saved DCPO reward history is keyed by %s, this run's prompts by %s: no prompt would match, so "
+                "the history starts fresh (every next visit counts as the first)",
                 saved["prompt_key"],
-                self.dcpo.prompt_key,
+                self.prompt_identity,
             )
         else:
             self.dcpo_history.load_state_dict(saved)

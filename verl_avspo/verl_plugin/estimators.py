@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core.advantage import token_advantages
+from verl_avspo.core.run_tracker import MissingPromptIdentity
 from verl_avspo.verl_plugin.run_state import tracker_for
 
 __all__ = ["AVSPO", "DCPO", "compute_avspo_advantage", "compute_dcpo_advantage", "is_group_estimator"]
@@ -79,7 +80,16 @@ def compute_dcpo_advantage(
         advantages, returns: both (bs, response_length), masked, the same tensor (outcome reward).
     """
     tracker = tracker_for(config, DCPO)
-    advantages = token_advantages(tracker.dcpo_advantages(token_level_rewards, response_mask, index), response_mask)
+    try:
+        scalar = tracker.dcpo_advantages(token_level_rewards, response_mask, index)
+    except MissingPromptIdentity as error:
+        raise MissingPromptIdentity(
+            f"algorithm.adv_estimator=dcpo: {error} verl's uid is new every step; verl-avspo's trainer passes the "
+            "dataset's extra_info.index (algorithm.prompts.key), verl's own trainer cannot. Launch with `python -m "
+            "verl_avspo.main_ppo algorithm.adv_estimator=dcpo ...`, or add trainer.v1.trainer_mode=avspo_sync to "
+            "stock `python -m verl.trainer.main_ppo`."
+        ) from error
+    advantages = token_advantages(scalar, response_mask)
     return advantages, advantages
 
 

@@ -10,8 +10,9 @@ verl's ``uid`` is new on every visit, so a prompt is recognised by one of two fi
   same messages are one prompt).
 
 ``algorithm.prompts.key=auto`` (the default) takes ``index`` when every local parquet train file has
-a distinct ``extra_info.index`` on every row, and ``raw_prompt`` otherwise. ``algorithm.dcpo.prompt_key``,
-the earlier spelling, still sets it; the two must agree. Imports neither verl nor TransferQueue.
+a distinct ``extra_info.index`` on every row, and ``raw_prompt`` otherwise; with ``adv_estimator=dcpo``
+it takes ``index``, which refuses train files without distinct indices. Imports neither verl nor
+TransferQueue.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ PROMPTS_SECTION = "algorithm.prompts"
 PROMPTS_KEYS = ("key", "skip")
 PROMPT_KEY_SETTING = f"{PROMPTS_SECTION}.key"
 SKIP_SECTION = f"{PROMPTS_SECTION}.skip"
-_DCPO_SETTING = "algorithm.dcpo.prompt_key"
 # auto: index where the train files allow it, else raw_prompt.
 PROMPT_KEY_CHOICES = ("auto", "index", "raw_prompt")
 
@@ -96,25 +96,16 @@ def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
 
 
 def prompt_key_setting(algorithm: Mapping[str, Any] | None) -> str:
-    """The validated ``algorithm.prompts.key`` (``auto`` where unset), with ``algorithm.dcpo.prompt_key``
-    read as its earlier spelling.
+    """The validated ``algorithm.prompts.key`` (``auto`` where unset; ``index`` for DCPO).
 
     Raises:
-        ValueError: a value outside :data:`PROMPT_KEY_CHOICES`, or the two spellings disagreeing.
+        ValueError: a value outside :data:`PROMPT_KEY_CHOICES`.
     """
     algorithm = algorithm or {}
-    prompts, dcpo = (algorithm.get(name, None) for name in ("prompts", "dcpo"))
-    prompts, dcpo = (section if isinstance(section, Mapping) else {} for section in (prompts, dcpo))
-    key, dcpo_key = prompts.get("key", None), dcpo.get("prompt_key", None)
+    prompts = algorithm.get("prompts", None)
+    key = prompts.get("key", None) if isinstance(prompts, Mapping) else None
     if key is not None:
         choice(PROMPT_KEY_SETTING, key, PROMPT_KEY_CHOICES)
-    if key not in (None, "auto") and dcpo_key is not None and dcpo_key != key:
-        raise ValueError(
-            f"{PROMPT_KEY_SETTING}={key!r} and {_DCPO_SETTING}={dcpo_key!r} disagree: they are one setting (the "
-            f"prompt identity the run's history and DCPO share). Remove {_DCPO_SETTING}."
-        )
-    if key in (None, "auto") and dcpo_key is not None:
-        return str(dcpo_key)  # validated with the rest of algorithm.dcpo
     if key in (None, "auto") and str(algorithm.get("adv_estimator", "")) == "dcpo":
         return "index"  # DCPO's default, which refuses train files without distinct indices
     return "auto" if key is None else str(key)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import json
 import logging
@@ -27,13 +26,13 @@ from typing import Any
 
 from verl_avspo.core.acr_config import ACR_SECTION
 from verl_avspo.core.alert import stall_advice
-from verl_avspo.core.baseline_settings import DCPOConfig, dcpo_settings
+from verl_avspo.core.baseline_settings import dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
 from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
 
-__all__ = ["VERL_ADVICE", "run_settings", "run_dcpo_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
+__all__ = ["VERL_ADVICE", "run_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +73,11 @@ def run_settings(algorithm_config: Any, estimator: str | None = None) -> RunSett
     return _resolve_canonical(canonical, estimator)
 
 
-def run_dcpo_settings(algorithm_config: Any) -> DCPOConfig:
-    """DCPO's settings with the run's prompt identity (``algorithm.prompts.key``, or DCPO's own spelling)."""
-    return dataclasses.replace(dcpo_settings(algorithm_config), prompt_key=prompt_key_setting(algorithm_config))
-
-
 def start_run(algorithm_config: Any) -> RunTracker:
     """A fresh tracker for the run that verl's ``config.algorithm`` describes."""
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
-    dcpo = run_dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
+    dcpo = dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
     skip = resolve_prompts(algorithm_config).skip
     return RunTracker(
         settings.acr,
@@ -93,6 +87,7 @@ def start_run(algorithm_config: Any) -> RunTracker:
         acr_section=ACR_SECTION,
         advice=VERL_ADVICE,
         prompt_skip=skip,
+        prompt_identity=prompt_key_setting(algorithm_config),
     )
 
 
@@ -118,7 +113,8 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     tracker = _fallback
     fits = tracker is not None and tracker.acr == settings.acr and tracker.avspo == settings.avspo
     if estimator == "dcpo":
-        fits = fits and tracker.dcpo == run_dcpo_settings(algorithm_config)
+        fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
+        fits = fits and tracker.prompt_identity == prompt_key_setting(algorithm_config)
     if not fits:
         if resolve_prompts(algorithm_config).skip.enable:
             raise ValueError(

@@ -1,5 +1,5 @@
 """The check of the train files' ``extra_info.index``: keyed by ``index`` (``algorithm.prompts.key``,
-DCPO's ``algorithm.dcpo.prompt_key``), each prompt's history is keyed by its row's index, read here
+DCPO's default), each prompt's history is keyed by its row's index, read here
 from the parquet files before Ray starts."""
 
 from __future__ import annotations
