@@ -1,5 +1,7 @@
-"""The study of docs/results.md "Rollouts saved by skipping (pre-registered)": per-seed results to a
-CSV, and every table and figure recomputed from that CSV alone.
+"""The studies of docs/results.md "Rollouts saved by skipping (pre-registered)" and "Rollouts per prompt
+from the history (pre-registered)": per-seed results to a CSV, and every table and figure recomputed from
+that CSV alone. The defaults are the first study's; the second names its pairs, baselines and target gains
+(``benchmarks/rollout_allocation_study.sh``).
 
 ``export`` reads ``<study>/<mix>/runs/<arm>/seed<k>.jsonl`` (benchmarks/rollouts_saved_study.sh) and
 writes one row per arm x mix x seed (:data:`COLUMNS`, then ``acc_<step>`` and ``rollouts_<step>``,
@@ -7,7 +9,8 @@ the accuracy in points and the cumulative rollouts at each evaluation step: the 
 
 ``report`` reads that CSV and prints, per mix:
 
-- primary (a): ``dapo_resample+skip`` against ``dapo_resample``, paired by seed: the ratio of their
+- primary (a): each ``--pairs`` arm against its baseline (default ``dapo_resample+skip`` against
+  ``dapo_resample``), paired by seed: the ratio of their
   rollouts generated per step (geometric mean of the per-seed ratios, with the t interval of the mean
   log-ratio, exponentiated) and the non-inferiority of the final accuracy at equal steps: per seed
   d = final(+skip) − final(dapo_resample), one-sided paired t-test of H0: mean d ≤ −margin at alpha;
@@ -15,13 +18,14 @@ the accuracy in points and the cumulative rollouts at each evaluation step: the 
   above −margin), inferior iff the 95% interval of mean d lies below −margin, else inconclusive; the
   ratio saves (costs) rollouts iff its interval lies below (above) 1;
 - primary (b): each arm's cumulative rollouts to reach the mix's target accuracy (the first crossing
-  of its accuracy curve, linearly interpolated between evaluations) as a ratio to ``grpo``: the ratio
+  of its accuracy curve, linearly interpolated between evaluations) as a ratio to each ``--baselines``
+  arm (default ``grpo``): the ratio
   of the means over seeds, with a paired bootstrap interval over seeds. A run that never reaches the
   target is censored: it counts with its total rollouts, a lower bound; where more than a fifth of
   either arm's runs are censored the ratio is marked a bound, with no verdict; otherwise an arm needs
-  fewer (more) rollouts than grpo iff the interval lies below (above) 1;
-- the per-arm table (final accuracy, rollouts per step, raw ACR, skip counts, shares of the training
-  set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
+  fewer (more) rollouts than the baseline iff the interval lies below (above) 1;
+- the per-arm table (final accuracy, rollouts per step, raw ACR, skip and allocation counts, shares of
+  the training set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
 
 Usage: python benchmarks/rollouts_saved_report.py export runs/rollouts_saved --csv docs/results/rollouts_saved.csv
        python benchmarks/rollouts_saved_report.py report docs/results/rollouts_saved.csv --out docs/results
@@ -74,6 +78,9 @@ COLUMNS = [
     "rollouts_skipped",
     "always_solved",  # shares of the prompts seen, at the last step
     "never_solved",
+    "pilots",  # sums over the run (0 without the rollout allocator)
+    "pilots_extended",
+    "extra_rollouts",
 ]
 
 
@@ -121,6 +128,9 @@ def run_row(frame: pd.DataFrame, mix: str, arm: str, target: float, last: int = 
         "rollouts_skipped": _total(frame, "prompts/rollouts_skipped"),
         "always_solved": _last(frame, "prompts/always_solved"),
         "never_solved": _last(frame, "prompts/never_solved"),
+        "pilots": _total(frame, "prompts/pilots"),
+        "pilots_extended": _total(frame, "prompts/pilots_extended"),
+        "extra_rollouts": _total(frame, "prompts/extra_rollouts"),
     }
     row.update({f"acc_{step}": value for step, value in zip(steps, accuracy, strict=True)})
     row.update({f"rollouts_{step}": value for step, value in zip(steps, rollouts, strict=True)})
@@ -204,42 +214,42 @@ def _paired(frame: pd.DataFrame, arm: str, baseline: str, column: str) -> tuple[
     return ours.loc[seeds].to_numpy(float), theirs.loc[seeds].to_numpy(float)
 
 
-def primary_a(frame: pd.DataFrame, margin: float, alpha: float) -> str:
-    """Outcome (a) on one mix's rows, as markdown lines ("" without both arms)."""
-    if not {SKIPPER, RESAMPLER} <= set(frame["arm"]):
+def primary_a(frame: pd.DataFrame, margin: float, alpha: float, arm: str = SKIPPER, baseline: str = RESAMPLER) -> str:
+    """Outcome (a), ``arm`` against ``baseline``, on one mix's rows, as markdown lines ("" without both arms)."""
+    if not {arm, baseline} <= set(frame["arm"]):
         return ""
-    per_step = _paired(frame, SKIPPER, RESAMPLER, "rollouts_per_step")
+    per_step = _paired(frame, arm, baseline, "rollouts_per_step")
     if len(per_step[0]) < 2:  # a smoke run: no spread, so neither interval nor test
         return (
-            f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {per_step[0].mean() / per_step[1].mean():.3f} from "
+            f"- rollouts per step, `{arm}` / `{baseline}`: {per_step[0].mean() / per_step[1].mean():.3f} from "
             f"{len(per_step[0])} seed in common: no interval or test below 2 seeds"
         )
     ratio = log_ratio_interval(*per_step)
-    test = non_inferiority(np.subtract(*_paired(frame, SKIPPER, RESAMPLER, "final_acc")), margin, alpha)
+    test = non_inferiority(np.subtract(*_paired(frame, arm, baseline, "final_acc")), margin, alpha)
     saving = ratio_verdict(ratio["low"], ratio["high"], "saves rollouts", "costs rollouts")
     return (
-        f"- rollouts per step, `{SKIPPER}` / `{RESAMPLER}`: {ratio['ratio']:.3f} (geometric mean over "
+        f"- rollouts per step, `{arm}` / `{baseline}`: {ratio['ratio']:.3f} (geometric mean over "
         f"{ratio['n']} seeds), 95% CI [{ratio['low']:.3f}, {ratio['high']:.3f}]: **{saving}**\n"
-        f"- final accuracy, `{SKIPPER}` − `{RESAMPLER}` at equal steps: {test['mean']:+.2f} ± {test['se']:.2f} "
+        f"- final accuracy, `{arm}` − `{baseline}` at equal steps: {test['mean']:+.2f} ± {test['se']:.2f} "
         f"(s.e.), 95% CI [{test['ci_low']:+.2f}, {test['ci_high']:+.2f}], one-sided {100 * (1 - alpha):g}% lower "
         f"bound {test['lower']:+.2f} against the margin −{margin:g}, t = {test['t']:.2f}, p = {test['p']:.4f}: "
         f"**{test['verdict']}**"
     )
 
 
-def primary_b(frame: pd.DataFrame) -> str:
-    """Outcome (b) on one mix's rows: a markdown table, one row per arm against ``grpo``."""
+def primary_b(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
+    """Outcome (b) on one mix's rows: a markdown table, one row per arm against ``baseline``."""
     rows = []
     for arm in frame["arm"].unique():
         runs = frame[frame["arm"] == arm]
         reached = runs["rollouts_to_target"].notna()
         cell, verdict = "—", "—"
-        if arm != BASELINE and BASELINE in set(frame["arm"]):
+        if arm != baseline and baseline in set(frame["arm"]):
             # A censored run counts with its total rollouts: a lower bound on its rollouts to target.
             bounded = frame.assign(rollouts_to_target=frame["rollouts_to_target"].fillna(frame["rollouts_cumulative"]))
-            ours, theirs = _paired(bounded, arm, BASELINE, "rollouts_to_target")
+            ours, theirs = _paired(bounded, arm, baseline, "rollouts_to_target")
             result = bootstrap_ratio(ours, theirs)
-            censored = max(_censored_share(frame, arm), _censored_share(frame, BASELINE))
+            censored = max(_censored_share(frame, arm), _censored_share(frame, baseline))
             bound = censored > MAX_CENSORED
             cell = f"{result['ratio']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" + (
                 " (bound: censored runs)" if bound else ""
@@ -247,7 +257,7 @@ def primary_b(frame: pd.DataFrame) -> str:
             verdict = (
                 "a bound, no verdict"
                 if bound
-                else ratio_verdict(result["low"], result["high"], "fewer than grpo", "more than grpo")
+                else ratio_verdict(result["low"], result["high"], f"fewer than {baseline}", f"more than {baseline}")
             )
         mean = f"{runs.loc[reached, 'rollouts_to_target'].mean():.0f}" if reached.any() else "—"
         rows.append([f"`{arm}`", f"{int(reached.sum())} of {len(runs)}", mean, cell, verdict])
@@ -255,7 +265,7 @@ def primary_b(frame: pd.DataFrame) -> str:
         "arm",
         "runs that reached the target",
         "rollouts to target (mean of those)",
-        "ratio to grpo [95% CI]",
+        f"ratio to {baseline} [95% CI]",
         "rollouts to target",
     ]
     return render_table(header, rows)
@@ -276,6 +286,10 @@ def arm_table(frame: pd.DataFrame) -> str:
         ("always_solved", 3),
         ("never_solved", 3),
     ]
+    # The rollout allocator's counts, where an arm used it (the first study's CSV has no such column).
+    allocation = [("pilots", 0), ("pilots_extended", 0), ("extra_rollouts", 0)]
+    if all(column in frame for column, _ in allocation) and frame["pilots"].fillna(0).gt(0).any():
+        columns += allocation
     rows = [
         [f"`{arm}`", str(len(runs))]
         + [mean_std_cell(runs[column].to_numpy(float), digits) for column, digits in columns]
@@ -291,6 +305,7 @@ def arm_table(frame: pd.DataFrame) -> str:
         "rollouts skipped (places left open)",
         "always solved",
         "never solved",
+        *(["pilots", "pilots extended", "rollouts beyond G"] if len(columns) > 7 else []),
     ]
     return render_table(header, rows)
 
@@ -309,8 +324,17 @@ def curves(frame: pd.DataFrame) -> dict[str, list[tuple[np.ndarray, np.ndarray]]
     return result
 
 
-def report(table: pd.DataFrame, out: Path, margin: float, alpha: float, prefix: str = "rollouts_saved_") -> str:
-    """The whole printed report; writes one plot per mix under ``out``."""
+def report(
+    table: pd.DataFrame,
+    out: Path,
+    margin: float,
+    alpha: float,
+    prefix: str = "rollouts_saved_",
+    pairs: tuple[tuple[str, str], ...] = ((SKIPPER, RESAMPLER),),
+    baselines: tuple[str, ...] = (BASELINE,),
+) -> str:
+    """The whole printed report: outcome (a) for each (arm, baseline) of ``pairs``, outcome (b) against each
+    of ``baselines``; writes one plot per mix under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     parts = []
     for mix, frame in table.groupby("mix", sort=True):
@@ -318,11 +342,15 @@ def report(table: pd.DataFrame, out: Path, margin: float, alpha: float, prefix: 
         path = out / f"{prefix}{mix}_accuracy_per_rollout.png"
         title = f"{mix}: held-out accuracy per rollout (mean, band ± std over seeds)"
         plot_curves(curves(frame), title, path, target=target)
-        parts.append(
-            f"## {mix}\n\n### (a) `{SKIPPER}` vs `{RESAMPLER}`\n\n{primary_a(frame, margin, alpha)}\n\n"
-            f"### (b) cumulative rollouts to reach {target:g}% (ratio to `{BASELINE}`, paired bootstrap)\n\n"
-            f"{primary_b(frame)}\n\n### Arms\n\n{arm_table(frame)}\n\n![{path.stem}]({path.name})\n"
-        )
+        part = f"## {mix}\n\n"
+        for arm, baseline in pairs:
+            part += f"### (a) `{arm}` vs `{baseline}`\n\n{primary_a(frame, margin, alpha, arm, baseline)}\n\n"
+        for baseline in baselines:
+            part += (
+                f"### (b) cumulative rollouts to reach {target:g}% (ratio to `{baseline}`, paired bootstrap)\n\n"
+                f"{primary_b(frame, baseline)}\n\n"
+            )
+        parts.append(part + f"### Arms\n\n{arm_table(frame)}\n\n![{path.stem}]({path.name})\n")
     return "\n".join(parts)
 
 
@@ -345,18 +373,35 @@ def main(argv: list[str] | None = None) -> int:
         help="target accuracy per mix, points, as mix=points,... (default: the registered gain over each mix's "
         "start, " + ", ".join(f"{mix} +{gain:g}" for mix, gain in TARGET_GAINS.items()) + ")",
     )
+    exporting.add_argument(
+        "--gain", default=None, help="the target as a gain over each mix's start, points, as mix=points,..."
+    )
     reporting = commands.add_parser("report", help="every table and plot, from the CSV alone")
     reporting.add_argument("csv", type=Path)
     reporting.add_argument("--out", type=Path, default=Path("docs/results"), help="where the plots go")
     reporting.add_argument("--margin", type=float, default=MARGIN, help="non-inferiority margin, points")
     reporting.add_argument("--alpha", type=float, default=0.05)
+    reporting.add_argument("--prefix", default="rollouts_saved_", help="the plots' file name prefix")
+    reporting.add_argument(
+        "--pairs",
+        default=f"{SKIPPER}:{RESAMPLER}",
+        help=f"outcome (a)'s comparisons, as arm:baseline,... (default {SKIPPER}:{RESAMPLER})",
+    )
+    reporting.add_argument(
+        "--baselines", default=BASELINE, help=f"outcome (b)'s baselines, comma-separated (default {BASELINE})"
+    )
     args = parser.parse_args(argv)
     if args.command == "export":
-        rows = export(args.study, _targets(args.target) if args.target else None)
+        gains = _targets(args.gain) if args.gain else None
+        rows = export(args.study, _targets(args.target) if args.target else None, gains=gains)
         write_text(args.csv, rows.to_csv(index=False))
         print(f"wrote {len(rows)} runs to {args.csv}")
     else:
-        print(report(pd.read_csv(args.csv), args.out, args.margin, args.alpha))
+        pairs = tuple(tuple(pair.split(":", 1)) for pair in args.pairs.split(",") if ":" in pair)
+        if len(pairs) != len(args.pairs.split(",")):
+            raise SystemExit(f"rollouts_saved_report: --pairs {args.pairs!r} is invalid: write arm:baseline,...")
+        baselines = tuple(args.baselines.split(","))
+        print(report(pd.read_csv(args.csv), args.out, args.margin, args.alpha, args.prefix, pairs, baselines))
     return 0
 
 

@@ -5,6 +5,8 @@
 # CSV beside the page and every table and plot recomputed from it (stage "report",
 # benchmarks/rollouts_saved_report.py).
 # Writes $OUT/{easy,hard}/, $CSV and the rollouts_saved_*.png plots under $PLOTS.
+# benchmarks/rollout_allocation_study.sh runs the second study through this script (ARMS, SEED_START, GAINS,
+# PAIRS, BASELINES, PREFIX, OUT and CSV set there).
 # Usage: bash benchmarks/rollouts_saved_study.sh                 (both stages)
 #        STAGES=report bash benchmarks/rollouts_saved_study.sh   (the tables and plots again, from the runs)
 # A smoke test of this script with tiny settings (about 4 min on the loaded 2-core machine):
@@ -21,7 +23,11 @@ STEPS=${STEPS:-60}
 SEEDS=${SEEDS:-10}
 SEED_START=${SEED_START:-400}
 TRAIN_SET=${TRAIN_SET:-128}
-ARMS=grpo,grpo+skip,dapo_resample,dapo_resample+skip
+ARMS=${ARMS:-grpo,grpo+skip,dapo_resample,dapo_resample+skip}
+PREFIX=${PREFIX:-rollouts_saved_}
+GAINS=${GAINS:-easy=8,hard=1}
+PAIRS=${PAIRS:-dapo_resample+skip:dapo_resample}
+BASELINES=${BASELINES:-grpo}
 read -r -a EXTRA <<< "${SANDBOX_ARGS:-}"
 COMMON=(--estimators "$ARMS" --steps "$STEPS" --train-set "$TRAIN_SET" --seeds "$SEEDS" --seed-start "$SEED_START"
         --threads 1 "${EXTRA[@]}")
@@ -38,7 +44,8 @@ if [[ " $STAGES " == *" run "* ]]; then
     echo "run: $((SECONDS - started)) s"
 fi
 if [[ " $STAGES " == *" report "* ]]; then
-    "$PYTHON" benchmarks/rollouts_saved_report.py export "$OUT" --csv "$CSV"
-    "$PYTHON" benchmarks/rollouts_saved_report.py report "$CSV" --out "$PLOTS"
+    "$PYTHON" benchmarks/rollouts_saved_report.py export "$OUT" --csv "$CSV" --gain "$GAINS"
+    "$PYTHON" benchmarks/rollouts_saved_report.py report "$CSV" --out "$PLOTS" --prefix "$PREFIX" --pairs "$PAIRS" \
+        --baselines "$BASELINES"
 fi
 echo "rollouts_saved_study: $((SECONDS - started)) s in all"

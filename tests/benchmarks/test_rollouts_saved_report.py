@@ -1,8 +1,8 @@
-"""benchmarks/rollouts_saved_report.py, the study of docs/results.md "Rollouts saved by skipping":
-the CSV it exports from run folders it is given (columns, final accuracy over the last evaluations,
-rollouts to the target interpolated and censored), the ratio, interval and non-inferiority closed
-forms on constructed numbers, censored runs in the ratio to grpo, and the report recomputed from the
-CSV alone."""
+"""benchmarks/rollouts_saved_report.py, the studies of docs/results.md "Rollouts saved by skipping" and
+"Rollouts per prompt from the history": the CSV it exports from run folders it is given (columns, final
+accuracy over the last evaluations, rollouts to the target interpolated and censored), the ratio,
+interval and non-inferiority closed forms on constructed numbers, censored runs in the ratio to a
+baseline, the pairs and baselines a study names, and the report recomputed from the CSV alone."""
 
 import importlib.util
 import json
@@ -164,3 +164,42 @@ def test_a_single_seed_reports_the_ratio_without_an_interval(saved, tmp_path):
     assert "| `grpo` | 1 of 1 | 192 | — | — |" in text
     never = rows.assign(rollouts_to_target=math.nan)  # no run reached the target: no mean to show
     assert "| `grpo` | 0 of 1 | — | — | — |" in saved.primary_b(never)
+
+
+def test_the_allocation_study_names_its_pairs_baselines_and_gains(saved, tmp_path):
+    """The second study (benchmarks/rollout_allocation_study.sh) through the same script: outcome (a) for
+    each pair given, (b) against each baseline, the target as a gain over the mix's start, and the
+    allocator's counts in the arms table."""
+    _study(tmp_path / "study")
+    runs = tmp_path / "study" / "easy" / "runs"
+    for seed in (400, 401):
+        path = runs / "grpo+alloc" / f"seed{seed}.jsonl"
+        _write_run(path, [0.6, 0.7, 0.72, 0.74], 64)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for line in lines[1:]:
+            line["data"].update({"prompts/pilots": 4, "prompts/pilots_extended": 1, "prompts/extra_rollouts": 8})
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    csv = tmp_path / "a.csv"
+    assert saved.main(["export", str(tmp_path / "study"), "--csv", str(csv), "--gain", "easy=10"]) == 0
+    rows = pd.read_csv(csv)
+    assert (rows["target"] == 70.0).all()  # the start, 60%, plus the gain
+    alloc = rows[rows["arm"] == "grpo+alloc"].iloc[0]
+    assert (alloc["pilots"], alloc["pilots_extended"], alloc["extra_rollouts"]) == (12, 3, 24)
+    text = saved.report(
+        rows,
+        tmp_path / "plots",
+        margin=1.5,
+        alpha=0.05,
+        prefix="rollout_allocation_",
+        pairs=(("grpo+alloc", "grpo"),),
+        baselines=("grpo", "dapo_resample"),
+    )
+    assert (tmp_path / "plots" / "rollout_allocation_easy_accuracy_per_rollout.png").stat().st_size > 0
+    assert (
+        "`grpo+alloc` / `grpo`: 0.500 (geometric mean over 2 seeds)" in text
+        and "### (a) `dapo_resample+skip`" not in text
+    )
+    to_dapo = text.split("(ratio to `dapo_resample`, paired bootstrap)")[1].split("### ")[0]
+    # grpo+alloc reaches 70% at step 1 (64 rollouts), dapo_resample at step 1 (512): 64 / 512, never censored.
+    assert "| `grpo+alloc` | 2 of 2 | 64 | 0.125 [0.125, 0.125] | fewer than dapo_resample |" in to_dapo
+    assert "| 12 ± 0 | 3 ± 0 | 24 ± 0 |" in text.split("### Arms")[1]

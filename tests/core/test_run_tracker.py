@@ -137,6 +137,7 @@ def test_state_round_trips_and_a_resumed_run_continues_exactly():
         "prompt_history",
         "prompt_skip",
         "rollouts_cumulative",
+        "prompt_allocation",
     }
     resumed = avspo_tracker(**settings)
     resumed.load_state_dict(state)
@@ -406,3 +407,76 @@ def test_a_state_saved_with_skipping_off_loads_with_the_skip_rule_afresh(caplog)
     restored.load_state_dict({**tracker.state_dict(), "prompt_skip": None})
     assert len(restored.prompt_history) == len(tracker.prompt_history)
     assert "no prompt skip rule" in caplog.text
+
+
+# ---- the rollout allocator (core.prompt_allocation) through the tracker ---------------------------------
+
+
+def allocating_tracker(**settings):
+    from verl_avspo.core.prompt_allocation import PromptAllocationConfig
+
+    tracker = RunTracker(ACRConfig())
+    tracker.set_prompt_allocation(PromptAllocationConfig(enable=True, **settings))
+    return tracker
+
+
+def allocated_step(tracker, step, group_size=4):
+    """One host step over prompts 0-5: prompts 0-1 are always right, 2-3 always wrong, 4-5 half right; a
+    pilot is extended where its answers differ, a collapsed pilot is dropped (recorded, as the hosts do)."""
+    keys = list(range(6))
+    plan = tracker.allocate_prompts(keys, group_size)
+    answer = {0: 1.0, 1: 1.0, 2: 0.0, 3: 0.0}
+
+    def scores(key, n):
+        return torch.tensor([answer.get(key, float(j % 2)) for j in range(n)])
+
+    first = [scores(key, n) for key, n in zip(keys, plan.rollouts.tolist(), strict=True)]
+    spread = torch.tensor([len(s) > 1 and bool(s.max() > s.min()) for s in first])
+    added = tracker.extend_pilots(plan, spread)
+    trained = [k for k in keys if plan.rollouts[k] > 0 and not (plan.pilot[k] and not spread[k])]
+    dropped = [k for k in keys if plan.pilot[k] and not spread[k]]
+    if dropped:
+        tracker.record_groups(dropped, torch.stack([first[k] for k in dropped]))
+    sizes = [int(plan.rollouts[k] + added[k]) for k in trained]
+    tracker.count_rollouts(int(plan.rollouts.sum() + added.sum()), 1 + int(added.any()))
+    tracker.measure(
+        torch.cat([scores(k, n) for k, n in zip(trained, sizes, strict=True)]),
+        np.repeat(np.array([f"u{k}" for k in trained], dtype=object), sizes),
+    )
+    tracker.set_prompt_keys({f"u{k}": k for k in trained})
+    return plan, dict(tracker.end_step(step))
+
+
+def test_the_allocator_pilots_predicted_collapses_and_a_resumed_run_allocates_the_same():
+    straight = allocating_tracker(seed=3)
+    plans = [allocated_step(straight, step) for step in range(1, 7)]
+    first, report = plans[0]
+    assert first.rollouts.tolist() == [4] * 6 and report["prompts/pilots"] == 0  # nothing known yet
+    second, report = plans[1]
+    # The collapsed prompts get a pilot of 2, dropped again; the half-right ones their group, plus extras.
+    assert second.pilot.tolist() == [True] * 4 + [False] * 2
+    assert second.rollouts.tolist()[:4] == [2] * 4 and all(n >= 4 for n in second.rollouts.tolist()[4:])
+    assert report["prompts/pilots"] == 4 and report["prompts/pilots_extended"] == 0
+    assert report["train/rollouts_generated"] == second.total < 24  # the pilots' savings
+    assert report["prompts/extra_rollouts"] == second.total - 8 - 8
+    assert report["prompts/pilot_extend_rate"] == pytest.approx(0.9 * 0.25)  # no pilot spread
+    # Stopped after step 3 and resumed from its state: the same plans, the same extension rate.
+    stopped = allocating_tracker(seed=3)
+    for step in range(1, 4):
+        allocated_step(stopped, step)
+    resumed = allocating_tracker(seed=3)
+    resumed.load_state_dict(stopped.state_dict())
+    for step, (plan, report) in zip(range(4, 7), plans[3:], strict=True):
+        again, again_report = allocated_step(resumed, step)
+        assert torch.equal(again.rollouts, plan.rollouts) and again_report == report
+
+
+def test_a_state_saved_without_the_allocator_loads_with_it_afresh(caplog):
+    tracker = allocating_tracker()
+    allocated_step(tracker, 1)
+    restored = allocating_tracker()
+    restored.load_state_dict({**tracker.state_dict(), "prompt_allocation": None})
+    assert len(restored.prompt_history) == len(tracker.prompt_history)
+    assert "no rollout allocator" in caplog.text
+    with pytest.raises(ValueError, match="no rollout allocator: call set_prompt_allocation first"):
+        RunTracker(ACRConfig()).allocate_prompts([1, 2], 4)

@@ -269,6 +269,46 @@ def test_dapo_resample_with_skip_leaves_skipped_places_open_and_saves_their_roll
     assert steps["prompts/rollouts_skipped_cumulative"].iloc[-1] == steps["prompts/rollouts_skipped"].sum()
 
 
+def test_alloc_pilots_extends_and_counts_every_rollout_it_generated(torch_settings, tmp_path):
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+    from verl_avspo.sandbox.sampling import group_sizes
+
+    # 16 prompts seen every step, a barely warmed-up policy: most groups all-wrong, so pilots from step 2 on.
+    config = SandboxConfig(
+        levels="1+1", steps=6, eval_every=6, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
+    )
+    (spec,) = parse_estimators("grpo+alloc")
+    batches = {}
+    train(
+        config,
+        spec,
+        0,
+        tmp_path / "alloc.jsonl",
+        tmp_path / "cache",
+        on_rollout=lambda step, _model, batch: batches.update({step: batch}),
+    )
+    steps = read_metrics(tmp_path / "alloc.jsonl").loc[1:]
+    extended, pilots = steps["prompts/pilots_extended"], steps["prompts/pilots"]
+    # What it generated: the first pass and the rest of each extended pilot's group, in one or two passes.
+    assert (steps["train/rollouts_generated"] == steps["prompts/rollouts_allocated"] + 6 * extended).all()
+    assert (steps["train/gen_batches"] == 1 + (extended > 0)).all()
+    assert (steps["train/rollouts_cumulative"] == steps["train/rollouts_generated"].cumsum()).all()
+    assert steps.loc[1, "train/rollouts_generated"] == 128 and pilots.loc[1] == 0  # nothing known at step 1
+    assert pilots.iloc[1:].gt(0).all() and (steps["train/rollouts_generated"] < 128).any()  # a saving
+    assert (steps["prompts/rollouts_allocated"] <= 128).all()  # within the budget, 1 x 16 x G
+    # Every group rolled out is measured, a dropped pilot too; the collapsed pilots are not trained on.
+    assert (steps["acr/groups"] == 16 - steps["prompts/unallocated"]).all()
+    dropped = pilots - extended
+    assert (steps["train/kept_groups"] * 16 == 16 - steps["prompts/unallocated"] - dropped).all()
+    for step, batch in batches.items():  # each group's rows together: a pilot extended to G, G, or up to 16
+        sizes = group_sizes(batch.uids)
+        assert len(sizes) == len(set(batch.uids)) == len(batch.prompts)
+        assert sizes.ge(8).all() and sizes.le(16).all(), step
+    assert steps["prompts/extra_rollouts"].sum() > 0 and extended.sum() > 0
+
+
 def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkeypatch):
     # The verdicts pair runs by seed; dapo keeps a varying number of groups per step, which must
     # not shift the prompt sequence. Spy on the real task.sample to record every step's prompts.

@@ -94,6 +94,23 @@ def test_estimator_specs():
         parse_estimators("avspo,avspo:paper")  # paper is avspo's default preset
 
 
+def test_alloc_specs_carry_the_budget_share_and_refuse_what_they_cannot_combine_with():
+    grpo, half, code = parse_estimators("grpo+alloc,grpo+alloc=0.5,avspo:paper_code+alloc")
+    assert (grpo.budget_share, half.budget_share, code.budget_share, code.preset) == (1.0, 0.5, 1.0, "paper_code")
+    allocation = half.prompt_allocation(seed=7)
+    assert (allocation.enable, allocation.budget_share, allocation.seed) == (True, 0.5, 7)
+    assert parse_estimators("grpo")[0].prompt_allocation(seed=7) is None
+    for spec in ("grpo+skip+alloc", "dapo+alloc", "dapo_resample+alloc"):
+        with pytest.raises(ValueError, match=r"\+alloc does not combine with dapo, dapo_resample or \+skip"):
+            parse_estimators(spec)
+    with pytest.raises(ValueError, match=r"'grpo\+alloc=0': prompt_allocation.budget_share=0.0 is invalid"):
+        parse_estimators("grpo+alloc=0")
+    with pytest.raises(ValueError, match=r"write the allocator as \+alloc or \+alloc=<budget share>"):
+        parse_estimators("grpo+alloc+skip")
+    with pytest.raises(ValueError, match="'grpo\\+alloc' and 'grpo\\+alloc=1' are one estimator"):
+        parse_estimators("grpo+alloc,grpo+alloc=1")
+
+
 def test_cli_rejects_bad_values_before_loading_anything(capsys):
     with pytest.raises(SystemExit, match=r"estimator 'foo' is not supported"):
         main(["sandbox", "--estimators", "grpo,foo"])
@@ -115,6 +132,9 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
         main(["sandbox", "--estimators", "grpo", "--max-gen-batches", "-1"])
     with pytest.raises(SystemExit, match=r"temperature=0.0 is invalid: expected a positive number"):
         main(["sandbox", "--temperature", "0"])
+    for size in ("2", "17"):  # a pilot of 2 must be below G, and the largest group of 16 at least G
+        with pytest.raises(SystemExit, match=rf"--group-size={size} is invalid with grpo\+alloc: .* between 3 and 16"):
+            main(["sandbox", "--estimators", "grpo,grpo+alloc", "--group-size", size])
 
 
 def test_cli_refuses_unwritable_folders_before_creating_any(tmp_path, monkeypatch):

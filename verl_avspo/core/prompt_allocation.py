@@ -1,7 +1,7 @@
 """How many rollouts each of a step's prompts gets, from its collapse history (opt-in). Framework-free.
 
-Not yet wired into any host: this is the core's allocator (issue 41, item 1); hosts, the sandbox and
-the run state come later. The skip rule (``core.prompt_skip``) decides skip or keep; the allocator
+The run tracker owns one per run (``RunTracker.allocate_prompts``, saved with the run state); the sandbox
+uses it (``+alloc``), no framework host yet. The skip rule (``core.prompt_skip``) decides skip or keep; the allocator
 decides, for the kept prompts, *how many* rollouts, within a per-step rollout budget:
 
 - **0**: the skip rule turned the prompt down (the host passes its ``keep``), or the budget ran out

@@ -16,6 +16,7 @@ import torch
 
 from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.collapse import Collapse, GroupStats, Measurement
+from verl_avspo.core.prompt_allocation import Allocation
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipper
 
@@ -45,6 +46,12 @@ class StepPrompts:
         # What the host generated this step, in how many generation batches (RunTracker.count_rollouts).
         self.rollouts = 0
         self.gen_batches = 0
+        # The rollout allocator's plan (RunTracker.allocate_prompts / extend_pilots).
+        self.allocated = 0
+        self.pilots = 0
+        self.extended = 0
+        self.extra_rollouts = 0
+        self.unallocated = 0
 
     def count_selection(self, keep: np.ndarray, rollouts_per_prompt: int, refill: bool) -> None:
         """Count one draw of candidate prompts (``keep``: the rule's decision for each). A ``refill`` draw fills
@@ -63,6 +70,28 @@ class StepPrompts:
         """Count rollouts the host generated this step, in ``gen_batches`` generation batches."""
         self.rollouts += int(rollouts)
         self.gen_batches += int(gen_batches)
+
+    def count_allocation(self, allocation: Allocation) -> None:
+        """Count one plan of the rollout allocator: its first pass, pilots, rollouts beyond G and the
+        candidates it gave none."""
+        self.allocated += allocation.total
+        self.pilots += int(allocation.pilot.sum())
+        self.extra_rollouts += int((allocation.rollouts - allocation.group_size).clamp(min=0).sum())
+        self.unallocated += int((allocation.rollouts == 0).sum())
+
+    def count_extension(self, added: torch.Tensor) -> None:
+        """Count the pilots extended to the full group."""
+        self.extended += int((added > 0).sum())
+
+    def allocation_metrics(self) -> dict[str, float]:
+        """The step's ``prompts/*`` of the rollout allocator."""
+        return {
+            "prompts/rollouts_allocated": float(self.allocated),
+            "prompts/pilots": float(self.pilots),
+            "prompts/pilots_extended": float(self.extended),
+            "prompts/extra_rollouts": float(self.extra_rollouts),
+            "prompts/unallocated": float(self.unallocated),
+        }
 
     def add(self, keys: list, stats: GroupStats, collapse: Collapse, acr: ACRConfig) -> None:
         """The groups with a key (not None) and at least two responses (a singleton has no collapse)."""

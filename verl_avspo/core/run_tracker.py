@@ -17,6 +17,9 @@ its per-prompt history (``core.prompt_history``) and logs ``prompts/*``. With th
 (``core.prompt_skip``), the host asks ``tracker.select_prompts(keys, n)`` before the rollout which
 candidate prompts to roll out, through the one skip-and-refill loop (``core.prompt_refill``). A host that
 counts its generated rollouts (``tracker.count_rollouts``) gets ``train/rollouts_*`` logged with each step.
+With the rollout allocator on (``core.prompt_allocation``), the host asks ``tracker.allocate_prompts(keys, G)``
+how many rollouts each candidate gets, rolls them out, and asks ``tracker.extend_pilots(allocation, spread)``
+how many to add to each pilot.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from verl_avspo.core.config import AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.core.dcpo import PromptRewardHistory
 from verl_avspo.core.files import atomic_write
+from verl_avspo.core.prompt_allocation import Allocation, PromptAllocationConfig, PromptAllocator
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 from verl_avspo.core.prompt_step import StepPrompts, group_keys
@@ -65,7 +69,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative"};
+# {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative",
+# "prompt_allocation" (absent from states saved before the allocator: read as none)};
 # a state of any other version is refused (versions 1-3 were layouts of unreleased builds).
 STATE_VERSION = 4
 # The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
@@ -204,6 +209,7 @@ class RunTracker:
         self.advice = advice
         self.prompt_history = PromptHistory()
         self.set_prompt_skip(prompt_skip)
+        self.allocator: PromptAllocator | None = None
         self._prompts = StepPrompts()
         # The rollouts generated since the run started; None while the host counts none (count_rollouts).
         self.rollouts_cumulative: int | None = None
@@ -279,6 +285,27 @@ class RunTracker:
             keep[np.flatnonzero(~keep)[:shortfall]] = True
         self._prompts.count_selection(keep, rollouts_per_prompt, refill)
         return keep
+
+    def set_prompt_allocation(self, config: PromptAllocationConfig | None) -> None:
+        """Turn the rollout allocator on (``config.enable``) or off; it starts afresh (its state loads with
+        :meth:`load_state_dict`)."""
+        self.allocator = PromptAllocator(config) if config is not None and config.enable else None
+
+    def allocate_prompts(self, keys: Any, group_size: int) -> Allocation:
+        """Before the rollout: how many rollouts each candidate prompt of ``keys`` gets (0, a pilot, G or
+        more; ``core.prompt_allocation``), from its history, within the step's budget."""
+        if self.allocator is None:
+            raise ValueError("this run's tracker has no rollout allocator: call set_prompt_allocation first")
+        allocation = self.allocator.allocate(keys, self.prompt_history, group_size)
+        self._prompts.count_allocation(allocation)
+        return allocation
+
+    def extend_pilots(self, allocation: Allocation, spread: Any) -> torch.Tensor:
+        """After the first pass: (n,) rollouts to add to each candidate, the rest of the group for each
+        pilot whose rewards showed a ``spread`` ((n,) bool), 0 elsewhere."""
+        added = self.allocator.extend(allocation, spread)
+        self._prompts.count_extension(added)
+        return added
 
     def count_rollouts(self, rollouts: int, gen_batches: int = 1) -> None:
         """The host generated ``rollouts`` responses this step, in ``gen_batches`` generation batches (DAPO's
@@ -370,6 +397,8 @@ class RunTracker:
         metrics["acr/stalled"] = float(self.alert.stalled)
         step_prompts, self._prompts = self._prompts, StepPrompts()
         metrics.update(step_prompts.close(self.prompt_history, self.skipper, step))
+        if self.allocator is not None:
+            metrics.update({**step_prompts.allocation_metrics(), **self.allocator.metrics()})
         if self.rollouts_cumulative is not None:  # added as the step closes: what a checkpoint after it saves
             self.rollouts_cumulative += step_prompts.rollouts
             metrics.update(
@@ -405,6 +434,7 @@ class RunTracker:
             "prompt_history": self.prompt_history.state_dict(),
             "prompt_skip": self.skipper.state_dict() if self.skipper is not None else None,
             "rollouts_cumulative": self.rollouts_cumulative,
+            "prompt_allocation": self.allocator.state_dict() if self.allocator is not None else None,
         }
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -456,6 +486,13 @@ class RunTracker:
             logger.warning(
                 "the saved run state holds no prompt skip rule (saved with skipping off): "
                 "its exploration probabilities and generator start afresh"
+            )
+        if self.allocator is not None and state.get("prompt_allocation") is not None:
+            self.allocator.load_state_dict(state["prompt_allocation"])
+        elif self.allocator is not None:
+            logger.warning(
+                "the saved run state holds no rollout allocator (saved with allocation off): "
+                "its extension rate and generator start afresh"
             )
 
     def _load_dcpo(self, saved: dict[str, Any] | None) -> None:

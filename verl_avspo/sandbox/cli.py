@@ -35,9 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "grpo that drops collapsed groups from the loss at the same rollouts, without re-sampling; dapo_resample is "
         "DAPO's dynamic sampling (more prompt groups each step until the batch is full of non-collapsed ones, capped "
         "by --max-gen-batches); <estimator>+skip adds the pre-rollout skip rule (GRESO's: prompts that collapsed on "
-        "their recent visits are skipped with a probability, docs/prompts.md); dcpo, intuitor "
-        "and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole table: "
-        "grpo,avspo,dcpo,intuitor,rent)",
+        "their recent visits are skipped with a probability, docs/prompts.md); <estimator>+alloc (or +alloc=<budget "
+        "share>) gives each prompt the rollouts its history calls for: a pilot of 2, the group, or more; dcpo, "
+        "intuitor and rent are the paper's other baselines (default: grpo,avspo,avspo:paper_code; the paper's whole "
+        "table: grpo,avspo,dcpo,intuitor,rent)",
     )
     parser.add_argument(
         "--steps", type=int, default=defaults.steps, help=f"RL steps per run (default {defaults.steps})"
@@ -179,6 +180,34 @@ def _skip_text(config, estimators) -> str:
     )
 
 
+def _alloc_text(config, estimators) -> str:
+    """What +alloc does ("" if no estimator of this comparison allocates)."""
+    if not any(spec.budget_share is not None for spec in estimators):
+        return ""
+    return (
+        " `+alloc` gives each of the step's prompts the rollouts the per-prompt rollout allocator plans from its "
+        f"history (default settings): a pilot of 2 for a prompt that collapsed on its last visit, G={config.group_size}"
+        " for the others, up to 16 for those whose last pass rate lies within 1/4 of 1/2, within a budget of the "
+        "given share (default 1) of a uniform step's rollouts; a pilot whose answers differ gets the rest of its "
+        "group, a collapsed one is dropped (`prompts/pilots`, `prompts/pilots_extended`, `prompts/extra_rollouts`)."
+    )
+
+
+def _check_allocation(group_size: int, estimators) -> None:
+    """Refuse a group size the allocator cannot plan around, naming the estimators given with +alloc."""
+    from verl_avspo.core.prompt_allocation import allocation_problems
+
+    for spec in estimators:
+        allocation = spec.prompt_allocation(0)
+        if allocation is not None and allocation_problems(allocation, group_size, "prompt_allocation", "G"):
+            raise ValueError(
+                f"--group-size={group_size} is invalid with {spec.label}: the rollout allocator's pilot of "
+                f"{allocation.pilot_size} answers must be smaller than the group and its largest group of "
+                f"{allocation.max_group_size} at least the group. Use --group-size between {allocation.pilot_size + 1} "
+                f"and {allocation.max_group_size}, or drop +alloc"
+            )
+
+
 def _prompts_text(config) -> str:
     """Where the steps' prompts come from: the whole pools, or a fixed set in epochs."""
     if config.train_set is None:
@@ -209,7 +238,7 @@ def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
         f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
         f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
-        f"{_skip_text(config, estimators)}"
+        f"{_skip_text(config, estimators)}{_alloc_text(config, estimators)}"
         f"{_baselines_text(estimators)} {_prompts_text(config)}\n"
         f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
@@ -297,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
             train_set=args.train_set,
             policy=replace(defaults.policy, sft_steps=args.sft_steps),
         )
+        _check_allocation(config.group_size, estimators)
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
     if args.fingerprint:

@@ -26,6 +26,15 @@ it: each skipped prompt's place is filled by a further draw (``prompts/reselecte
 ``dapo_resample+skip`` a skipped prompt's place is left open in its batch, since DAPO's next batch tops
 the step up only if needed: those rollouts are never generated (``prompts/rollouts_skipped``).
 
+An ``+alloc`` suffix (``grpo+alloc``, ``avspo+alloc``; ``grpo+alloc=0.5`` sets the budget share) gives the
+step's prompts unequal rollout counts with the per-prompt rollout allocator (``core.prompt_allocation``,
+its default settings, seeded by the run's seed): each step draws ``prompts_per_step`` candidates, rolls
+out a pilot of 2 for those whose history predicts a collapse, the full group for the others and more
+for those near a pass rate of 1/2, then the rest of the group for each pilot that showed a spread; a
+collapsed pilot is dropped (it counts in the step's ACR and the history). The budget share (default 1)
+is the step's rollout budget as a share of ``prompts_per_step`` x G. Not with ``dapo``, ``dapo_resample``
+or ``+skip``: each already decides which groups are generated or trained on, by other rules.
+
 The paper's other baselines:
 
 - ``dcpo``: verl's ``dcpo`` estimator and policy loss as this package registers them, so exactly
@@ -47,9 +56,10 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.config import PRESETS
+from verl_avspo.core.prompt_allocation import PromptAllocationConfig, resolve_prompt_allocation
 from verl_avspo.core.prompt_skip import PromptSkipConfig
 
-__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS", "SKIP_SUFFIX"]
+__all__ = ["EstimatorSpec", "parse_estimators", "SUPPORTED", "INTRINSIC_REWARDS", "SKIP_SUFFIX", "ALLOC_SUFFIX"]
 
 # Outcome estimators that need only rewards, the response mask and uid (no critic, no baseline
 # rollouts, no extra actor statistics), so the sandbox can drive them unchanged.
@@ -69,6 +79,8 @@ SUPPORTED = (
 )
 # The suffix that adds the pre-rollout skip rule to an estimator.
 SKIP_SUFFIX = "+skip"
+# The suffix that adds the rollout allocator, optionally with its budget share: +alloc, +alloc=0.5.
+ALLOC_SUFFIX = "+alloc"
 # Estimators trained on a reward computed from the policy's logits instead of the verifier's.
 INTRINSIC_REWARDS = {"intuitor": "self_certainty", "rent": "negative_entropy"}
 
@@ -86,6 +98,8 @@ class EstimatorSpec:
             non-collapsed ones (implies ``drop_collapsed``).
         reward: ``verifier`` (exact match), or the intrinsic ``self_certainty`` / ``negative_entropy``.
         skip: the pre-rollout skip rule (``+skip``).
+        budget_share: the rollout allocator's budget share (``+alloc``, ``+alloc=<share>``); None: every
+            prompt gets G rollouts.
     """
 
     label: str
@@ -95,6 +109,7 @@ class EstimatorSpec:
     resample: bool = False
     reward: str = "verifier"
     skip: bool = False
+    budget_share: float | None = None
 
     @property
     def intrinsic(self) -> bool:
@@ -110,6 +125,13 @@ class EstimatorSpec:
         """The skip rule's settings (its defaults, seeded by the run's seed), or None without ``+skip``."""
         return PromptSkipConfig(enable=True, seed=seed) if self.skip else None
 
+    def prompt_allocation(self, seed: int) -> PromptAllocationConfig | None:
+        """The rollout allocator's settings (its defaults, the spec's budget share, seeded by the run's seed),
+        or None without ``+alloc``."""
+        if self.budget_share is None:
+            return None
+        return PromptAllocationConfig(enable=True, budget_share=self.budget_share, seed=seed)
+
     def algorithm_config(self, seed: int) -> DictConfig:
         """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""
         config = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0}
@@ -122,13 +144,15 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
     """``"grpo,avspo:paper_code,grpo+skip"`` -> specs. Raises ValueError naming the bad entry."""
     specs = []
     for item in (part.strip() for part in spec.split(",")):
-        base = item.removesuffix(SKIP_SUFFIX)
+        base, _, allocation = item.partition(ALLOC_SUFFIX)
+        budget_share = _budget_share(item, allocation) if ALLOC_SUFFIX in item else None
+        base = base.removesuffix(SKIP_SUFFIX)
         name, _, preset = base.partition(":")
         if name not in SUPPORTED:
             raise ValueError(
                 f"estimator {item!r} is not supported by the sandbox: choose from {', '.join(SUPPORTED)}, "
-                "with an AVSPO preset as avspo:<preset> and the skip rule as <estimator>+skip, for example "
-                "--estimators grpo,avspo,avspo:paper_code,grpo+skip"
+                "with an AVSPO preset as avspo:<preset>, the skip rule as <estimator>+skip and the rollout allocator "
+                "as <estimator>+alloc, for example --estimators grpo,avspo,avspo:paper_code,grpo+skip,grpo+alloc"
             )
         if preset and name != "avspo":
             raise ValueError(f"estimator {item!r}: only avspo takes a preset (avspo:{preset})")
@@ -138,20 +162,44 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 raise ValueError(
                     f"estimator {item!r}: unknown AVSPO preset {preset!r}; choose from {', '.join(PRESETS)}"
                 )
-        skip = item.endswith(SKIP_SUFFIX)
+        skip = item.partition(ALLOC_SUFFIX)[0].endswith(SKIP_SUFFIX)
+        if budget_share is not None and (skip or name in ("dapo", "dapo_resample")):
+            raise ValueError(
+                f"estimator {item!r}: +alloc does not combine with dapo, dapo_resample or +skip in the sandbox: "
+                "each decides by its own rule which groups are generated or trained on. Use grpo+alloc (or another "
+                "estimator with +alloc), or drop +alloc"
+            )
         if name == "dapo":
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, skip=skip))
         elif name == "dapo_resample":
             specs.append(EstimatorSpec(item, "grpo", drop_collapsed=True, resample=True, skip=skip))
         elif name in INTRINSIC_REWARDS:
-            specs.append(EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name], skip=skip))
+            specs.append(
+                EstimatorSpec(item, "grpo", reward=INTRINSIC_REWARDS[name], skip=skip, budget_share=budget_share)
+            )
         else:
-            specs.append(EstimatorSpec(item, name, preset or None, skip=skip))
+            specs.append(EstimatorSpec(item, name, preset or None, skip=skip, budget_share=budget_share))
     # Compare what the specs run, not their spelling: avspo and avspo:paper are the same run.
     seen = {}
     for s in specs:
-        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.resample, s.reward, s.skip)
+        key = (s.adv_estimator, s.preset, s.drop_collapsed, s.resample, s.reward, s.skip, s.budget_share)
         if key in seen:
             raise ValueError(f"--estimators {spec!r}: {seen[key]!r} and {s.label!r} are one estimator; list it once")
         seen[key] = s.label
     return tuple(specs)
+
+
+def _budget_share(item: str, allocation: str) -> float:
+    """The budget share of ``+alloc`` (1.0) or ``+alloc=<share>``, validated by the allocator's own settings."""
+    if allocation and not allocation.startswith("="):
+        raise ValueError(
+            f"estimator {item!r}: write the allocator as +alloc or +alloc=<budget share>, for example grpo+alloc=0.5"
+        )
+    try:
+        share = float(allocation[1:]) if allocation else 1.0
+    except ValueError:
+        share = allocation[1:]
+    try:
+        return resolve_prompt_allocation({"budget_share": share}, section="prompt_allocation").budget_share
+    except ValueError as error:
+        raise ValueError(f"estimator {item!r}: {error}") from None

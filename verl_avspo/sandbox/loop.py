@@ -22,6 +22,9 @@ it trained on. Every run logs the rollouts it generated per step (``train/rollou
 records too), counted by the run tracker as on every host, so that runs can be compared at equal
 rollouts. With the skip rule, ``dapo_resample`` leaves a skipped prompt's place open in its batch
 (DAPO's next batch tops up only if needed): its rollouts are saved (``prompts/rollouts_skipped``).
+With the rollout allocator (``+alloc``) the groups differ in size (a pilot extended to G, G, or more);
+its collapsed pilots are dropped before the advantages and count, as DAPO's discarded groups do, in the
+step's ACR and the prompt history. The update's mini-batches are of whole groups, whatever their sizes.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import masked_mean
 from verl.workers.config.actor import ActorConfig
 
-from verl_avspo.core.collapse import DroppedGroups, detect_collapse, group_ids, group_stats
+from verl_avspo.core.collapse import DroppedGroups, group_stats
 from verl_avspo.core.intrinsic import negative_entropy, self_certainty, token_entropy
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import EstimatorSpec
@@ -51,7 +54,15 @@ from verl_avspo.sandbox.policy import (
     token_log_probs,
     warm_policy,
 )
-from verl_avspo.sandbox.sampling import SampledGroups, TrainingEpochs, dynamic_sampling, sample_groups
+from verl_avspo.sandbox.sampling import (
+    SampledGroups,
+    TrainingEpochs,
+    allocated_groups,
+    collapsed_groups,
+    dynamic_sampling,
+    group_sizes,
+    sample_groups,
+)
 from verl_avspo.sandbox.task import ArithmeticTask, exact_match, parse_levels
 from verl_avspo.tools.logs import write_record
 from verl_avspo.verl_plugin import register, run_state
@@ -82,13 +93,6 @@ def _others(pick: torch.Tensor, part: SampledGroups) -> torch.Tensor:
     others = torch.ones(len(part.prompts), dtype=torch.bool)
     others[pick] = False
     return others
-
-
-def _collapsed_responses(scores: torch.Tensor, uids: np.ndarray) -> torch.Tensor:
-    """(n,) bool: the response belongs to a group whose rewards are all equal."""
-    ids, num_groups = group_ids(uids)
-    stats = group_stats(scores, ids, num_groups)
-    return detect_collapse(stats).collapsed[ids]
 
 
 def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
@@ -150,6 +154,7 @@ def train(
     # The run's one owner of each step's ACR, alert and state (AVSPO's controller, DCPO's history).
     tracker = run_state.start_run(algorithm)
     tracker.set_prompt_skip(estimator.prompt_skip(seed))
+    tracker.set_prompt_allocation(estimator.prompt_allocation(seed))
     skip_rule = None
     if estimator.skip:
 
@@ -194,6 +199,11 @@ def train(
                 batch = SampledGroups.concat(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
+            elif estimator.budget_share is not None:
+                # The allocator's pilots, full and larger groups; collapsed pilots are dropped.
+                drawn, batch, pilot_prompts, pilot_scores = allocated_groups(
+                    model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}", tracker
+                )
             else:
                 drawn = [sample_groups(model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}", skip_rule)]
                 batch = drawn[0]
@@ -201,6 +211,8 @@ def train(
                 on_rollout(step, model, batch)
             rollout, scores, uids = batch.rollout, batch.scores, batch.uids
             num_groups = len(batch.prompts)
+            sizes = group_sizes(uids)  # (num_groups,) rows per group, in batch order
+            starts = torch.cumsum(sizes, 0) - sizes
             # The sampling policy's logits give PPO's old log-probs, the entropy and intrinsic rewards.
             with torch.no_grad():
                 old_log_probs = token_log_probs(batch.logits, rollout.response_ids)
@@ -233,9 +245,12 @@ def train(
                     ],
                     torch.cat(discarded),
                 )
+            elif estimator.budget_share is not None and pilot_prompts:
+                dropped = DroppedGroups.of(pilot_scores, tracker.acr.tau)
+                tracker.record_groups(pilot_prompts, pilot_scores)
             tracker.count_rollouts(sum(len(part.scores) for part in drawn), len(drawn))
             tracker.measure(rewards, uids, dropped)
-            tracker.set_prompt_keys(dict(zip(uids[:: config.group_size], batch.prompts, strict=True)))
+            tracker.set_prompt_keys(dict(zip(uids[starts.numpy()], batch.prompts, strict=True)))
             advantages = torch.zeros_like(response_mask)
             if num_groups:  # dapo_resample may end a step at its cap with no group to train on
                 data = DataProto.from_dict(
@@ -248,8 +263,6 @@ def train(
                 with run_state.advantage_stage(tracker):  # the estimator uses this run's tracker
                     advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             metrics = tracker.end_step(step, advantages)
-            drop = estimator.drop_collapsed and num_groups
-            keep = ~_collapsed_responses(scores, uids) if drop else torch.ones_like(scores).bool()
 
             # 3. PPO-clip update on the kept responses, in mini-batches of whole groups.
             model.train()
@@ -257,11 +270,15 @@ def train(
             # runs with the same seed see the same prompts (dapo too) and stay paired by seed;
             # dapo_resample draws more prompts, so it shares only its first batch.
             groups = torch.randperm(num_groups, generator=prompt_rng)
-            groups = groups[keep.view(-1, config.group_size).all(dim=1)[groups]]
+            if estimator.drop_collapsed and num_groups:  # dapo: groups of G
+                groups = groups[~collapsed_groups(scores, config.group_size)[groups]]
             losses, clipfracs = [], []
             # No mini-batch when dapo dropped every group: the step makes no update.
             for chunk in groups.chunk(config.mini_batches) if groups.numel() else ():
-                rows = (chunk.unsqueeze(1) * config.group_size + torch.arange(config.group_size)).reshape(-1)
+                # The chunk's groups' rows, group after group: starts[g] .. starts[g] + sizes[g] - 1.
+                lengths = sizes[chunk]
+                offsets = starts[chunk] - (torch.cumsum(lengths, 0) - lengths)
+                rows = torch.repeat_interleave(offsets, lengths) + torch.arange(int(lengths.sum()))
                 part = rollout.select(rows)
                 loss, pg_metrics = policy_loss(
                     old_log_prob=old_log_probs[rows],

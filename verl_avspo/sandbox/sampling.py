@@ -1,7 +1,8 @@
 """Sampling a step's groups in the sandbox: ``prompts_per_step`` prompts x G answers, scored
 (:func:`sample_groups`), from the pools or a fixed set in epochs (:class:`TrainingEpochs`), the
-prompts the pre-rollout skip rule keeps (:func:`draw_kept`), and DAPO's
-dynamic sampling with verl's semantics (:func:`dynamic_sampling`). The loop that trains on them is
+prompts the pre-rollout skip rule keeps (:func:`draw_kept`), DAPO's
+dynamic sampling with verl's semantics (:func:`dynamic_sampling`), and groups of unequal size from the
+rollout allocator (:func:`allocated_groups`). The loop that trains on them is
 :mod:`verl_avspo.sandbox.loop`.
 """
 
@@ -16,11 +17,21 @@ import torch
 
 from verl_avspo.core.collapse import detect_collapse, group_stats
 from verl_avspo.core.prompt_refill import skip_and_refill
+from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.policy import CharTokenizer, Rollout, pad_cat, response_logits, sample
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match
 
-__all__ = ["SampledGroups", "TrainingEpochs", "sample_groups", "draw_kept", "dynamic_sampling", "collapsed_groups"]
+__all__ = [
+    "SampledGroups",
+    "TrainingEpochs",
+    "sample_groups",
+    "allocated_groups",
+    "draw_kept",
+    "dynamic_sampling",
+    "collapsed_groups",
+    "group_sizes",
+]
 
 Batch = TypeVar("Batch")
 
@@ -29,6 +40,12 @@ def collapsed_groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     """(n,) scores of consecutive groups of ``group_size`` -> (n // group_size,) bool: all equal."""
     ids = torch.arange(len(scores)) // group_size
     return detect_collapse(group_stats(scores, ids, len(scores) // group_size)).collapsed
+
+
+def group_sizes(uids: np.ndarray) -> torch.Tensor:
+    """(P,) the number of rows of each group of a batch whose groups are runs of equal ``uids``, in order."""
+    starts = np.flatnonzero(np.r_[True, uids[1:] != uids[:-1]]) if len(uids) else np.zeros(0, dtype=np.int64)
+    return torch.from_numpy(np.diff(np.r_[starts, len(uids)]))
 
 
 def dynamic_sampling(
@@ -60,9 +77,10 @@ def dynamic_sampling(
 
 @dataclass(frozen=True)
 class SampledGroups:
-    """Groups of answers, rows grouped by prompt: ``prompts`` (P,) one per group; ``rollout``,
-    ``scores`` (P*G,) exact-match rewards, ``uids`` (P*G,) and ``logits`` (P*G, R, V), the sampling
-    policy's temperature-scaled logits, without gradients."""
+    """Groups of answers, each group's rows together: ``prompts`` (P,) one per group; ``rollout``,
+    ``scores`` (n,) exact-match rewards, ``uids`` (n,) and ``logits`` (n, R, V), the sampling policy's
+    temperature-scaled logits, without gradients. n = P*G, or the sum of the group sizes with the
+    rollout allocator."""
 
     prompts: list[str]
     rollout: Rollout
@@ -71,9 +89,13 @@ class SampledGroups:
     logits: torch.Tensor
 
     def select_groups(self, groups: torch.Tensor) -> SampledGroups:
+        """The groups of indices ``groups``, of a batch of groups of equal size."""
         size = len(self.scores) // len(self.prompts)
         rows = (groups.unsqueeze(1) * size + torch.arange(size)).reshape(-1)
-        prompts = [self.prompts[g] for g in groups.tolist()]
+        return self.select_rows(rows, [self.prompts[g] for g in groups.tolist()])
+
+    def select_rows(self, rows: torch.Tensor, prompts: list[str]) -> SampledGroups:
+        """The rows ``rows`` (whole groups, each group's rows together), whose groups are ``prompts``."""
         return SampledGroups(
             prompts, self.rollout.select(rows), self.scores[rows], self.uids[rows.numpy()], self.logits[rows]
         )
@@ -165,12 +187,69 @@ def sample_groups(
             config.max_gen_batches,
             fill,
         )
-    prompts = [p for p in problems.prompts for _ in range(config.group_size)]
-    answers = [a for a in problems.answers for _ in range(config.group_size)]
-    uids = np.array([f"{tag}-{i // config.group_size}" for i in range(len(prompts))], dtype=object)
+    counts = torch.full((len(problems.prompts),), config.group_size)
+    return _answers(model, tokenizer, problems, counts, tag, token_rng, config, task.max_answer_chars)
+
+
+def _answers(
+    model,
+    tokenizer: CharTokenizer,
+    problems: Problems,
+    counts: torch.Tensor,
+    tag: str,
+    token_rng: torch.Generator,
+    config: SandboxConfig,
+    max_answer_chars: int,
+) -> SampledGroups:
+    """``counts[i]`` answers to problem i at the sampling temperature, scored, with the uid ``<tag>-<i>``;
+    the problems with no answer are left out."""
+    repeats = counts.tolist()
+    prompts = [p for p, r in zip(problems.prompts, repeats, strict=True) for _ in range(r)]
+    answers = [a for a, r in zip(problems.answers, repeats, strict=True) for _ in range(r)]
+    uids = np.array([f"{tag}-{i}" for i, r in enumerate(repeats) for _ in range(r)], dtype=object)
     model.eval()
-    rollout = sample(model, tokenizer, prompts, task.max_answer_chars + 1, token_rng, config.temperature)
+    rollout = sample(model, tokenizer, prompts, max_answer_chars + 1, token_rng, config.temperature)
     scores = exact_match(tokenizer.decode_responses(rollout.response_ids, rollout.response_mask), answers)
     with torch.no_grad():
         logits = response_logits(model, rollout, config.temperature)
-    return SampledGroups(problems.prompts, rollout, scores, uids, logits)
+    groups = [p for p, r in zip(problems.prompts, repeats, strict=True) if r]
+    return SampledGroups(groups, rollout, scores, uids, logits)
+
+
+def allocated_groups(
+    model,
+    tokenizer: CharTokenizer,
+    task: ArithmeticTask | TrainingEpochs,
+    config: SandboxConfig,
+    rngs: tuple[torch.Generator, torch.Generator],
+    tag: str,
+    tracker: RunTracker,
+) -> tuple[list[SampledGroups], SampledGroups, list[str], torch.Tensor]:
+    """A step of the rollout allocator (``core.prompt_allocation``, through ``tracker``): ``prompts_per_step``
+    candidates, each given the rollouts the allocator plans (0, a pilot, G or more), then the rest of the
+    group for each pilot whose answers differ. Returns the generation passes (one or two), the groups to
+    train on (each group's rows together, in candidate order: an extended pilot's first answers, then the
+    rest), and the dropped pilots, collapsed, as their prompts and (k, pilot size) scores."""
+    prompt_rng, token_rng = rngs
+    problems = task.sample(config.prompts_per_step, prompt_rng)
+    plan = tracker.allocate_prompts(problems.prompts, config.group_size)
+    first = _answers(model, tokenizer, problems, plan.rollouts, tag, token_rng, config, task.max_answer_chars)
+    # Each candidate's row span in the first pass; a pilot spreads if its answers' scores differ.
+    candidate = torch.repeat_interleave(torch.arange(len(problems.prompts)), plan.rollouts)
+    low = torch.full((len(problems.prompts),), torch.inf).scatter_reduce(0, candidate, first.scores, "amin")
+    high = torch.full((len(problems.prompts),), -torch.inf).scatter_reduce(0, candidate, first.scores, "amax")
+    spread = high > low
+    added = tracker.extend_pilots(plan, spread)
+    passes = [first]
+    if added.any():
+        passes.append(_answers(model, tokenizer, problems, added, tag, token_rng, config, task.max_answer_chars))
+        candidate = torch.cat([candidate, torch.repeat_interleave(torch.arange(len(problems.prompts)), added)])
+    every = SampledGroups.concat(passes, tokenizer.pad_id)
+    dropped = plan.pilot & ~spread
+    trained = ~dropped & (plan.rollouts > 0)
+    rows = torch.nonzero(trained[candidate]).squeeze(1)
+    rows = rows[torch.argsort(candidate[rows], stable=True)]  # each group's rows together, first pass first
+    batch = every.select_rows(rows, [p for p, t in zip(problems.prompts, trained.tolist(), strict=True) if t])
+    pilot_rows = torch.nonzero(dropped[candidate[: len(first.scores)]]).squeeze(1)
+    dropped_scores = first.scores[pilot_rows].view(-1, tracker.allocator.config.pilot_size)
+    return passes, batch, [p for p, d in zip(problems.prompts, dropped.tolist(), strict=True) if d], dropped_scores
