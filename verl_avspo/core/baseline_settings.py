@@ -33,7 +33,7 @@ INTRINSIC_REWARDS = ("none", "self_certainty", "negative_entropy")
 @dataclass(frozen=True)
 class DCPOConfig:
     """DCPO's smooth advantage standardization (``verl_avspo.core.dcpo``). Its per-prompt history is keyed
-    by the run's prompt identity, which the host passes every step (``RunTracker.set_prompts``)."""
+    by the run's prompt identity, which the host passes every step (``RunTracker.set_prompt_keys``)."""
 
     epsilon: float = 1e-6
     """Added to the group and cumulative stds before dividing (verl's GRPO uses 1e-6)."""

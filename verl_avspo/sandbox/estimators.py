@@ -144,9 +144,10 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
     """``"grpo,avspo:paper_code,grpo+skip"`` -> specs. Raises ValueError naming the bad entry."""
     specs = []
     for item in (part.strip() for part in spec.split(",")):
-        base, _, allocation = item.partition(ALLOC_SUFFIX)
+        head, _, allocation = item.partition(ALLOC_SUFFIX)
         budget_share = _budget_share(item, allocation) if ALLOC_SUFFIX in item else None
-        base = base.removesuffix(SKIP_SUFFIX)
+        skip = head.endswith(SKIP_SUFFIX)
+        base = head.removesuffix(SKIP_SUFFIX)
         name, _, preset = base.partition(":")
         if name not in SUPPORTED:
             raise ValueError(
@@ -162,7 +163,6 @@ def parse_estimators(spec: str) -> tuple[EstimatorSpec, ...]:
                 raise ValueError(
                     f"estimator {item!r}: unknown AVSPO preset {preset!r}; choose from {', '.join(PRESETS)}"
                 )
-        skip = item.partition(ALLOC_SUFFIX)[0].endswith(SKIP_SUFFIX)
         if budget_share is not None and (skip or name in ("dapo", "dapo_resample")):
             raise ValueError(
                 f"estimator {item!r}: +alloc does not combine with dapo, dapo_resample or +skip in the sandbox: "

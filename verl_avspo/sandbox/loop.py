@@ -185,7 +185,9 @@ def train(
         write_record(log, 0, {**evaluate(model, tokenizer, task, config.pass_k, seed), "train/rollouts_cumulative": 0})
         progress = tqdm(range(1, config.steps + 1), desc=f"{estimator.label} seed {seed}", unit="step")
         for step in progress:
-            # 1. Rollout: G answers per prompt; the responses of one prompt share a uid.
+            # 1. Rollout: G answers per prompt; the responses of one prompt share a uid. Groups generated but
+            # not trained on (dapo_resample's discarded ones, the allocator's collapsed pilots) are kept aside.
+            dropped_prompts, dropped_scores = [], None
             if estimator.resample:
                 # DAPO tops the step up with further batches: a skipped prompt's place is left open (fill=1).
                 drawn, picks = dynamic_sampling(
@@ -199,9 +201,19 @@ def train(
                 batch = SampledGroups.concat(
                     [part.select_groups(pick) for part, pick in zip(drawn, picks, strict=True)], tokenizer.pad_id
                 )
+                others = [_others(pick, part) for part, pick in zip(drawn, picks, strict=True)]
+                dropped_prompts = [
+                    p
+                    for part, o in zip(drawn, others, strict=True)
+                    for p, out in zip(part.prompts, o.tolist(), strict=True)
+                    if out
+                ]
+                dropped_scores = torch.cat(
+                    [part.scores.view(-1, config.group_size)[o] for part, o in zip(drawn, others, strict=True)]
+                )
             elif estimator.budget_share is not None:
                 # The allocator's pilots, full and larger groups; collapsed pilots are dropped.
-                drawn, batch, pilot_prompts, pilot_scores = allocated_groups(
+                drawn, batch, dropped_prompts, dropped_scores = allocated_groups(
                     model, tokenizer, source, config, (prompt_rng, token_rng), f"{step}", tracker
                 )
             else:
@@ -232,22 +244,9 @@ def train(
             # advantages through verl's dispatch. A prompt's identity (DCPO's and the prompt history's
             # key) is the problem's text.
             dropped = None
-            if estimator.resample:
-                others = [_others(pick, part) for part, pick in zip(drawn, picks, strict=True)]
-                discarded = [part.scores.view(-1, config.group_size)[o] for part, o in zip(drawn, others, strict=True)]
-                dropped = DroppedGroups.of(torch.cat(discarded), tracker.acr.tau)
-                tracker.record_groups(
-                    [
-                        p
-                        for part, o in zip(drawn, others, strict=True)
-                        for p, out in zip(part.prompts, o.tolist(), strict=True)
-                        if out
-                    ],
-                    torch.cat(discarded),
-                )
-            elif estimator.budget_share is not None and pilot_prompts:
-                dropped = DroppedGroups.of(pilot_scores, tracker.acr.tau)
-                tracker.record_groups(pilot_prompts, pilot_scores)
+            if dropped_scores is not None:
+                dropped = DroppedGroups.of(dropped_scores, tracker.acr.tau)
+                tracker.record_groups(dropped_prompts, dropped_scores)
             tracker.count_rollouts(sum(len(part.scores) for part in drawn), len(drawn))
             tracker.measure(rewards, uids, dropped)
             tracker.set_prompt_keys(dict(zip(uids[starts.numpy()], batch.prompts, strict=True)))

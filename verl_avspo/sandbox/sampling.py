@@ -234,11 +234,10 @@ def allocated_groups(
     problems = task.sample(config.prompts_per_step, prompt_rng)
     plan = tracker.allocate_prompts(problems.prompts, config.group_size)
     first = _answers(model, tokenizer, problems, plan.rollouts, tag, token_rng, config, task.max_answer_chars)
-    # Each candidate's row span in the first pass; a pilot spreads if its answers' scores differ.
+    # Each first-pass row's candidate; a pilot spreads unless it collapsed, by the test ACR counts with.
     candidate = torch.repeat_interleave(torch.arange(len(problems.prompts)), plan.rollouts)
-    low = torch.full((len(problems.prompts),), torch.inf).scatter_reduce(0, candidate, first.scores, "amin")
-    high = torch.full((len(problems.prompts),), -torch.inf).scatter_reduce(0, candidate, first.scores, "amax")
-    spread = high > low
+    stats = group_stats(first.scores, candidate, len(problems.prompts))
+    spread = ~detect_collapse(stats, tracker.acr.tau, tracker.acr.reward_range).collapsed
     added = tracker.extend_pilots(plan, spread)
     passes = [first]
     if added.any():
