@@ -277,37 +277,29 @@ def _censored_share(frame: pd.DataFrame, arm: str) -> float:
 
 def arm_table(frame: pd.DataFrame) -> str:
     """One mix's arms: mean ± std over seeds of the CSV's per-run numbers."""
-    columns = [
-        ("final_acc", 1),
-        ("rollouts_per_step", 0),
-        ("raw_acr", 3),
-        ("prompts_skipped", 0),
-        ("rollouts_skipped", 0),
-        ("always_solved", 3),
-        ("never_solved", 3),
+    columns = [  # (CSV column, digits, header)
+        ("final_acc", 1, f"final accuracy (%, last {LAST_EVALUATIONS} evaluations)"),
+        ("rollouts_per_step", 0, "rollouts per step"),
+        ("raw_acr", 3, "raw ACR"),
+        ("prompts_skipped", 0, "prompts skipped"),
+        ("rollouts_skipped", 0, "rollouts skipped (places left open)"),
+        ("always_solved", 3, "always solved"),
+        ("never_solved", 3, "never solved"),
     ]
     # The rollout allocator's counts, where an arm used it (the first study's CSV has no such column).
-    allocation = [("pilots", 0), ("pilots_extended", 0), ("extra_rollouts", 0)]
-    if all(column in frame for column, _ in allocation) and frame["pilots"].fillna(0).gt(0).any():
+    allocation = [
+        ("pilots", 0, "pilots"),
+        ("pilots_extended", 0, "pilots extended"),
+        ("extra_rollouts", 0, "rollouts beyond G"),
+    ]
+    if all(column in frame for column, _, _ in allocation) and frame["pilots"].fillna(0).gt(0).any():
         columns += allocation
     rows = [
         [f"`{arm}`", str(len(runs))]
-        + [mean_std_cell(runs[column].to_numpy(float), digits) for column, digits in columns]
+        + [mean_std_cell(runs[column].to_numpy(float), digits) for column, digits, _ in columns]
         for arm, runs in frame.groupby("arm", sort=False)
     ]
-    header = [
-        "arm",
-        "seeds",
-        f"final accuracy (%, last {LAST_EVALUATIONS} evaluations)",
-        "rollouts per step",
-        "raw ACR",
-        "prompts skipped",
-        "rollouts skipped (places left open)",
-        "always solved",
-        "never solved",
-        *(["pilots", "pilots extended", "rollouts beyond G"] if len(columns) > 7 else []),
-    ]
-    return render_table(header, rows)
+    return render_table(["arm", "seeds", *(header for _, _, header in columns)], rows)
 
 
 def curves(frame: pd.DataFrame) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
