@@ -12,6 +12,7 @@ from verl_avspo.core.prompt_allocation import (
     PromptAllocationConfig,
     PromptAllocator,
     allocation_problems,
+    pilots_spread,
     resolve_prompt_allocation,
 )
 from verl_avspo.core.prompt_history import PromptHistory
@@ -143,6 +144,26 @@ def test_extension_adds_the_rest_of_the_group_to_pilots_that_spread_and_adapts_t
     assert added.tolist() == [G - 2, 0, 0, 0]
     assert allocator.extend_rate == pytest.approx(0.5 * 0.25 + 0.5 / 3)
     assert allocator.metrics() == {"prompts/pilot_extend_rate": allocator.extend_rate}
+
+
+def test_a_hosts_own_extensions_move_the_rate_as_extend_does():
+    # verl's agent loop extends pilots itself and reports them: the same estimate as extend's.
+    extending, observing = (PromptAllocator(PromptAllocationConfig(extend_rate_decay=0.5)) for _ in range(2))
+    allocation = extending.allocate(range(4), history_of([0.0, 1.0, 0.0, np.nan]), G)
+    extending.extend(allocation, [True, False, False, True])
+    observing.observe_pilots([True, False, False])
+    assert observing.extend_rate == extending.extend_rate == pytest.approx(0.5 * 0.25 + 0.5 / 3)
+    observing.observe_pilots([])  # a step without pilots leaves it
+    assert observing.extend_rate == extending.extend_rate
+
+
+def test_a_pilot_spreads_exactly_when_the_collapse_test_would_not_count_it():
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5 + 1e-9, 0.0, 0.0])
+    ids = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    assert pilots_spread(scores, ids, 4, 1e-6, (0.0, 1.0)).tolist() == [False, True, False, False]
+    # A tau above a pilot's std (0.5 for rewards 0 and 1) counts it collapsed, as ACR would.
+    assert pilots_spread(scores, ids, 4, 0.6, (0.0, 1.0)).tolist() == [False, False, False, False]
+    assert pilots_spread(scores, ids, 4, 0.4, (0.0, 1.0)).tolist() == [False, True, False, False]
 
 
 def test_a_resumed_allocator_allocates_exactly_as_an_uninterrupted_one():

@@ -480,3 +480,14 @@ def test_a_state_saved_without_the_allocator_loads_with_it_afresh(caplog):
     assert "no rollout allocator" in caplog.text
     with pytest.raises(ValueError, match="no rollout allocator: call set_prompt_allocation first"):
         RunTracker(ACRConfig()).allocate_prompts([1, 2], 4)
+
+
+def test_a_host_that_extends_pilots_itself_reports_them_to_the_tracker():
+    tracker = allocating_tracker(extend_rate_decay=0.5)
+    tracker.observe_pilots(torch.tensor([True, False, True, True]))
+    tracker.count_rollouts(3 * 2, gen_batches=0)  # the host counts the rollouts it added (G - pilot each)
+    metrics: dict = {}
+    tracker.observe_step(1, metrics)
+    assert metrics["prompts/pilots_extended"] == 3 and metrics["train/rollouts_generated"] == 6
+    assert metrics["prompts/pilot_extend_rate"] == pytest.approx(0.5 * 0.25 + 0.5 * 3 / 4)
+    assert tracker.state_dict()["prompt_allocation"]["extend_rate"] == metrics["prompts/pilot_extend_rate"]

@@ -204,6 +204,12 @@ def test_acr_keys_given_as_avspo_flags_are_refused_naming_the_acr_flag(argv, key
             r"the adapter keys every prompt by a hash of its text\. Remove --prompts\.key",
         ),
         (["--prompts.skp.enable=true"], r"^--prompts\.skp\.enable true: --prompts\.skp\.enable is not a setting; "),
+        # The rollout allocator: OpenRLHF sizes every group by n_samples_per_prompt; refused with the reason.
+        (
+            ["--prompts.allocation.enable", "true"],
+            r"^--prompts\.allocation\.enable true: the rollout allocator is not available with OpenRLHF: "
+            r"OpenRLHF 0\.11 gives every prompt --rollout\.n_samples_per_prompt samples .* Remove the flag",
+        ),
     ],
 )
 def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, monkeypatch):

@@ -85,6 +85,19 @@ def test_the_key_names_a_column_and_skipping_needs_a_map_style_dataset():
         resolve_trl_settings("grpo", prompts=["index"])
 
 
+def test_the_rollout_allocator_is_refused_with_the_reason_and_its_values_checked():
+    # TRL sizes every group by num_generations: the allocator cannot run here, and says why.
+    with pytest.raises(SettingsError) as refused:
+        resolve_trl_settings("grpo", prompts={"allocation": {"enable": True}}, train_dataset=rows())
+    (problem,) = refused.value.problems
+    assert problem.startswith("prompts.allocation.enable=True is not available with TRL's GRPOTrainer: TRL 1.16 draws")
+    assert "Remove prompts['allocation'] (prompts['skip'] saves rollouts with this trainer)" in problem
+    with pytest.raises(SettingsError, match=r"prompts.allocation.pilot_size=1 is invalid"):
+        resolve_trl_settings("grpo", prompts={"allocation": {"pilot_size": 1}}, train_dataset=rows())
+    # Off, it is no setting at all.
+    assert resolve_trl_settings("grpo", prompts={"allocation": {"enable": False}}, train_dataset=rows()).prompts
+
+
 def test_the_default_key_is_the_prompt_and_a_dataset_without_one_keeps_no_history():
     assert resolve_trl_settings("grpo").prompts.key == "prompt"  # dataset not known: TRL's column
     settings = resolve_trl_settings("grpo", train_dataset=rows())

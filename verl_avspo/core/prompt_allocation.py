@@ -1,15 +1,17 @@
 """How many rollouts each of a step's prompts gets, from its collapse history (opt-in). Framework-free.
 
 The run tracker owns one per run (``RunTracker.allocate_prompts``, saved with the run state); the sandbox
-uses it (``+alloc``), no framework host yet. The skip rule (``core.prompt_skip``) decides skip or keep; the allocator
-decides, for the kept prompts, *how many* rollouts, within a per-step rollout budget:
+(``+alloc``) and verl's V1 trainers (``algorithm.prompts.allocation``) use it. The skip rule
+(``core.prompt_skip``) decides skip or keep; the allocator decides, for the kept prompts, *how many*
+rollouts, within a per-step rollout budget:
 
 - **0**: the skip rule turned the prompt down (the host passes its ``keep``), or the budget ran out
   (the least informative prompts go first, see below);
 - **a pilot** of ``pilot_size`` rollouts for a prompt predicted to collapse (a collapse streak of at
   least ``pilot_streak``, ``core.prompt_history``): a cheap check (Pilot-Commit, arXiv 2605.26606).
-  If the pilot shows a reward spread the host extends it to the full group
-  (:meth:`PromptAllocator.extend`); a collapsed pilot is dropped and costs only its pilot;
+  If the pilot shows a reward spread (:func:`pilots_spread`, the collapse test ACR counts with) the host
+  extends it to the full group (:meth:`PromptAllocator.extend`, or :meth:`PromptAllocator.observe_pilots`
+  where the host's rollout extends it); a collapsed pilot costs only its pilot;
 - **G** (the group size) for a prompt never seen or not predicted to collapse;
 - **more than G**, up to ``max_group_size``, for prompts whose predicted pass rate p (their last pass
   rate) lies within ``extra_band`` of 1/2: the rollouts the pilots saved go where the reward variance
@@ -42,6 +44,7 @@ from typing import Any
 import torch
 
 from verl_avspo.core import validation
+from verl_avspo.core.collapse import detect_collapse, group_stats
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.validation import Problems, given_settings
 
@@ -50,6 +53,7 @@ __all__ = [
     "PromptAllocationConfig",
     "PromptAllocator",
     "allocation_problems",
+    "pilots_spread",
     "resolve_prompt_allocation",
 ]
 
@@ -148,6 +152,15 @@ def allocation_problems(
     return problems
 
 
+def pilots_spread(
+    scores: torch.Tensor, ids: torch.Tensor, num_pilots: int, tau: float, reward_range: tuple[float, float]
+) -> torch.Tensor:
+    """(num_pilots,) bool: which pilots showed a reward spread, from their raw ``scores`` (bs,) grouped by
+    ``ids`` (bs,), by the collapse test ACR counts with (``core.collapse``, the run's ``tau`` and
+    ``reward_range``): a pilot extends exactly when it would not count as collapsed."""
+    return ~detect_collapse(group_stats(scores, ids, num_pilots), tau, reward_range).collapsed
+
+
 @dataclass(frozen=True)
 class Allocation:
     """One step's plan, one entry per candidate prompt (in the order given)."""
@@ -238,11 +251,16 @@ class PromptAllocator:
         ((n,) bool; read only at the pilots), 0 elsewhere (a collapsed pilot is dropped). Updates the
         estimate of the extended share with this step's pilots."""
         spread = torch.as_tensor(spread, dtype=torch.bool) & allocation.pilot
-        pilots = int(allocation.pilot.sum())
-        if pilots:
-            decay = self.config.extend_rate_decay
-            self.extend_rate = decay * self.extend_rate + (1.0 - decay) * int(spread.sum()) / pilots
+        self.observe_pilots(spread[allocation.pilot])
         return torch.where(spread, allocation.group_size - self.config.pilot_size, 0).to(torch.int64)
+
+    def observe_pilots(self, extended: Any) -> None:
+        """Update the estimate of the extended share with pilots' outcomes, ``extended`` (k,) bool, one per
+        pilot (:meth:`extend` calls it; a host whose rollout extends pilots itself reports them here)."""
+        extended = torch.as_tensor(extended, dtype=torch.bool)
+        if extended.numel():
+            decay = self.config.extend_rate_decay
+            self.extend_rate = decay * self.extend_rate + (1.0 - decay) * int(extended.sum()) / extended.numel()
 
     def metrics(self) -> dict[str, float]:
         return {"prompts/pilot_extend_rate": self.extend_rate}

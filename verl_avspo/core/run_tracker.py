@@ -19,7 +19,8 @@ candidate prompts to roll out, through the one skip-and-refill loop (``core.prom
 counts its generated rollouts (``tracker.count_rollouts``) gets ``train/rollouts_*`` logged with each step.
 With the rollout allocator on (``core.prompt_allocation``), the host asks ``tracker.allocate_prompts(keys, G)``
 how many rollouts each candidate gets, rolls them out, and asks ``tracker.extend_pilots(allocation, spread)``
-how many to add to each pilot.
+how many to add to each pilot (a host whose rollout extends pilots itself reports them with
+``tracker.observe_pilots(extended)``).
 """
 
 from __future__ import annotations
@@ -306,6 +307,15 @@ class RunTracker:
         added = self.allocator.extend(allocation, spread)
         self._prompts.count_extension(added)
         return added
+
+    def observe_pilots(self, extended: Any) -> None:
+        """For a host whose rollout extends pilots itself (verl's agent loop): ``extended`` (k,) bool, one per
+        pilot trained this step, whether it was extended to the full group; counted in
+        ``prompts/pilots_extended`` and in the allocator's estimate of the extended share. The host counts
+        the added rollouts with :meth:`count_rollouts`."""
+        extended = torch.as_tensor(extended, dtype=torch.bool)
+        self.allocator.observe_pilots(extended)
+        self._prompts.count_extension(extended.to(torch.int64))
 
     def count_rollouts(self, rollouts: int, gen_batches: int = 1) -> None:
         """The host generated ``rollouts`` responses this step, in ``gen_batches`` generation batches (DAPO's

@@ -126,7 +126,8 @@ def split_settings_arguments(argv: Sequence[str]) -> tuple[list[str], dict[str, 
     return rest, groups[f"{AVSPO_FLAGS}."], groups[f"{ACR_FLAGS}."]
 
 
-# The adapter's --prompts.* flags: --prompts.skip.KEY only (OpenRLHF has no --prompts flag of its own).
+# The adapter's --prompts.* flags: --prompts.skip.KEY only (OpenRLHF has no --prompts flag of its own; the
+# allocator's --prompts.allocation.KEY is refused with the reason).
 _PROMPTS_FLAGS = PROMPT_SKIP_FLAGS.rpartition(".")[0]
 
 
@@ -144,6 +145,14 @@ def _other_prompts_flag_problem(argv: Sequence[str]) -> str | None:
             return (
                 f"{given}: {PROMPT_SKIP_FLAGS} is a group of settings, not one: give its keys, for example "
                 f"{PROMPT_SKIP_FLAGS}.enable true (keys: {keys})"
+            )
+        if flag.startswith(f"{_PROMPTS_FLAGS}.allocation"):
+            return (
+                f"{given}: the rollout allocator is not available with OpenRLHF: OpenRLHF 0.11 gives every prompt "
+                "--rollout.n_samples_per_prompt samples and reshapes the rewards by it for every group estimator "
+                "(experience_maker.py), so no prompt can have a pilot or a larger group. Remove the flag "
+                f"({PROMPT_SKIP_FLAGS}.KEY saves rollouts with OpenRLHF's synchronous trainer); docs/prompts.md says "
+                "what OpenRLHF would need"
             )
         if flag == f"{_PROMPTS_FLAGS}.key":
             return (

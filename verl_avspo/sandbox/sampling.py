@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from verl_avspo.core.collapse import detect_collapse, group_stats
+from verl_avspo.core.prompt_allocation import pilots_spread
 from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.sandbox.config import SandboxConfig
@@ -236,8 +237,7 @@ def allocated_groups(
     first = _answers(model, tokenizer, problems, plan.rollouts, tag, token_rng, config, task.max_answer_chars)
     # Each first-pass row's candidate; a pilot spreads unless it collapsed, by the test ACR counts with.
     candidate = torch.repeat_interleave(torch.arange(len(problems.prompts)), plan.rollouts)
-    stats = group_stats(first.scores, candidate, len(problems.prompts))
-    spread = ~detect_collapse(stats, tracker.acr.tau, tracker.acr.reward_range).collapsed
+    spread = pilots_spread(first.scores, candidate, len(problems.prompts), tracker.acr.tau, tracker.acr.reward_range)
     added = tracker.extend_pilots(plan, spread)
     passes = [first]
     if added.any():

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from verl_avspo.core.prompt_allocation import resolve_prompt_allocation
 from verl_avspo.core.prompt_history import history_key, prompt_key
 from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
@@ -173,11 +174,27 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
     """Validate the trainer's ``prompts=`` against its ``GRPOConfig`` and training dataset; problems
     are added to ``problems`` (the trainer reports every bad setting at once)."""
     given = problems.check(
-        given_settings, prompts, PROMPTS_SECTION, ("key", "skip"), problems, example="prompts={'key': 'index'}"
+        given_settings,
+        prompts,
+        PROMPTS_SECTION,
+        ("key", "skip", "allocation"),
+        problems,
+        example="prompts={'key': 'index'}",
     )
     if given is None:
         return None
     skip = problems.check(resolve_prompt_skip, given.get("skip"), section=f"{PROMPTS_SECTION}.skip")
+    allocation = problems.check(
+        resolve_prompt_allocation, given.get("allocation"), section=f"{PROMPTS_SECTION}.allocation"
+    )
+    if allocation is not None and allocation.enable:
+        problems.messages.append(
+            f"{PROMPTS_SECTION}.allocation.enable=True is not available with TRL's GRPOTrainer: TRL 1.16 draws every "
+            "prompt num_generations times (its RepeatSampler) and groups rewards by position (arange(N) // "
+            "num_generations), so every group holds exactly num_generations completions and none can be a pilot or "
+            "a larger group. Remove prompts['allocation'] (prompts['skip'] saves rollouts with this trainer); "
+            "docs/prompts.md says what TRL would need."
+        )
     key = given.get("key")
     columns = _column_names(dataset)
     if key is not None and not isinstance(key, str):

@@ -34,6 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, misplaced_acr_key_problem, unknown_key_problem
+from verl_avspo.core.prompt_allocation import FIELDS as PROMPT_ALLOCATION_KEYS
 from verl_avspo.core.prompt_skip import FIELDS as PROMPT_SKIP_KEYS
 from verl_avspo.verl_plugin.checks import (
     NOT_YET_CHECKED,
@@ -48,6 +49,7 @@ from verl_avspo.verl_plugin.checks import (
 )
 from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.prompt_identity import (
+    ALLOCATION_SECTION,
     PROMPTS_KEYS,
     PROMPTS_SECTION,
     SKIP_SECTION,
@@ -181,6 +183,7 @@ _DECLARED = {
     "algorithm.avspo": AVSPO_KEYS,
     PROMPTS_SECTION: PROMPTS_KEYS,
     SKIP_SECTION: PROMPT_SKIP_KEYS,
+    ALLOCATION_SECTION: PROMPT_ALLOCATION_KEYS,
 }
 
 

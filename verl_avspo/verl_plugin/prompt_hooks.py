@@ -24,8 +24,8 @@
   is filled only if the buffer runs out of work short of its batch (:meth:`PromptHooksV1._top_up_open_places`).
   The places never needed save their rollouts (``prompts/rollouts_skipped``).
 - Every call of ``_next_train_batch`` is one generation batch: the run tracker counts its rollouts
-  (prompts x ``rollout.n``; in the async modes, the rollouts dispatched) in ``train/rollouts_generated``,
-  ``train/gen_batches`` and ``train/rollouts_cumulative``.
+  (prompts x ``rollout.n``, or the allocator's first pass; in the async modes, the rollouts dispatched) in
+  ``train/rollouts_generated``, ``train/gen_batches`` and ``train/rollouts_cumulative``.
 """
 
 from __future__ import annotations
@@ -158,7 +158,11 @@ class PromptHooksV1:
         batch = super()._next_train_batch(num_prompts)
         if self.skips_prompts:
             batch = self._kept_prompts(batch)
-        self.tracker.count_rollouts(len(batch) * self.config.actor_rollout_ref.rollout.n)
+        if getattr(self, "allocates_rollouts", False):  # each prompt's own count (rollout_allocation)
+            rollouts = self._allocate_rollouts(batch, _rows(batch, self.prompt_identity.source))
+        else:
+            rollouts = len(batch) * self.config.actor_rollout_ref.rollout.n
+        self.tracker.count_rollouts(rollouts)
         return batch
 
     def _kept_prompts(self, batch):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from verl_avspo.core.prompt_allocation import PromptAllocationConfig, resolve_prompt_allocation
 from verl_avspo.core.prompt_history import history_key
 from verl_avspo.core.prompt_skip import PromptSkipConfig, resolve_prompt_skip
 from verl_avspo.core.validation import Problems, choice, given_settings
@@ -31,6 +32,8 @@ __all__ = [
     "PROMPTS_KEYS",
     "PROMPT_KEY_SETTING",
     "SKIP_SECTION",
+    "ALLOCATION_SECTION",
+    "ALLOCATION_MANAGER",
     "PromptsConfig",
     "resolve_prompts",
     "PROMPT_KEY_CHOICES",
@@ -44,9 +47,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROMPTS_SECTION = "algorithm.prompts"
-PROMPTS_KEYS = ("key", "skip")
+PROMPTS_KEYS = ("key", "skip", "allocation")
 PROMPT_KEY_SETTING = f"{PROMPTS_SECTION}.key"
 SKIP_SECTION = f"{PROMPTS_SECTION}.skip"
+ALLOCATION_SECTION = f"{PROMPTS_SECTION}.allocation"
+# The agent loop manager that extends pilots (verl's actor_rollout_ref.rollout.agent.agent_loop_manager_class).
+ALLOCATION_MANAGER = "verl_avspo.verl_plugin.rollout_allocation.AllocatingAgentLoopManager"
 # auto: index where the train files allow it, else raw_prompt.
 PROMPT_KEY_CHOICES = ("auto", "index", "raw_prompt")
 
@@ -76,6 +82,8 @@ class PromptsConfig:
     """A prompt's identity across steps: ``index`` (extra_info.index), ``raw_prompt`` (a hash) or ``auto``."""
     skip: PromptSkipConfig = PromptSkipConfig()
     """The pre-rollout skip rule (``algorithm.prompts.skip.*``, off by default)."""
+    allocation: PromptAllocationConfig = PromptAllocationConfig()
+    """The per-prompt rollout allocator (``algorithm.prompts.allocation.*``, off by default)."""
 
 
 def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
@@ -91,8 +99,9 @@ def resolve_prompts(algorithm: Mapping[str, Any] | None) -> PromptsConfig:
     given = problems.check(given_settings, raw, PROMPTS_SECTION, PROMPTS_KEYS, problems, example=example) or {}
     key = problems.check(prompt_key_setting, algorithm)
     skip = problems.check(resolve_prompt_skip, given.get("skip", None), section=SKIP_SECTION)
+    allocation = problems.check(resolve_prompt_allocation, given.get("allocation", None), section=ALLOCATION_SECTION)
     problems.raise_any()
-    return PromptsConfig(key=key, skip=skip)
+    return PromptsConfig(key=key, skip=skip, allocation=allocation)
 
 
 def prompt_key_setting(algorithm: Mapping[str, Any] | None) -> str:

@@ -78,17 +78,19 @@ def start_run(algorithm_config: Any) -> RunTracker:
     settings = run_settings(algorithm_config)
     norm_adv_by_std = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
     dcpo = dcpo_settings(algorithm_config) if settings.estimator == "dcpo" else None
-    skip = resolve_prompts(algorithm_config).skip
-    return RunTracker(
+    prompts = resolve_prompts(algorithm_config)
+    tracker = RunTracker(
         settings.acr,
         settings.avspo,
         dcpo,
         norm_adv_by_std,
         acr_section=ACR_SECTION,
         advice=VERL_ADVICE,
-        prompt_skip=skip,
+        prompt_skip=prompts.skip,
         prompt_identity=prompt_key_setting(algorithm_config),
     )
+    tracker.set_prompt_allocation(prompts.allocation)
+    return tracker
 
 
 @contextlib.contextmanager

@@ -18,7 +18,8 @@ its mode before verl's ``__init__`` runs: the config is the TaskRunner's own obj
 All three verl trainers inherit ``_compute_advantage``, ``step``, ``_save_checkpoint`` and ``_load_checkpoint``
 from the base ``PPOTrainer``, so one mixin, :class:`ACRTrainerV1Mixin`, serves them all. What it logs and
 saves: :mod:`verl_avspo.verl_plugin.trainer`. The prompt identity of every step's groups and prompt skipping
-before rollout hook in through :class:`verl_avspo.verl_plugin.prompt_hooks.PromptHooksV1`; the intrinsic rewards
+before rollout hook in through :class:`verl_avspo.verl_plugin.prompt_hooks.PromptHooksV1`, per-prompt rollout
+allocation through :class:`verl_avspo.verl_plugin.rollout_allocation.AllocationHooksV1`; the intrinsic rewards
 of RENT and INTUITOR (``sync`` mode only) through :class:`verl_avspo.verl_plugin.baseline_hooks.BaselineHooksV1`.
 
 Known limit: V1's ``compute_advantage_for_multi_trajectories`` groups multi-output agent sessions only for
@@ -41,6 +42,7 @@ from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
 from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
 from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
+from verl_avspo.verl_plugin.rollout_allocation import AllocationHooksV1, prepare_allocation
 from verl_avspo.verl_plugin.trainer import ACRTrainerMixin
 from verl_avspo.verl_plugin.trainer_modes import our_mode
 from verl_avspo.verl_plugin.v1_batch import dropped_groups, read_advantages, read_scores, real_rows
@@ -59,7 +61,7 @@ logger = logging.getLogger(__name__)
 ACR_TIMING_KEY = "timing_s/acr"
 
 
-class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, BaselineHooksV1):
+class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, BaselineHooksV1):
     """What our V1 trainer adds to verl's (any mode). Mixed in before verl's trainer class; the run's
     :class:`ACRTrainerMixin` first, so its ``__init__`` runs verl's and then sets what the hooks read."""
 
@@ -69,8 +71,10 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, BaselineHooksV1):
     def __init__(self, config: DictConfig):
         # verl compares the mode string literally from here on (module docstring): show it its own name.
         config.trainer.v1.trainer_mode = self.verl_mode
+        allocates = prepare_allocation(config)  # before verl's TaskRunner builds the agent loop manager
         install_resumed_file_logger(config)  # before verl's Tracking is built (in init)
         super().__init__(config)
+        self.allocates_rollouts = allocates
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage with the step's collapse measured around it: the raw scores of the
@@ -87,6 +91,8 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, BaselineHooksV1):
         keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
         scores, uids, prompts = read_scores(keys, batch.partition_id, self.prompt_identity.source)
         self._pass_prompt_keys(batch, uids, prompts)
+        if self.allocates_rollouts:
+            self._observe_pilots(keys, batch.partition_id)
         # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
         self.tracker.measure(scores, uids, dropped_groups(metrics))
         measuring = time.perf_counter() - start

@@ -19,14 +19,22 @@ import verl_avspo.verl_plugin.checks.resources as resources
 import verl_avspo.verl_plugin.checks.values as values
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig, resolve_dcpo, resolve_intrinsic
 from verl_avspo.core.config import ACRConfig, AVSPOConfig, resolve_run_settings
+from verl_avspo.core.prompt_allocation import PromptAllocationConfig, allocation_problems
 from verl_avspo.core.prompt_skip import PromptSkipConfig, SkipSpelling, skip_problems
 from verl_avspo.core.validation import Problems
 from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
-from verl_avspo.verl_plugin.prompt_identity import PROMPT_KEY_SETTING, SKIP_SECTION, PromptsConfig, resolve_prompts
+from verl_avspo.verl_plugin.prompt_identity import (
+    ALLOCATION_MANAGER,
+    ALLOCATION_SECTION,
+    PROMPT_KEY_SETTING,
+    SKIP_SECTION,
+    PromptsConfig,
+    resolve_prompts,
+)
 from verl_avspo.verl_plugin.trainer_modes import is_ours, legacy_mode_problem, verl_mode
 
-__all__ = ["SettingsCheck", "mode_problems", "settings_problems"]
+__all__ = ["SettingsCheck", "mode_problems", "prompt_allocation_problems", "settings_problems"]
 
 
 def _filters_groups(algorithm: DictConfig) -> bool:
@@ -273,6 +281,7 @@ def _prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list
     if skipping:
         compares_groups = is_group_estimator(estimator)
         yield from skip_problems(_SKIP_SPELLING, estimator, compares_groups, config.actor_rollout_ref.rollout.n)
+    yield from prompt_allocation_problems(config, prompts)
     if prompts.key != "index" or estimator == "dcpo":
         return
     if OmegaConf.select(config, "data.custom_cls.path", default=None):
@@ -314,6 +323,62 @@ class SettingsCheck:
     """The resolved ``algorithm.dcpo`` settings; None where that section was invalid."""
     intrinsic: IntrinsicConfig | None = None
     """The resolved ``algorithm.intrinsic`` settings; None where that section was invalid."""
+
+
+def prompt_allocation_problems(config: DictConfig, prompts: PromptsConfig) -> list[str]:
+    """Why verl cannot run ``algorithm.prompts.allocation`` as configured (empty when it can, or when it is
+    off). The launcher's checks and our trainer's start-up (stock ``main_ppo``) both ask."""
+    allocation: PromptAllocationConfig = prompts.allocation
+    if not allocation.enable:
+        return []
+    enabled, estimator = f"{ALLOCATION_SECTION}.enable=True", str(config.algorithm.adv_estimator)
+    off = f"{ALLOCATION_SECTION}.enable=False"
+    group_size = config.actor_rollout_ref.rollout.n
+    problems = []
+    if not config.trainer.use_v1:
+        problems.append(
+            f"{enabled} cannot allocate with trainer.use_v1=False: verl's legacy trainer sends every prompt to "
+            f"rollout with rollout.n responses from inside one fit loop. Set trainer.use_v1=True (the V1 trainer, "
+            f"any mode) or {off}."
+        )
+    if not is_group_estimator(estimator):
+        problems.append(
+            f"{enabled} with algorithm.adv_estimator={estimator}: the allocator decides from the collapse history "
+            f"of groups of responses, which {estimator} does not compare. Use a group estimator (grpo, avspo, "
+            f"rloo, ...) or set {off}."
+        )
+    if prompts.skip.enable:
+        problems.append(
+            f"{enabled} with {SKIP_SECTION}.enable=True: the allocator gives the prompts the skip rule would drop a "
+            f"pilot of {ALLOCATION_SECTION}.pilot_size rollouts instead, so the two decide the same prompts. Set "
+            f"{SKIP_SECTION}.enable=False (the pilots cover those prompts) or {off}."
+        )
+    if _filters_groups(config.algorithm):
+        problems.append(
+            f"{enabled} with algorithm.filter_groups.enable=True: DAPO's replay buffer replaces every collapsed group "
+            f"with fresh prompts of rollout.n responses, outside the allocator's budget, and reads groups of "
+            f"unequal size as its own. Set algorithm.filter_groups.enable=False or {off}."
+        )
+    try:
+        problems += allocation_problems(allocation, int(group_size), ALLOCATION_SECTION, "actor_rollout_ref.rollout.n")
+    except (TypeError, ValueError):
+        pass  # a bad rollout.n: _rollout_problems names it
+    if allocation.budget_share < 1:
+        problems.append(
+            f"{ALLOCATION_SECTION}.budget_share={allocation.budget_share} is below 1: verl's replay buffer trains "
+            f"exactly data.train_batch_size groups every step, so the allocator cannot leave prompts out, which a "
+            f"budget below a uniform step's would make it do. Set it to 1 or more; to generate fewer rollouts, "
+            f"lower data.train_batch_size, or set {ALLOCATION_SECTION}.max_group_size to rollout.n so that the "
+            f"rollouts collapsed pilots save are not spent on larger groups."
+        )
+    manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class", default=None)
+    if manager not in (None, ALLOCATION_MANAGER):
+        problems.append(
+            f"{enabled} with actor_rollout_ref.rollout.agent.agent_loop_manager_class={manager}: a pilot is extended "
+            f"by our agent loop manager ({ALLOCATION_MANAGER}), which the trainer sets when the key is null. Remove "
+            f"the override (or set it to {ALLOCATION_MANAGER}), or set {off}."
+        )
+    return problems
 
 
 def settings_problems(config: DictConfig) -> SettingsCheck:
