@@ -20,9 +20,10 @@ module, two at a time, and each test reads the logs and checkpoints of the run i
 - ``stock_dapo_skip``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts
   skipped before rollout, 4 steps, checkpointed at the last: skipped places left open, the rollouts saved and
   generated counted;
-- ``stock_alloc``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with the rollout allocator, 4 steps, on a reward
-  set by each prompt's visits (``verl_cpu/reward_by_visit.py``), so that its pilots and which of them spread
-  are known: pilots extended in the same step by our agent loop, the others trained as groups of two;
+- ``stock_alloc``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with the rollout allocator at 7/8 of a step's
+  budget, 4 steps, on a reward set by each prompt's visits (``verl_cpu/reward_by_visit.py``), so that its pilots
+  and which of them spread are known: prompts left out, pilots extended in the same step by our agent loop, the
+  others trained as groups of two;
 
 All but the first two run on one rank: a rank is one more process to start, and the two-rank runs
 already cover the sharded update, checkpoint and weight sync.
@@ -80,11 +81,14 @@ ROLLOUT_KEYS = ("train/rollouts_generated", "train/gen_batches", "train/rollouts
 DAPO_SKIP = [f"{MODE_KEY}=avspo_sync", "algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=True",
              "algorithm.filter_groups.metric=reward", *(f"+algorithm.{key}" for key in SKIP_PROMPTS),
              "trainer.total_training_steps=4", "trainer.save_freq=4"]  # fmt: skip
-# Stock main_ppo, our sync trainer, grpo with the rollout allocator (no extras: max_group_size = G), 4 steps, on the
-# reward by visits: every group collapses on its prompt's first visit (epoch 1, steps 1-2); in epoch 2 every
-# prompt gets a pilot of 2, and those of even index spread (extended to G), those of odd index do not.
+# Stock main_ppo, our sync trainer, grpo with the rollout allocator, 4 steps (2 epochs of 8 prompts) on the reward by
+# visits, without extras (max_group_size = G) and with 7/8 of a uniform step's budget (14 of 16 rollouts). Epoch 1:
+# every prompt is new and costs a full group, so 3 of each step's 4 fit and 1 is left out; every group collapses.
+# Epoch 2: the 6 prompts seen get a pilot of 2 (those of even index spread and are extended to G, those of odd
+# index do not), the 2 never seen a full group (a pilot's expected cost is 2 + 0.25 x 2, so all four fit).
 ALLOCATE = [f"{MODE_KEY}=avspo_sync", "algorithm.adv_estimator=grpo", "+algorithm.prompts.allocation.enable=True",
-            f"+algorithm.prompts.allocation.max_group_size={GROUP_SIZE}", "trainer.total_training_steps=4",
+            f"+algorithm.prompts.allocation.max_group_size={GROUP_SIZE}",
+            "+algorithm.prompts.allocation.budget_share=0.875", "trainer.total_training_steps=4",
             "trainer.save_freq=4", f"reward.custom_reward_function.path={REWARD_BY_VISIT}"]  # fmt: skip
 ALLOCATION_KEYS = ("prompts/rollouts_allocated", "prompts/pilots", "prompts/pilots_extended",
                    "prompts/pilot_extend_rate")  # fmt: skip
@@ -418,39 +422,45 @@ def test_the_prompts_command_reads_a_real_run_and_writes_its_parquet_without_dea
 
 def test_the_allocator_gives_pilots_and_our_agent_loop_extends_those_that_spread(runs):
     """verl's agent loop rolls out each prompt's own count (``__rollout_n__``), our agent loop extends the pilots
-    whose rewards differ in the same step under the same uid, the replay buffer takes the groups of unequal size,
-    and the step's accounting says what was generated and saved (docs/prompts.md)."""
+    whose rewards differ in the same step under the same uid, the replay buffer takes the groups of unequal size
+    and the step's groups less those the budget left out, and the step's accounting says what was generated
+    (docs/prompts.md)."""
     outcome = runs["stock_alloc"]
     assert outcome.returncode == 0, outcome.log[-6000:]
     records = outcome.records()
     assert [record["step"] for record in records] == [1, 2, 3, 4]
-    full = PROMPTS_PER_STEP * GROUP_SIZE
     for record in records:
         data, step = record["data"], record["step"]
         assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS, *ROLLOUT_KEYS, *ALLOCATION_KEYS)), step
-        assert data["acr/groups"] == PROMPTS_PER_STEP, step  # every prompt trained as one group, whatever its size
+        assert data["acr/groups"] == PROMPTS_PER_STEP - data["prompts/unallocated"], step  # one group per prompt
         assert data["train/rollouts_generated"] == (
             data["prompts/rollouts_allocated"] + (GROUP_SIZE - 2) * data["prompts/pilots_extended"]
         ), step
     first, second = [r["data"] for r in records[:2]], [r["data"] for r in records[2:]]
-    # Epoch 1: every prompt new, the full group each, and every group collapsed (no reward yet).
-    for data in first:
-        assert (data["prompts/pilots"], data["train/rollouts_generated"], data["acr/rate"]) == (0, full, 1.0)
-    # Epoch 2: each of the 8 prompts once, a pilot of 2; the 4 of even index spread and were extended to G,
-    # the 4 of odd index stayed groups of 2, collapsed (counted in ACR: a group of 2 with no spread).
-    assert [data["prompts/pilots"] for data in second] == [PROMPTS_PER_STEP] * 2
-    assert sum(data["prompts/pilots_extended"] for data in second) == 4
-    for data in second:
+    for data in first:  # 3 full groups (12 of the 14 rollouts), every group collapsed (no reward yet)
+        assert (data["prompts/unallocated"], data["prompts/pilots"]) == (1, 0)
+        assert (data["train/rollouts_generated"], data["acr/rate"]) == (3 * GROUP_SIZE, 1.0)
+    assert [data["prompts/unallocated"] for data in second] == [0, 0]
+    assert sum(data["prompts/pilots"] for data in second) == 6
+    for data in second:  # a collapsed pilot is trained as a group of 2 and counts in ACR
         extended = data["prompts/pilots_extended"]
-        assert data["prompts/rollouts_allocated"] == 2 * PROMPTS_PER_STEP
         assert data["acr/rate"] == pytest.approx((PROMPTS_PER_STEP - extended) / PROMPTS_PER_STEP)
+    # The prompts seen twice are the 6 of epoch 1: their pilots spread exactly where their index is even.
+    history = PromptHistory()
+    history.load_state_dict(outcome.state(4)["prompt_history"])
+    table = history.table()
+    assert table["visits"].sum() == 3 + 3 + 4 + 4
+    seen_twice = [key for key, visits in zip(table["key"], table["visits"], strict=True) if visits == 2]
+    even = sum(key % 2 == 0 for key in seen_twice)
+    assert len(seen_twice) == 6 and sum(data["prompts/pilots_extended"] for data in second) == even
     generated = [record["data"]["train/rollouts_generated"] for record in records]
-    assert sum(generated) == 4 * full - 4 * (GROUP_SIZE - 2)  # the four collapsed pilots' rest, never generated
+    assert sum(generated) == 2 * 12 + 6 * 2 + 2 * GROUP_SIZE + even * (GROUP_SIZE - 2)  # of GRPO's 64
     assert [r["data"]["train/rollouts_cumulative"] for r in records] == list(itertools.accumulate(generated))
     # The allocator's estimate of the extended share, saved with the run state: 0.25, then one exponential
     # average step per step with pilots.
     rate = 0.25
     for data in second:
-        rate = 0.9 * rate + 0.1 * data["prompts/pilots_extended"] / data["prompts/pilots"]
+        if data["prompts/pilots"]:
+            rate = 0.9 * rate + 0.1 * data["prompts/pilots_extended"] / data["prompts/pilots"]
         assert data["prompts/pilot_extend_rate"] == pytest.approx(rate)
     assert outcome.state(4)["prompt_allocation"]["extend_rate"] == pytest.approx(rate)

@@ -75,6 +75,22 @@ def test_each_dispatch_writes_verls_per_prompt_count_and_counts_the_first_pass()
     assert metrics["train/rollouts_generated"] == 16 + 12 and metrics["prompts/pilots"] == 2
 
 
+def test_a_budget_below_a_uniform_steps_leaves_prompts_out_and_the_buffer_waits_for_the_rest(monkeypatch):
+    # Half a step's budget (8 of 16 rollouts) over 4 prompts never seen: two full groups, the other two left
+    # out, in an order the allocator's seeded generator draws.
+    made = trainer(PromptAllocationConfig(enable=True, max_group_size=GROUP_SIZE, budget_share=0.5))
+    batch = made._next_train_batch()
+    assert len(batch) == 2 and batch[ROLLOUT_N_FIELD].tolist() == [GROUP_SIZE] * 2
+    assert set(batch["index"]) < {0, 1, 2, 3}
+    # verl's sync step asks its replay buffer for data.train_batch_size groups; the step asks for the two.
+    monkeypatch.setattr(PPOTrainerSync, "_step_once", lambda self, metrics, timing, size: size)
+    assert made._step_once({}, {}, 4) == 2
+    assert made._step_once({}, {}, 4) == 4  # the count is the step's: the next one starts afresh
+    metrics: dict = {}
+    made.tracker.observe_step(1, metrics)
+    assert (metrics["prompts/unallocated"], metrics["train/rollouts_generated"]) == (2, 8)
+
+
 def test_the_pilots_outcomes_are_read_from_their_groups_sessions(monkeypatch):
     made = trainer()
     # Rows {uid}_{session}_{output}: pilot a extended to 4 sessions, pilot b left at 2, c a full group whose
@@ -166,8 +182,8 @@ def test_start_up_sets_our_manager_and_refuses_what_verl_cannot_run():
         "algorithm.prompts.skip.enable=True": f"Set algorithm.prompts.skip.enable=False (the pilots cover those "
         f"prompts) or {section}.enable=False",
         "algorithm.filter_groups.enable=True": "Set algorithm.filter_groups.enable=False",
-        f"{section}.budget_share=0.5": f"{section}.budget_share=0.5 is below 1: verl's replay buffer trains exactly "
-        "data.train_batch_size groups every step",
+        f"{section}.budget_share=0.0005": f"{section}.budget_share=0.0005 with data.train_batch_size=1024: the step's "
+        "budget holds less than one full group",
         f"{section}.pilot_size=8": f"{section}.pilot_size=8 with actor_rollout_ref.rollout.n=8: a pilot must be",
         "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=my.Manager": "agent_loop_manager_class=my.Manager: "
         f"a pilot is extended by our agent loop manager ({ALLOCATION_MANAGER})",
@@ -178,6 +194,13 @@ def test_start_up_sets_our_manager_and_refuses_what_verl_cannot_run():
         assert any(message in problem for problem in problems), (override, problems)
         with pytest.raises(ValueError, match="verl-avspo cannot start this run"):
             prepare_allocation(config)
+    # Below a uniform step's budget, prompts are left out: only the sync mode with one update per step samples
+    # just the groups it dispatched.
+    half = f"{section}.budget_share=0.5"
+    assert prepare_allocation(compose_config([*ALLOCATE, half])) is True
+    for override in ("trainer.v1.trainer_mode=colocate_async", "+trainer.v1.sync.parameter_sync_step=2"):
+        problems = settings_problems(compose_config([*ALLOCATE, half, override])).problems
+        assert any(f"{half} is below 1 with {override.lstrip('+')}: a budget below" in p for p in problems), problems
     # A group estimator only, named with its fix.
     problems = settings_problems(compose_config([*ALLOCATE, "algorithm.adv_estimator=gae"])).problems
     fix = f"Use a group estimator (grpo, avspo, rloo, ...) or set {section}.enable=False."

@@ -159,7 +159,7 @@ class PromptHooksV1:
         if self.skips_prompts:
             batch = self._kept_prompts(batch)
         if getattr(self, "allocates_rollouts", False):  # each prompt's own count (rollout_allocation)
-            rollouts = self._allocate_rollouts(batch, _rows(batch, self.prompt_identity.source))
+            batch, rollouts = self._allocate_rollouts(batch, _rows(batch, self.prompt_identity.source))
         else:
             rollouts = len(batch) * self.config.actor_rollout_ref.rollout.n
         self.tracker.count_rollouts(rollouts)

@@ -13,6 +13,9 @@ docs/prompts.md), through verl's own extension points:
   group's one terminal status. The replay buffer therefore sees one group of ``rollout.n``, as it counts groups
   and not responses. A collapsed pilot ends as a group of ``pilot_size``, trained as one: under GRPO its
   advantages are 0, as if dropped (the sandbox drops it); AVSPO gives it its virtual-reward advantage.
+- **Prompts left out.** Below a uniform step's budget (``budget_share`` < 1, sync mode with one update per
+  step only) the prompts the allocator funds nothing are removed before dispatch, and :meth:`_step_once
+  <AllocationHooksV1._step_once>` asks the replay buffer for the step's groups less those.
 - **Accounting.** The first pass counts as generated at dispatch (``train/rollouts_generated``); the
   extensions count when their groups reach the advantage stage, where :meth:`AllocationHooksV1._observe_pilots`
   reads each pilot's sessions and reports them to the tracker (``prompts/pilots_extended``, the allocator's
@@ -21,8 +24,9 @@ docs/prompts.md), through verl's own extension points:
 
 What verl's trainer does with groups of unequal size needs no change: the PPO mini-batch and the batch
 multiple are in responses (``ppo_mini_batch_size * rollout.n``), and ``_balance_batch`` pads the batch to that
-multiple with no-op rows; the advantage estimators group responses by uid. Only the worker's ``_run_prompt``, a
-private method, is replaced (for pilots only: every other prompt runs verl's own), in this one place.
+multiple with no-op rows; the advantage estimators group responses by uid. Two private methods are
+overridden, here only: the worker's ``_run_prompt`` (for pilots; every other prompt runs verl's own) and the
+trainer's ``_step_once`` (its sample size, when prompts were left out).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 import transfer_queue as tq
 from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, apply_greedy_sampling_params
+from verl.utils import tensordict_utils as tu
 
 from verl_avspo.core.prompt_allocation import pilots_spread
 from verl_avspo.verl_plugin.checks.settings import prompt_allocation_problems
@@ -81,24 +86,35 @@ def prepare_allocation(config) -> bool:
 
 
 class AllocationHooksV1:
-    """Mixed into our V1 trainer: each dispatch's allocation, and the pilots' outcomes at the advantage stage.
-    Relies on ``tracker``, ``prompt_identity`` and ``config``
+    """Mixed into our V1 trainer: each dispatch's allocation, the step's batch size in the replay buffer, and
+    the pilots' outcomes at the advantage stage. Relies on ``tracker``, ``prompt_identity`` and ``config``
     (:class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`)."""
 
-    def _allocate_rollouts(self, batch, prompts: list) -> int:
-        """Write each prompt's rollouts into ``batch`` (``prompts``: its rows' identity field); returns the
-        rollouts of the first pass."""
+    # Prompts of this step the budget left without rollouts (``budget_share`` < 1, sync mode only).
+    _unallocated = 0
+
+    def _allocate_rollouts(self, batch, prompts: list):
+        """The prompts of ``batch`` (``prompts``: its rows' identity field) that the allocator gives rollouts,
+        each with its count; returns them and the rollouts of the first pass."""
         plan = self.tracker.allocate_prompts(
             prompt_keys(prompts, self.prompt_identity.source), self.config.actor_rollout_ref.rollout.n
         )
-        if not bool((plan.rollouts > 0).all()):  # budget_share >= 1, checked at start-up, funds every prompt
-            raise RuntimeError(
-                f"the rollout allocator left {int((plan.rollouts == 0).sum())} prompts without rollouts; verl's replay "
-                "buffer would wait for their groups forever"
-            )
+        funded = plan.rollouts > 0
+        if not bool(funded.any()):  # the start-up check makes the budget hold at least one full group
+            raise RuntimeError("the rollout allocator gave no prompt of this dispatch any rollout")
         batch[ROLLOUT_N_FIELD] = plan.rollouts
         batch[PILOT_FIELD] = torch.where(plan.pilot, plan.rollouts, 0)
-        return plan.total
+        if not bool(funded.all()):
+            self._unallocated += int((~funded).sum())
+            batch = tu.index_select_tensor_dict(batch, torch.nonzero(funded).squeeze(1))
+        return batch, plan.total
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int):
+        """verl's local update, its replay buffer waiting for the step's groups less the prompts the budget
+        left out (verl asks for ``data.train_batch_size`` groups; in the sync mode, the only one where the
+        budget may leave prompts out, each step's prompts are dispatched before it samples)."""
+        unallocated, self._unallocated = self._unallocated, 0
+        return super()._step_once(metrics, timing_raw, sample_batch_size - unallocated)
 
     def _observe_pilots(self, keys: list, partition_id: str) -> None:
         """The pilots among the batch's rows ``keys`` (``{uid}_{session}_{output}``): each one extended if its

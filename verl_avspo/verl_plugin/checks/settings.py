@@ -363,13 +363,30 @@ def prompt_allocation_problems(config: DictConfig, prompts: PromptsConfig) -> li
         problems += allocation_problems(allocation, int(group_size), ALLOCATION_SECTION, "actor_rollout_ref.rollout.n")
     except (TypeError, ValueError):
         pass  # a bad rollout.n: _rollout_problems names it
-    if allocation.budget_share < 1:
+    mode = _v1_mode(config)
+    sync_steps = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1)
+    if allocation.budget_share < 1 and mode is not None and (mode != "sync" or sync_steps != 1):
+        where = (
+            f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}"
+            if mode != "sync"
+            else f"trainer.v1.sync.parameter_sync_step={sync_steps}"
+        )
         problems.append(
-            f"{ALLOCATION_SECTION}.budget_share={allocation.budget_share} is below 1: verl's replay buffer trains "
-            f"exactly data.train_batch_size groups every step, so the allocator cannot leave prompts out, which a "
-            f"budget below a uniform step's would make it do. Set it to 1 or more; to generate fewer rollouts, "
-            f"lower data.train_batch_size, or set {ALLOCATION_SECTION}.max_group_size to rollout.n so that the "
-            f"rollouts collapsed pilots save are not spent on larger groups."
+            f"{ALLOCATION_SECTION}.budget_share={allocation.budget_share} is below 1 with {where}: a budget below a "
+            f"uniform step's leaves prompts out, and only the sync mode with one update per step samples just the "
+            f"groups a step dispatched (the async modes draw more prompts for every place left open, so nothing "
+            f"would be saved). Set {ALLOCATION_SECTION}.budget_share to 1 or more, or use trainer.v1.trainer_mode="
+            f"avspo_sync with parameter_sync_step=1."
+        )
+    try:
+        funds_a_group = allocation.budget_share * int(config.data.train_batch_size) >= 1
+    except (TypeError, ValueError):
+        funds_a_group = True  # a bad train_batch_size: verl's validation names it
+    if not funds_a_group:
+        problems.append(
+            f"{ALLOCATION_SECTION}.budget_share={allocation.budget_share} with data.train_batch_size="
+            f"{config.data.train_batch_size}: the step's budget holds less than one full group. Raise "
+            f"{ALLOCATION_SECTION}.budget_share to at least 1/{config.data.train_batch_size}."
         )
     manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class", default=None)
     if manager not in (None, ALLOCATION_MANAGER):
