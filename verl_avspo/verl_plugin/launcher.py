@@ -107,10 +107,11 @@ def _describe(config: DictConfig, checked: CheckedConfig) -> str:
             + ", ".join(f"{k}={v}" for k, v in intrinsic.to_dict().items())
         )
     if is_group_estimator(str(config.algorithm.adv_estimator)):
-        identity, skip = resolve_prompt_identity(config), resolve_prompts(config.algorithm).skip
+        identity, prompts = resolve_prompt_identity(config), resolve_prompts(config.algorithm)
         lines.append(f"prompts (algorithm.prompts, resolved): keyed by {identity.source} ({identity.reason})")
-        if skip.enable:
-            lines.append("  skip: " + ", ".join(f"{k}={v}" for k, v in skip.to_dict().items()))
+        for name, settings in (("skip", prompts.skip), ("allocation", prompts.allocation)):
+            if settings.enable:
+                lines.append(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in settings.to_dict().items()))
     loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default="vanilla")
     lines.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
     return "\n".join(lines)
