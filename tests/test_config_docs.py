@@ -1,7 +1,7 @@
 """The settings' documentation agrees with the code: every field of the config dataclasses
 (``AVSPOConfig``, ``ACRConfig``, ``AlertConfig``, ``DCPOConfig``, ``IntrinsicConfig``, ``PromptsConfig``) has a
-one-line attribute docstring, and docs/configuration.md's key tables list exactly those fields and the skip
-rule's (``PromptSkipConfig``), each with its default."""
+one-line attribute docstring, and docs/configuration.md's key tables list exactly those fields, the skip
+rule's (``PromptSkipConfig``) and the rollout allocator's (``PromptAllocationConfig``), each with its default."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import yaml
 from verl_avspo.core import acr_config, baseline_settings, config
 from verl_avspo.core.baseline_settings import DCPOConfig, IntrinsicConfig
 from verl_avspo.core.config import ACRConfig, AlertConfig, AVSPOConfig
+from verl_avspo.core.prompt_allocation import PromptAllocationConfig
 from verl_avspo.core.prompt_skip import PromptSkipConfig
 from verl_avspo.verl_plugin import prompt_identity
 from verl_avspo.verl_plugin.prompt_identity import PromptsConfig
@@ -49,11 +50,13 @@ def code_defaults() -> dict[str, object]:
     keys: dict[str, object] = {}
     sections = ((AVSPOConfig, ""), (ACRConfig, "algorithm.acr."), (AlertConfig, "algorithm.acr.alert."),
                 (DCPOConfig, "algorithm.dcpo."), (IntrinsicConfig, "algorithm.intrinsic."),
-                (PromptsConfig, "algorithm.prompts."), (PromptSkipConfig, "algorithm.prompts.skip."))  # fmt: skip
+                (PromptsConfig, "algorithm.prompts."), (PromptSkipConfig, "algorithm.prompts.skip."),
+                (PromptAllocationConfig, "algorithm.prompts.allocation."))  # fmt: skip
     for cls, prefix in sections:
         instance = cls()
         for field in dataclasses.fields(cls):
-            if (cls, field.name) not in ((ACRConfig, "alert"), (PromptsConfig, "skip")):  # sections of their own
+            own_sections = ((ACRConfig, "alert"), (PromptsConfig, "skip"), (PromptsConfig, "allocation"))
+            if (cls, field.name) not in own_sections:
                 value = getattr(instance, field.name)
                 keys[prefix + field.name] = list(value) if isinstance(value, tuple) else value
     return keys
