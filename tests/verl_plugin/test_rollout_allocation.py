@@ -20,7 +20,7 @@ from verl.utils.import_utils import load_class_from_fqn
 from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.prompt_allocation import PromptAllocationConfig
 from verl_avspo.core.run_tracker import RunTracker
-from verl_avspo.verl_plugin import rollout_allocation
+from verl_avspo.verl_plugin import prompt_hooks, rollout_allocation
 from verl_avspo.verl_plugin.checks import settings_problems
 from verl_avspo.verl_plugin.launcher import compose_config
 from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
@@ -112,6 +112,37 @@ def test_the_pilots_outcomes_are_read_from_their_groups_sessions(monkeypatch):
     assert metrics["train/rollouts_generated"] == 2 and metrics["train/gen_batches"] == 0  # a's two added
     # The extended share moves from its start (0.25) toward this step's 1 of 2: 0.9 x 0.25 + 0.1 x 0.5.
     assert metrics["prompts/pilot_extend_rate"] == pytest.approx(0.275)
+
+
+def test_groups_the_replay_buffer_evicts_are_recorded_whatever_their_size(monkeypatch):
+    """A stale group verl's async buffer evicts never reaches the advantage stage: a pilot's group (2 responses)
+    and an extended one (4) still count in the history, and the extension's rollouts as generated."""
+    made = trainer()
+    responses = {"a_0_0": 1.0, "a_1_0": 1.0, "b_0_0": 1.0, "b_1_0": 0.0, "b_2_0": 1.0, "b_3_0": 0.0, "c_0_0": 1.0}
+    buffer = SimpleNamespace(
+        finished_keys={"train": {"a", "b", "c"}},
+        failure_keys={"train": {"c"}},  # a failed group's responses say nothing: left out
+        partitions={"train": {"a": {"is_prompt": True}, **{key: {} for key in responses}}},
+    )
+
+    def read_scores(keys, partition_id, source):
+        uids = np.array([key.split("_")[0] for key in keys], dtype=object)
+        return torch.tensor([responses[key] for key in keys]), uids, [{"a": 0, "b": 2}[uid] for uid in uids]
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        return {PILOT_FIELD: torch.tensor([2] * len(keys))}
+
+    monkeypatch.setattr(prompt_hooks, "read_scores", read_scores)
+    monkeypatch.setattr(rollout_allocation.tq, "kv_batch_get", kv_batch_get)
+    made._record_cleared(buffer, "train", {"a", "b", "c"})
+    metrics: dict = {}
+    made.tracker.observe_step(1, metrics)
+    assert (metrics["prompts/pilots_extended"], metrics["train/rollouts_generated"]) == (1, 2)
+    table = made.tracker.prompt_history.table()
+    visits = dict(zip(table["key"].tolist(), table["visits"].tolist(), strict=True))
+    assert visits == {0: 1, 2: 1}
+    streaks = dict(zip(table["key"].tolist(), table["collapse_streak"].tolist(), strict=True))
+    assert streaks == {0: 1, 2: 0}  # the pilot of two equal rewards collapsed; the extended group did not
 
 
 def worker(rewards: dict, failing: set = frozenset()) -> tuple[AllocatingAgentLoopWorker, list, list]:

@@ -106,7 +106,8 @@ class PromptHooksV1:
 
     def _record_cleared(self, buffer, partition_id: str, uids: set[str]) -> None:
         """Record in the prompt history the finished groups among ``uids`` that have all their
-        ``rollout.n`` responses (a failed group's partial responses say nothing about its prompt)."""
+        ``rollout.n`` responses (a failed group's partial responses say nothing about its prompt); with the
+        rollout allocator, every finished group, whatever its size, and its pilots' extensions counted."""
         finished = (set(uids) & buffer.finished_keys[partition_id]) - buffer.failure_keys[partition_id]
         response_keys = [
             key
@@ -119,11 +120,17 @@ class PromptHooksV1:
         scores, uids, prompts = read_scores(response_keys, partition_id, source)
         if prompts is None:
             return  # no prompt field in TransferQueue: _pass_prompt_keys warns about it once
+        allocating = getattr(self, "allocates_rollouts", False)
+        if allocating:  # evicted before the advantage stage: their extensions were generated all the same
+            self._observe_pilots(response_keys, partition_id)
         rows_of: dict[str, list[int]] = {}
         for row, uid in enumerate(uids):
             rows_of.setdefault(str(uid), []).append(row)
-        groups = [rows for rows in rows_of.values() if len(rows) == self.config.actor_rollout_ref.rollout.n]
-        if groups:
+        by_size: dict[int, list[list[int]]] = {}
+        for rows in rows_of.values():
+            if allocating or len(rows) == self.config.actor_rollout_ref.rollout.n:
+                by_size.setdefault(len(rows), []).append(rows)
+        for groups in by_size.values():  # record_groups takes groups of one size at a time
             keys = [prompt_key(prompts[rows[0]], source) for rows in groups]
             self.tracker.record_groups(keys, scores[torch.tensor(groups)])
 

@@ -19,8 +19,9 @@ docs/prompts.md), through verl's own extension points:
 - **Accounting.** The first pass counts as generated at dispatch (``train/rollouts_generated``); the
   extensions count when their groups reach the advantage stage, where :meth:`AllocationHooksV1._observe_pilots`
   reads each pilot's sessions and reports them to the tracker (``prompts/pilots_extended``, the allocator's
-  estimate of the extended share). The pilot field travels with every response in TransferQueue, so a resumed
-  run's groups are read the same way.
+  estimate of the extended share), or, for a group the replay buffer evicts unsampled (stale), when it is
+  cleared (``PromptHooksV1._record_cleared``). The pilot field travels with every response in TransferQueue,
+  so a resumed run's groups are read the same way.
 
 What verl's trainer does with groups of unequal size needs no change: the PPO mini-batch and the batch
 multiple are in responses (``ppo_mini_batch_size * rollout.n``), and ``_balance_batch`` pads the batch to that
