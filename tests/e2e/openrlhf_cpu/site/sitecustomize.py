@@ -11,11 +11,17 @@ import functools
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 # Fake accelerators for Ray's placement: OpenRLHF asks for {"GPU": 1, "CPU": 1} bundles
 # (cli/train_ppo_ray.py:48, trainer/ray/vllm_engine.py:249-251, trainer/ray/launcher.py:245) and
 # actors with num_gpus=1 (trainer/ray/ppo_actor.py:493). Without them Ray waits forever.
 RAY_RESOURCES = {"num_gpus": 4, "num_cpus": 8, "include_dashboard": False}
+
+
+# Ray waits a fixed 30 s for its raylet to register (ray/_private/node.py:428); on a 2-core machine running the
+# other e2e module's Ray cluster beside this one, that start-up can take longer. A timed-out start is retried.
+RAY_START_ATTEMPTS = 3
 
 
 def _ray(ray):
@@ -24,7 +30,14 @@ def _ray(ray):
 
     @functools.wraps(init)
     def ray_init(*args, **kwargs):
-        return init(*args, **{**RAY_RESOURCES, **kwargs})
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                return init(*args, **{**RAY_RESOURCES, **kwargs})
+            except Exception as err:
+                if "timed out during startup" not in str(err) or attempt == RAY_START_ATTEMPTS:
+                    raise
+                warnings.warn(f"Ray's start-up timed out (attempt {attempt}); starting it again", stacklevel=2)
+                ray.shutdown()
 
     ray.init = ray_init
 
