@@ -43,7 +43,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 from verl.utils import tensordict_utils as tu
 
 from verl_avspo.core.prompt_allocation import pilots_spread
-from verl_avspo.verl_plugin.checks.settings import prompt_allocation_problems
+from verl_avspo.verl_plugin.checks.prompts import prompt_allocation_problems
 from verl_avspo.verl_plugin.prompt_identity import ALLOCATION_MANAGER, prompt_keys, resolve_prompts
 from verl_avspo.verl_plugin.run_state import run_settings
 

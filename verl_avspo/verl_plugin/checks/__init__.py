@@ -8,7 +8,8 @@ once. They come in two stages:
 - :func:`settings_problems` (:mod:`.settings`) needs no verl import (about a second): the group
   size, the rollout engine, every ``algorithm.avspo``, ``algorithm.dcpo`` and
   ``algorithm.intrinsic`` value, and how they combine with the trainer, the data (DCPO's prompt
-  indices, :mod:`.prompt_index`) and the policy loss; text given for a boolean (:mod:`.values`).
+  indices, :mod:`.prompt_index`) and the policy loss; ``algorithm.prompts`` (the key, skipping and the
+  rollout allocator, :mod:`.prompts`); text given for a boolean (:mod:`.values`).
   The launcher runs it first, so a typo is refused in seconds rather than after verl's imports.
 - :func:`registry_problems` (here) imports verl: the estimator, the policy loss and the V1 trainer
   mode against verl's registries, and verl's own ``validate_config``.

@@ -1,6 +1,6 @@
 """Values verl would read with another meaning than the user's, found without importing verl:
 text where verl expects True or False (``trainer.use_v1=Flase`` is a non-empty string, so Python
-reads it as true).
+reads it as true); and two readings of the config that several checks share (DAPO's filter, the V1 mode).
 
 Pure: one message per problem, naming the key, the value and the fix.
 """
@@ -13,8 +13,9 @@ import functools
 from omegaconf import DictConfig, OmegaConf
 
 import verl_avspo.verl_plugin.checks.resources as resources
+from verl_avspo.verl_plugin.trainer_modes import verl_mode
 
-__all__ = ["boolean_keys", "boolean_problems"]
+__all__ = ["boolean_keys", "boolean_problems", "filters_groups", "v1_mode"]
 
 # Keys read as booleans whose default in verl's YAML is null (so not found by their default's type).
 _NULL_DEFAULT_BOOLEANS = ("critic.enable",)
@@ -65,3 +66,14 @@ def boolean_problems(config: DictConfig) -> list[str]:
         read_as = f"verl would read it as {bool(value)}{' (any non-empty text is true)' if text else ''}"
         problems.append(f"{key}={value!r} is not a boolean, and {read_as}.{hint}")
     return problems
+
+
+def filters_groups(algorithm: DictConfig) -> bool:
+    """Whether DAPO's dynamic sampling (``algorithm.filter_groups``) is on."""
+    filter_groups = algorithm.get("filter_groups", None)
+    return filter_groups is not None and bool(filter_groups.get("enable", False))
+
+
+def v1_mode(config: DictConfig) -> str | None:
+    """verl's name of the V1 mode the config runs (ours mapped to verl's); None with the legacy trainer."""
+    return verl_mode(config.trainer.v1.trainer_mode) if config.trainer.use_v1 else None
