@@ -28,8 +28,9 @@ AVSPO_ENTRY = "verl_avspo.openrlhf"
 RUN_NAME = "tiny"  # OpenRLHF's TensorBoard folder is <tensorboard_dir>/<wandb.run_name>
 GROUP_SIZE = 4
 PROMPTS_PER_STEP = 4
-# Every launch ends within this many seconds: a misconfigured Ray job waits for resources silently.
-TIMEOUT_S = 300
+# Every launch ends within this many seconds: a misconfigured Ray job waits for resources silently. A run takes
+# about a minute alone; on a 2-core machine beside the verl e2e module's runs, the resumed async run took over 300 s.
+TIMEOUT_S = 600
 
 
 def harness_arguments(workdir: Path, model: Path, prompts: Path) -> list[str]:
