@@ -51,7 +51,10 @@ logger = logging.getLogger(__name__)
 
 class PromptHooksV1:
     """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`,
-    which sets ``tracker``, ``prompt_identity`` and ``skips_prompts``."""
+    which sets ``tracker``, ``prompt_identity``, ``skips_prompts`` and ``allocates_rollouts``."""
+
+    allocates_rollouts = False
+    """Whether the rollout allocator gives each prompt its count (:mod:`~verl_avspo.verl_plugin.rollout_allocation`)."""
 
     def _pass_prompt_keys(self, batch, uids: np.ndarray, prompts: list | None) -> None:
         """Hand the run tracker the stable prompt key of each uid of this batch, from its real rows' ``uids``
@@ -120,7 +123,7 @@ class PromptHooksV1:
         scores, uids, prompts = read_scores(response_keys, partition_id, source)
         if prompts is None:
             return  # no prompt field in TransferQueue: _pass_prompt_keys warns about it once
-        allocating = getattr(self, "allocates_rollouts", False)
+        allocating = self.allocates_rollouts
         if allocating:  # evicted before the advantage stage: their extensions were generated all the same
             self._observe_pilots(response_keys, partition_id)
         rows_of: dict[str, list[int]] = {}
@@ -165,7 +168,7 @@ class PromptHooksV1:
         batch = super()._next_train_batch(num_prompts)
         if self.skips_prompts:
             batch = self._kept_prompts(batch)
-        if getattr(self, "allocates_rollouts", False):  # each prompt's own count (rollout_allocation)
+        if self.allocates_rollouts:  # each prompt's own count (rollout_allocation)
             batch, rollouts = self._allocate_rollouts(batch, _rows(batch, self.prompt_identity.source))
         else:
             rollouts = len(batch) * self.config.actor_rollout_ref.rollout.n

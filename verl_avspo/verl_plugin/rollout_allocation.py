@@ -67,7 +67,7 @@ MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 
 def prepare_allocation(config) -> bool:
     """At our trainer's start-up, before verl's: whether the run allocates rollouts. Refuses what verl cannot
-    run (:func:`~verl_avspo.verl_plugin.checks.settings.prompt_allocation_problems`, the launcher's own check,
+    run (:func:`~verl_avspo.verl_plugin.checks.prompts.prompt_allocation_problems`, the launcher's own check,
     for stock ``main_ppo``) and sets our agent loop manager, which verl's TaskRunner builds after the trainer
     from this same config object (``main_ppo.py:151-153``).
 

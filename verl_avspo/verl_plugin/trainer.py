@@ -60,6 +60,7 @@ class ACRTrainerMixin:
         # Where each prompt's identity is read from, for its history (and DCPO's) and skipping.
         self.prompt_identity = resolve_prompt_identity(self.config) if self.measures_collapse else None
         self.skips_prompts = self.prompt_identity is not None and self.tracker.skipper is not None
+        self.allocates_rollouts = self.prompt_identity is not None and self.tracker.allocator is not None
         if not self.measures_collapse:
             logger.warning(
                 "algorithm.adv_estimator=%s compares no groups of responses: verl-avspo's trainer logs no acr/* for it",

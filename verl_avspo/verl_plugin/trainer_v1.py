@@ -71,10 +71,9 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, Basel
     def __init__(self, config: DictConfig):
         # verl compares the mode string literally from here on (module docstring): show it its own name.
         config.trainer.v1.trainer_mode = self.verl_mode
-        allocates = prepare_allocation(config)  # before verl's TaskRunner builds the agent loop manager
+        prepare_allocation(config)  # before verl's TaskRunner builds the agent loop manager
         install_resumed_file_logger(config)  # before verl's Tracking is built (in init)
         super().__init__(config)
-        self.allocates_rollouts = allocates
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage with the step's collapse measured around it: the raw scores of the
