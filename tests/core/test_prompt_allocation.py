@@ -59,6 +59,10 @@ def test_settings_that_do_not_fit_the_group_size_name_both_keys():
     assert len(problems) == 1 and "max_group_size=6 with actor_rollout_ref.rollout.n=8" in problems[0]
     with pytest.raises(ValueError, match="max_group_size=6 with group_size=8"):
         PromptAllocator(config).allocate([0], PromptHistory(), 8)
+    # A group of 1 or 2 holds no pilot at all: the fix is the group size, not a pilot below 2.
+    (problem,) = allocation_problems(PromptAllocationConfig(), 1, "prompts.allocation", "actor_rollout_ref.rollout.n")
+    assert "prompts.allocation.enable=True with actor_rollout_ref.rollout.n=1" in problem
+    assert "Set actor_rollout_ref.rollout.n to 3 or more (8 is the paper's)" in problem and "below 1" not in problem
 
 
 def test_skip_pilot_full_and_extra():

@@ -137,7 +137,13 @@ def allocation_problems(
     """Why ``config`` cannot allocate around a group size G (empty when it can), each naming the settings,
     their values and the fix; ``group_size_key`` is how the host spells G (``actor_rollout_ref.rollout.n``)."""
     problems = []
-    if not config.pilot_size < group_size:
+    if group_size <= 2:  # no pilot fits: the smallest, 2, would be the whole group
+        problems.append(
+            f"{section}.enable=True with {group_size_key}={group_size}: a pilot of 2 responses, the fewest that can "
+            f"show a spread, must be smaller than the group, so groups of {group_size} leave nothing to allocate. "
+            f"Set {group_size_key} to 3 or more (8 is the paper's) or {section}.enable=False."
+        )
+    elif not config.pilot_size < group_size:
         problems.append(
             f"{section}.pilot_size={config.pilot_size} with {group_size_key}={group_size}: a pilot must be smaller "
             f"than the group it may be extended to. Set {section}.pilot_size below {group_size} (2 is the fewest "
