@@ -33,6 +33,7 @@ from verl_avspo.verl_plugin.rollout_allocation import (
     AllocationHooksV1,
     prepare_allocation,
 )
+from verl_avspo.verl_plugin.v1_batch import ScoredRows
 
 pytestmark = pytest.mark.verl
 
@@ -96,16 +97,7 @@ def test_the_pilots_outcomes_are_read_from_their_groups_sessions(monkeypatch):
     # Rows {uid}_{session}_{output}: pilot a extended to 4 sessions, pilot b left at 2, c a full group whose
     # sessions wrote two outputs each (a multi-turn agent loop), which counts sessions, not rows.
     keys = [f"a_{s}_0" for s in range(4)] + ["b_0_0", "b_1_0"] + [f"c_{s}_{o}" for s in range(4) for o in range(2)]
-    sizes = torch.tensor([2] * 6 + [0] * 8)
-    reads = []
-
-    def kv_batch_get(keys, partition_id, select_fields):
-        reads.append((partition_id, select_fields))
-        return {PILOT_FIELD: sizes}
-
-    monkeypatch.setattr(rollout_allocation.tq, "kv_batch_get", kv_batch_get)
-    made._observe_pilots(keys, "train")
-    assert reads == [("train", [PILOT_FIELD])]
+    made._observe_pilots(keys, torch.tensor([2] * 6 + [0] * 8))
     metrics: dict = {}
     made.tracker.observe_step(1, metrics)
     assert metrics["prompts/pilots_extended"] == 1
@@ -125,15 +117,13 @@ def test_groups_the_replay_buffer_evicts_are_recorded_whatever_their_size(monkey
         partitions={"train": {"a": {"is_prompt": True}, **{key: {} for key in responses}}},
     )
 
-    def read_scores(keys, partition_id, source):
+    def read_scores(keys, partition_id, source, pilot_field):
+        assert pilot_field == PILOT_FIELD  # read with the scores, in one TransferQueue read
         uids = np.array([key.split("_")[0] for key in keys], dtype=object)
-        return torch.tensor([responses[key] for key in keys]), uids, [{"a": 0, "b": 2}[uid] for uid in uids]
-
-    def kv_batch_get(keys, partition_id, select_fields):
-        return {PILOT_FIELD: torch.tensor([2] * len(keys))}
+        scores = torch.tensor([responses[key] for key in keys])
+        return ScoredRows(scores, uids, [{"a": 0, "b": 2}[uid] for uid in uids], torch.tensor([2] * len(keys)))
 
     monkeypatch.setattr(prompt_hooks, "read_scores", read_scores)
-    monkeypatch.setattr(rollout_allocation.tq, "kv_batch_get", kv_batch_get)
     made._record_cleared(buffer, "train", {"a", "b", "c"})
     metrics: dict = {}
     made.tracker.observe_step(1, metrics)

@@ -23,6 +23,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl_avspo.core.advantage import compute_avspo_outcome_advantage
 from verl_avspo.core.controller import AdaptiveController
 from verl_avspo.verl_plugin import run_state
+from verl_avspo.verl_plugin.rollout_allocation import PILOT_FIELD
 from verl_avspo.verl_plugin.run_state import VERL_ADVICE as ADVICE
 from verl_avspo.verl_plugin.trainer import STATE_FILE
 from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
@@ -125,6 +126,28 @@ def test_with_filter_groups_acr_is_the_rate_before_filtering():
     assert metrics["acr/groups"] == 4
     assert metrics["acr/effective"] == 0.0
     tq.kv_clear(keys=[*meta.keys, *prompts], partition_id="train")
+
+
+def test_with_the_allocator_the_pilot_sizes_are_read_with_the_scores(monkeypatch):
+    """The advantage stage reads each row's pilot size in the same TransferQueue read as its score and counts
+    the pilots extended and the rollouts they added: pilot 0 (2) extended to 4 sessions, pilot 1 left at 2,
+    prompt 2 a full group."""
+    trainer = make_trainer("algorithm.adv_estimator=grpo", "algorithm.prompts.allocation.enable=True")
+    assert trainer.allocates_rollouts
+    # As the dispatch writes it: a tensor field, which travels with each response.
+    source = trainer.prompt_identity.source
+    pilots = [{source: f"prompt {g}", PILOT_FIELD: torch.tensor(size)} for g, size in enumerate([2, 2, 0])]
+    batch = put_groups("alloc", [[1, 0, 1, 1], [1, 1], [0, 1, 0, 0]], group_fields=pilots)
+    reads = []  # every TransferQueue read's fields, verl's own included
+    read = tq.kv_batch_get
+    monkeypatch.setattr(tq, "kv_batch_get", lambda **kwargs: reads.append(kwargs["select_fields"]) or read(**kwargs))
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    assert [fields for fields in reads if PILOT_FIELD in fields] == [["uid", "rm_scores", source, PILOT_FIELD]]
+    assert metrics["acr/rate"] == pytest.approx(1 / 3)  # the pilot of two equal rewards collapsed
+    trainer.tracker.observe_step(1, metrics)
+    assert metrics["prompts/pilots_extended"] == 1 and metrics["train/rollouts_generated"] == 2
+    tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
 def test_resumed_run_continues_exactly_like_an_uninterrupted_one(tmp_path):

@@ -120,12 +120,12 @@ class PromptHooksV1:
         if not response_keys:
             return
         source = self.prompt_identity.source
-        scores, uids, prompts = read_scores(response_keys, partition_id, source)
+        scores, uids, prompts, pilot_sizes = read_scores(response_keys, partition_id, source, self.pilot_field)
         if prompts is None:
             return  # no prompt field in TransferQueue: _pass_prompt_keys warns about it once
         allocating = self.allocates_rollouts
         if allocating:  # evicted before the advantage stage: their extensions were generated all the same
-            self._observe_pilots(response_keys, partition_id)
+            self._observe_pilots(response_keys, pilot_sizes)
         rows_of: dict[str, list[int]] = {}
         for row, uid in enumerate(uids):
             rows_of.setdefault(str(uid), []).append(row)

@@ -94,6 +94,12 @@ class AllocationHooksV1:
     # Prompts of this step the budget left without rollouts (``budget_share`` < 1, sync mode only).
     _unallocated = 0
 
+    @property
+    def pilot_field(self) -> str | None:
+        """The field read with a batch's scores (:func:`~verl_avspo.verl_plugin.v1_batch.read_scores`) when the
+        allocator runs: each row's pilot size, for :meth:`_observe_pilots`."""
+        return PILOT_FIELD if self.allocates_rollouts else None
+
     def _allocate_rollouts(self, batch, prompts: list):
         """The prompts of ``batch`` (``prompts``: its rows' identity field) that the allocator gives rollouts,
         each with its count; returns them and the rollouts of the first pass."""
@@ -117,13 +123,13 @@ class AllocationHooksV1:
         unallocated, self._unallocated = self._unallocated, 0
         return super()._step_once(metrics, timing_raw, sample_batch_size - unallocated)
 
-    def _observe_pilots(self, keys: list, partition_id: str) -> None:
-        """The pilots among the batch's rows ``keys`` (``{uid}_{session}_{output}``): each one extended if its
+    def _observe_pilots(self, keys: list, pilot_sizes: torch.Tensor) -> None:
+        """The pilots among the batch's rows ``keys`` (``{uid}_{session}_{output}``), whose (bs,) ``pilot_sizes``
+        :func:`~verl_avspo.verl_plugin.v1_batch.read_scores` read with their scores: each one extended if its
         group has more sessions than its pilot; the tracker counts them and the rollouts added."""
-        pilot_size = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=[PILOT_FIELD])[PILOT_FIELD]
         sessions: dict[str, set[str]] = {}
         size_of: dict[str, int] = {}
-        for key, size in zip(keys, pilot_size.reshape(-1).tolist(), strict=True):
+        for key, size in zip(keys, pilot_sizes.tolist(), strict=True):
             if size:
                 uid, session, _ = key.rsplit("_", 2)
                 sessions.setdefault(uid, set()).add(session)

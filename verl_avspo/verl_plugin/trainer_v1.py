@@ -88,12 +88,12 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, Basel
                 return super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
         keys = [key for key, real in zip(batch.keys, real_rows(batch), strict=True) if real]
-        scores, uids, prompts = read_scores(keys, batch.partition_id, self.prompt_identity.source)
-        self._pass_prompt_keys(batch, uids, prompts)
+        rows = read_scores(keys, batch.partition_id, self.prompt_identity.source, self.pilot_field)
+        self._pass_prompt_keys(batch, rows.uids, rows.prompts)
         if self.allocates_rollouts:
-            self._observe_pilots(keys, batch.partition_id)
+            self._observe_pilots(keys, rows.pilot_sizes)
         # The sampler's eviction metrics of this iteration say what DAPO filtering removed.
-        self.tracker.measure(scores, uids, dropped_groups(metrics))
+        self.tracker.measure(rows.scores, rows.uids, dropped_groups(metrics))
         measuring = time.perf_counter() - start
         with run_state.advantage_stage(self.tracker):
             batch = super()._compute_advantage(batch, metrics)
