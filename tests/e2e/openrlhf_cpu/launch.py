@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_cpu import assets
+from verl_cpu import assets, job
 
 HERE = Path(__file__).resolve().parent
 OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
@@ -28,9 +27,6 @@ AVSPO_ENTRY = "verl_avspo.openrlhf"
 RUN_NAME = "tiny"  # OpenRLHF's TensorBoard folder is <tensorboard_dir>/<wandb.run_name>
 GROUP_SIZE = 4
 PROMPTS_PER_STEP = 4
-# Every launch ends within this many seconds: a misconfigured Ray job waits for resources silently. A run takes
-# about a minute alone; on a 2-core machine beside the verl e2e module's runs, the resumed async run took over 300 s.
-TIMEOUT_S = 600
 
 
 def harness_arguments(workdir: Path, model: Path, prompts: Path) -> list[str]:
@@ -119,27 +115,16 @@ class TinyRun:
         return [sys.executable, "-m", entry, *harness_arguments(self.workdir, self.model, self.prompts), *arguments]
 
     def launch(
-        self, entry: str, arguments: Sequence[str] = (), *, log: str = "run", timeout: float = TIMEOUT_S
+        self, entry: str, arguments: Sequence[str] = (), *, log: str = "run", timeout: float = job.TIMEOUT_S
     ) -> subprocess.CompletedProcess:
-        """Run one job to its end; its console output goes to ``<log>.log``. After ``timeout`` s the
-        job's whole process group (Ray's processes included) is killed and ``TimeoutExpired`` raised."""
-        command = self.command(entry, arguments)
-        with (self.workdir / f"{log}.log").open("w") as out:
-            process = subprocess.Popen(
-                command,
-                env=harness_environment(self.workdir),
-                cwd=self.workdir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                returncode = process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                raise
-        return subprocess.CompletedProcess(command, returncode)
+        """Run one job to its end (:func:`verl_cpu.job.run_to_end`); its console output goes to ``<log>.log``."""
+        return job.run_to_end(
+            self.command(entry, arguments),
+            log=self.workdir / f"{log}.log",
+            timeout=timeout,
+            env=harness_environment(self.workdir),
+            cwd=self.workdir,
+        )
 
     def log(self, name: str = "run") -> str:
         return (self.workdir / f"{name}.log").read_text()

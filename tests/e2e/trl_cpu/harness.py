@@ -20,20 +20,17 @@ import dataclasses
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from verl_cpu import assets
+from verl_cpu import assets, job
 from verl_cpu.reward import compute_score
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 GROUP_SIZE = 4
 PROMPTS_PER_STEP = 2
-# A launched run ends within this many seconds.
-TIMEOUT_S = 300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,5 +190,4 @@ def launch(
     command += ["--resume", str(resume)] if resume is not None else []
     pythonpath = os.pathsep.join([str(REPO), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, **assets.QUIET_OFFLINE_ENV, "PYTHONPATH": pythonpath}
-    with open(out / "run.log", "w") as log:
-        return subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=TIMEOUT_S, check=False)
+    return job.run_to_end(command, log=out / "run.log", env=env)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_cpu import assets, checkpoint_engine
+from verl_cpu import assets, checkpoint_engine, job
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds verl_cpu/
 VERL_ENTRY = "verl.trainer.main_ppo"
@@ -170,21 +170,18 @@ class TinyRun:
         *,
         metrics: str = "metrics",
         console: str | None = None,
-        timeout: float = 600,
+        timeout: float = job.TIMEOUT_S,
     ) -> subprocess.CompletedProcess:
-        """Run one job to its end; its console output goes to ``<console>.log`` in the work folder
-        (``<metrics>.log`` by default; a resumed attempt that logs to the same metrics file names its own)."""
-        log = self.workdir / f"{console or metrics}.log"
-        with log.open("w") as out:
-            return subprocess.run(
-                self.command(entry, overrides),
-                env=harness_environment(self.metrics_path(metrics), self.device),
-                cwd=self.workdir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
-            )
+        """Run one job to its end (:func:`verl_cpu.job.run_to_end`); its console output goes to ``<console>.log``
+        in the work folder (``<metrics>.log`` by default; a resumed attempt that logs to the same metrics file names
+        its own)."""
+        return job.run_to_end(
+            self.command(entry, overrides),
+            log=self.workdir / f"{console or metrics}.log",
+            timeout=timeout,
+            env=harness_environment(self.metrics_path(metrics), self.device),
+            cwd=self.workdir,
+        )
 
 
 def separate_async_overrides(
