@@ -30,12 +30,13 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Two pytest-xdist workers, whole files each (the e2e modules share their runs through module fixtures);
-# TEST_WORKERS=0 runs in one process.
+# Two pytest-xdist workers: whole files each (the e2e modules share their runs through module fixtures), and
+# the files that launch trainers one after another on one worker (tests/conftest.py); TEST_WORKERS=0 runs in
+# one process.
 TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The framework-free core's tests (tests/core) in well under a minute: torch and numpy only. Those that
 # compare with verl's own code are marked `verl` and left to `make test`; AVSPO_CORE_ONLY=1 makes an

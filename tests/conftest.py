@@ -1,7 +1,7 @@
 """Suite-wide settings, the fixtures several test files share, the shared set-up module
 (``tests/support/helpers.py``, imported as ``helpers``) on the path, and the ``ray`` marker on every
 test that uses a Ray fixture (the ``verl``, ``ray`` and ``openrlhf`` markers are listed in
-pyproject.toml), and the order in which ``make test``'s two pytest-xdist workers are handed the files.
+pyproject.toml), and how ``make test``'s two pytest-xdist workers are handed the files.
 
 The tests build every model, tokenizer and dataset they use locally, so the Hugging Face hubs are
 switched off; a test that reached for the network would fail loudly here instead of passing only
@@ -76,21 +76,35 @@ def write_verl_parquet():
 
 RAY_FIXTURES = {"transfer_queue_cluster", "ray_session"}
 
-# `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in collection
-# order. The verl e2e module (ten launches behind one fixture) takes longest, so it goes first and
-# the other files fill the second worker; then the rest of the slow files, so that no long file
-# starts last.
-LONGEST_FIRST = "tests/e2e/test_verl_cpu_e2e.py"
+# `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in collection order
+# (--no-loadscope-reorder), but the files that launch trainers (each launch a Ray cluster, or torchrun's
+# processes: several processes on a 2-core machine) are one unit of work: they run one after another on
+# one worker, handed out first as the longest, while the other worker takes every other file. Beside each
+# other, they overloaded the machine until launches passed their time limit.
+LAUNCHES = ("tests/e2e/", "tests/patches/test_series_e2e.py")
 
 
-def _schedule_rank(item) -> int:
-    if item.nodeid.startswith(LONGEST_FIRST):
-        return 0
-    return 1 if item.get_closest_marker("slow") else 2
+def _unit_of_work(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "launches" if path.startswith(LAUNCHES) else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``loadfile`` scheduler with the launching files as one unit (its ``loadgroup`` marks
+    cannot do it: pytest 9.2 ignores the test ids that pytest-xdist 3.8 rewrites for them)."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # pytest-xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaunchesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of_work(nodeid)
+
+    return LaunchesTogether(config, log)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if RAY_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.ray)
-    items.sort(key=_schedule_rank)  # stable: the order inside each rank is pytest's
+    items.sort(key=lambda item: _unit_of_work(item.nodeid) != "launches")  # stable: pytest's order otherwise
