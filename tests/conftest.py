@@ -1,7 +1,8 @@
 """Suite-wide settings, the fixtures several test files share, the shared set-up module
 (``tests/support/helpers.py``, imported as ``helpers``) on the path, and the ``ray`` marker on every
 test that uses a Ray fixture (the ``verl``, ``ray`` and ``openrlhf`` markers are listed in
-pyproject.toml), and how ``make test``'s two pytest-xdist workers are handed the files.
+pyproject.toml), and how ``make test``'s two pytest-xdist workers are handed the files
+(``tests/support/suite_schedule.py``).
 
 The tests build every model, tokenizer and dataset they use locally, so the Hugging Face hubs are
 switched off; a test that reached for the network would fail loudly here instead of passing only
@@ -22,6 +23,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 SUPPORT = str(Path(__file__).resolve().parent / "support")
 if SUPPORT not in sys.path:
     sys.path.insert(0, SUPPORT)
+
+import suite_schedule  # noqa: E402  (from SUPPORT)
 
 
 @pytest.fixture(scope="module")
@@ -76,35 +79,15 @@ def write_verl_parquet():
 
 RAY_FIXTURES = {"transfer_queue_cluster", "ray_session"}
 
-# `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in collection order
-# (--no-loadscope-reorder), but the files that launch trainers (each launch a Ray cluster, or torchrun's
-# processes: several processes on a 2-core machine) are one unit of work: they run one after another on
-# one worker, handed out first as the longest, while the other worker takes every other file. Beside each
-# other, they overloaded the machine until launches passed their time limit.
-LAUNCHES = ("tests/e2e/", "tests/patches/test_series_e2e.py")
 
-
-def _unit_of_work(nodeid: str) -> str:
-    path = nodeid.split("::", 1)[0]
-    return "launches" if path.startswith(LAUNCHES) else path
-
-
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's ``loadfile`` scheduler with the launching files as one unit (its ``loadgroup`` marks
-    cannot do it: pytest 9.2 ignores the test ids that pytest-xdist 3.8 rewrites for them)."""
-    if config.getvalue("dist") != "loadfile":
-        return None  # pytest-xdist's own
-    from xdist.scheduler import LoadScopeScheduling
-
-    class LaunchesTogether(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return _unit_of_work(nodeid)
-
-    return LaunchesTogether(config, log)
+    return suite_schedule.make_scheduler(config, log)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if RAY_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.ray)
-    items.sort(key=lambda item: _unit_of_work(item.nodeid) != "launches")  # stable: pytest's order otherwise
+    # The launching files first, as the longest unit of work (stable: pytest's order otherwise).
+    items.sort(key=lambda item: suite_schedule.unit_of_work(item.nodeid) != "launches")
