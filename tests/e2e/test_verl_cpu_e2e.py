@@ -16,7 +16,7 @@ module, two at a time, and each test reads the logs and checkpoints of the run i
 - ``colocate`` and ``colocate_resumed``: stock ``main_ppo``, ``avspo_colocate_async``, ``avspo``, prompts
   skipped before rollout, 3 steps with a checkpoint at step 2, and the same resumed from it;
 - ``separate_stop``: stock ``main_ppo``, ``avspo_separate_async``, ``grpo``, with an alert that trips on the
-  first step and stops the run;
+  first step and stops the run, on the reward of ``stock_alloc`` (below), whose first visits all score 0;
 - ``stock_dapo_skip``: stock ``main_ppo``, ``avspo_sync``, ``grpo`` with DAPO's ``filter_groups`` and prompts
   skipped before rollout, 4 steps, checkpointed at the last: skipped places left open, the rollouts saved and
   generated counted;
@@ -157,6 +157,9 @@ def runs(tmp_path_factory) -> dict[str, Outcome]:
                     "+algorithm.acr.alert.threshold=0.0",
                     "+algorithm.acr.alert.window=1",
                     "+algorithm.acr.alert.action=stop",
+                    # Every prompt's first group scores 0, so step 1 collapses whichever groups finish first
+                    # (the harness's own reward would leave that to timing).
+                    f"reward.custom_reward_function.path={REWARD_BY_VISIT}",
                     *THREE_STEPS,
                 ],
             ),
@@ -273,7 +276,7 @@ def test_alert_stop_ends_a_separate_async_run_early_with_a_checkpoint(runs):
     assert all(key in data for key in (*ACR_KEYS, *ACTOR_KEYS))
     assert not any(key.startswith("avspo/") for key in data)
     assert data["acr/effective"] == pytest.approx(data["acr/rate"])  # GRPO leaves collapsed groups at zero
-    assert data["acr/rate"] > 0.0 and data["acr/stalled"] == 1.0
+    assert data["acr/rate"] == 1.0 and data["acr/all_wrong"] == 1.0 and data["acr/stalled"] == 1.0
     checkpoints = outcome.run.checkpoints
     assert sorted(p.name for p in checkpoints.glob("global_step_*")) == ["global_step_1"]
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"

@@ -26,7 +26,7 @@ HARNESS_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds v
 VERL_ENTRY = "verl.trainer.main_ppo"
 AVSPO_ENTRY = "verl_avspo.main_ppo"
 
-# The reward of the rollout allocator's run (reward_by_visit.py), given with reward.custom_reward_function.path.
+# A reward set by each prompt's visits (reward_by_visit.py), given with reward.custom_reward_function.path.
 REWARD_BY_VISIT = HARNESS_ROOT / "verl_cpu" / "reward_by_visit.py"
 
 # FSDP ranks by default, each a Ray "GPU" slot of the CPU platform, and the rollout group size.

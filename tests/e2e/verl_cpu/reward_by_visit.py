@@ -1,5 +1,6 @@
-"""The allocation run's reward, in verl's ``custom_reward_function`` form: set by how often each prompt has
-been scored, so that the run's pilots and their outcomes are known whatever the policy writes. Each prompt's
+"""A reward set by how often each prompt has been scored, in verl's ``custom_reward_function`` form, for the runs
+whose collapses must not depend on what the policy writes or which groups finish first: the allocation run's
+pilots and their outcomes, the stall of a separate_async run's first step. Each prompt's
 first :data:`FIRST_VISIT` responses score 0 (its group collapses on its first visit); after that, a prompt of
 even ``extra_info.index`` scores 1, 0, 1, 0, ... (a pilot that spreads) and one of odd index 0 (a pilot that
 collapses). verl scores in one reward worker (``reward.num_workers=1``) on a thread pool, hence the lock."""
