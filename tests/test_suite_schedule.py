@@ -48,6 +48,7 @@ def test_each_launching_path_exists():
         ("tests/e2e/test_verl_cpu_e2e.py::test_resumed_run", "launches"),
         ("tests/e2e/test_openrlhf_cpu_e2e.py::test_x[a::b]", "launches"),
         ("tests/patches/test_series_e2e.py::test_native", "launches"),
+        ("tests/sandbox/test_kernels.py::test_the_printed_numbers", "launches"),
         ("tests/patches/test_avspo_patch.py::test_each[01]", "tests/patches/test_avspo_patch.py"),
         ("tests/core/test_advantage.py::TestGroups::test_one", "tests/core/test_advantage.py"),
     ],

@@ -9,8 +9,10 @@ takes every other file.
 
 from __future__ import annotations
 
-LAUNCHES = ("tests/e2e/", "tests/patches/test_series_e2e.py")
-"""The files that launch trainers (tests/test_suite_schedule.py checks that every harness launch is in one)."""
+LAUNCHES = ("tests/e2e/", "tests/patches/test_series_e2e.py", "tests/sandbox/test_kernels.py")
+"""The files that launch trainers (tests/test_suite_schedule.py checks that every harness launch is in one): the
+frameworks' end to end, and the sandbox trainer's kernel tests, which start 3 and 4 sandbox runs at once (beside
+the launches on the other worker they took 4 to 5 minutes each, against under one alone)."""
 
 
 def unit_of_work(nodeid: str) -> str:
