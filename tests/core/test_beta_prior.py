@@ -194,7 +194,7 @@ def test_presets():
         ({"preset": "beta_loo", "baseline": "rloo"}, r"baseline='rloo' is invalid: allowed values are loo, group"),
         (
             {"preset": "beta_fitted", "prior_strength_max": 0},
-            r"prior_strength_max=0 is invalid: expected a number in \(0.0, inf\]",
+            r"prior_strength_max=0 is invalid: expected a finite number > 0.0",
         ),
         (
             {"preset": "beta_fitted", "prior_strength_max": float("inf")},

@@ -18,7 +18,7 @@ from verl_avspo.core.config import PRESETS, SettingsError, resolve_settings
         ({"preset": "papers"}, r"preset='papers' is invalid: allowed values are paper, paper_code, grpo"),
         ({"apply_to": "correct"}, r"apply_to='correct' is invalid: allowed values are both, all_correct, all_wrong"),
         ({"acr_signal": "mean"}, r"acr_signal='mean' is invalid: allowed values are batch, ema"),
-        ({"tau": 0}, r"tau=0 is invalid: expected a number in \(0.0, inf\]"),
+        ({"tau": 0}, r"tau=0 is invalid: expected a finite number > 0.0"),
         ({"tau": float("nan")}, r"tau=nan is invalid: expected a finite number"),
         ({"gap": 1.5}, r"gap=1.5 is invalid: expected a number in \(0.0, 1.0\]"),
         ({"gap": "0.1"}, r"gap='0.1' is invalid: expected a finite number"),

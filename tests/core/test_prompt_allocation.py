@@ -46,6 +46,17 @@ def test_defaults_and_every_bad_key_at_once():
         assert any(f"algorithm.prompt_allocation.{text}" in problem for problem in problems), text
 
 
+def test_the_budget_share_range_says_what_is_accepted():
+    # inf is refused (a budget must be a number of rollouts), so the range must not read "(0.0, inf]".
+    for share in (0, -1.0, float("inf"), "inf"):
+        with pytest.raises(SettingsError) as caught:
+            resolve_prompt_allocation({"budget_share": share}, "a")
+        (problem,) = caught.value.problems
+        assert problem.endswith("expected a finite number > 0.0.") or problem.endswith("expected a finite number.")
+        assert "inf]" not in problem
+    assert resolve_prompt_allocation({"budget_share": 1e6}).budget_share == 1e6
+
+
 def test_a_pilot_as_large_as_the_largest_group_is_refused_with_the_fix():
     with pytest.raises(SettingsError, match=r"pilot_size=16 is invalid.*Lower prompt_allocation.pilot_size"):
         resolve_prompt_allocation({"pilot_size": 16})

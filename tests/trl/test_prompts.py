@@ -91,7 +91,8 @@ def test_the_rollout_allocator_is_refused_with_the_reason_and_its_values_checked
         resolve_trl_settings("grpo", prompts={"allocation": {"enable": True}}, train_dataset=rows())
     (problem,) = refused.value.problems
     assert problem.startswith("prompts.allocation.enable=True is not available with TRL's GRPOTrainer: TRL 1.16 draws")
-    assert "Remove prompts['allocation'] (prompts['skip'] saves rollouts with this trainer)" in problem
+    assert "Remove prompts['allocation']. (prompts['skip'] spends the same rollouts on other prompts" in problem
+    assert "saves rollouts" not in problem  # TRL's skipping refills every skipped place (docs/trl.md)
     with pytest.raises(SettingsError, match=r"prompts.allocation.pilot_size=1 is invalid"):
         resolve_trl_settings("grpo", prompts={"allocation": {"pilot_size": 1}}, train_dataset=rows())
     # Off, it is no setting at all.

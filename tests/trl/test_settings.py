@@ -45,7 +45,7 @@ def test_every_problem_is_refused_at_once_before_the_model_loads(tmp_path):
     problems = refused.value.problems
     assert len(problems) == 5, problems
     expected = [
-        "acr.tau=-1.0 is invalid: expected a number in (0.0, inf]",
+        "acr.tau=-1.0 is invalid: expected a finite number > 0.0",
         "avspo.tau=0.5 is ACR's setting, not AVSPO's: pass it as acr={'tau': 0.5}",
         "avspo.preset='papr' is invalid: allowed values are paper, paper_code, grpo, beta_loo, beta_fitted "
         "(did you mean 'paper'?)",

@@ -73,6 +73,8 @@ def number(key: str, value: Any, low: float, high: float, *, low_open=False, hig
     too_low = value <= low if low_open else value < low
     too_high = value >= high if high_open else value > high
     if too_low or too_high:
+        if math.isinf(high):  # only finite numbers pass, so no "inf]"
+            fail(key, value, f"expected a finite number {'>' if low_open else '>='} {low}")
         interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         fail(key, value, f"expected a number in {interval}")
     return float(value)

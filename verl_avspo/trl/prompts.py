@@ -192,8 +192,9 @@ def resolve_trl_prompts(prompts: Any, args: Any, dataset: Any, problems: Problem
             f"{PROMPTS_SECTION}.allocation.enable=True is not available with TRL's GRPOTrainer: TRL 1.16 draws every "
             "prompt num_generations times (its RepeatSampler) and groups rewards by position (arange(N) // "
             "num_generations), so every group holds exactly num_generations completions and none can be a pilot or "
-            "a larger group. Remove prompts['allocation'] (prompts['skip'] saves rollouts with this trainer); "
-            "docs/prompts.md says what TRL would need."
+            "a larger group. Remove prompts['allocation']. (prompts['skip'] spends the same rollouts on other "
+            "prompts: each skipped prompt is replaced by another, so it saves none; docs/trl.md.) docs/prompts.md "
+            "says what TRL would need."
         )
     key = given.get("key")
     columns = _column_names(dataset)
