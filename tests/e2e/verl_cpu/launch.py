@@ -141,6 +141,9 @@ class TinyRun:
 
     @classmethod
     def prepare(cls, workdir: Path, num_prompts: int = 8, num_ranks: int = NUM_RANKS, device: str = "cpu") -> TinyRun:
+        """Build the model and data in ``workdir``. Its path is made absolute: the job runs inside the work
+        folder, so a path relative to the caller's folder (``--out runs/cpu``) would name another place there."""
+        workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         model, tokenizer = assets.build_model(workdir)
         train = assets.write_dataset(workdir / "data" / "train.parquet", num_prompts)
