@@ -7,7 +7,12 @@ from pathlib import Path
 
 from verl_cpu.launch import VERL_ENTRY, TinyRun, harness_environment
 
-_PATH_KEYS = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path")
+_PATH_KEYS = (
+    "data.train_files",
+    "data.val_files",
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.tokenizer_path",
+)
 
 
 def test_a_relative_work_folder_gives_the_job_absolute_paths(tmp_path, monkeypatch):
