@@ -310,6 +310,33 @@ def test_installed_structure_missing_is_a_clear_error(openrlhf, monkeypatch):
         check_openrlhf()
 
 
+def test_an_openrlhf_whose_group_step_touches_other_names_is_refused(openrlhf, monkeypatch):
+    """The compatibility probe runs OpenRLHF's own advantage method on a tiny batch: a version whose
+    group step normalised every estimator name would also normalise AVSPO's output, and is refused."""
+    from verl_avspo.openrlhf import OpenRLHFIncompatibleError, check_openrlhf
+
+    wrapped = openrlhf.em.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
+    em = openrlhf.em
+
+    def normalising_every_name(self, experiences):
+        for experience in experiences:
+            experience.rewards = experience.rewards - experience.rewards.mean()
+        em.apply_length_penalties, em.compute_reward  # noqa: B018 (the names the method must reach)
+        return wrapped(self, experiences)
+
+    monkeypatch.setattr(em.RemoteExperienceMaker, "compute_advantages_and_returns", normalising_every_name)
+    with pytest.raises(OpenRLHFIncompatibleError, match=r"leaving the rewards of an estimator named 'avspo'"):
+        check_openrlhf()
+
+    def without_the_per_token_stage(self, experiences):
+        em.apply_length_penalties  # noqa: B018
+        return experiences
+
+    monkeypatch.setattr(em.RemoteExperienceMaker, "compute_advantages_and_returns", without_the_per_token_stage)
+    with pytest.raises(OpenRLHFIncompatibleError, match=r"a call of compute_reward in RemoteExperienceMaker"):
+        check_openrlhf()
+
+
 def test_launcher_feeds_the_real_openrlhf_cli_and_ray_init(openrlhf, monkeypatch, tmp_path):
     """OpenRLHF's own parser and checks accept what the launcher passes; the ray.init OpenRLHF calls
     gets the setup hook and the settings on top of its own environment variables."""

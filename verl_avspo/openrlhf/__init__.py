@@ -4,7 +4,8 @@
   ``openrlhf.cli.train_ppo_ray`` with the adapter installed in every Ray worker
   (:mod:`verl_avspo.openrlhf.launcher`).
 - :func:`install` / :func:`worker_setup` put it into OpenRLHF's trainer classes
-  (:mod:`verl_avspo.openrlhf.trainer_wrap`), after :func:`check_openrlhf` found what they wrap
+  (:mod:`verl_avspo.openrlhf.trainer_wrap`; the generator's side, :mod:`verl_avspo.openrlhf.generation`),
+  after :func:`check_openrlhf` found what they wrap
   (:mod:`verl_avspo.openrlhf.compat`).
 
 Importing this package imports neither OpenRLHF nor Ray.
