@@ -2,6 +2,8 @@
 estimator's entry point (``verl_plugin.register``) and through verl's own ``compute_advantage``
 (bad settings alone: tests/core/test_errors.py)."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -84,10 +86,28 @@ def test_absent_avspo_section_means_preset_paper():
 
 
 @pytest.mark.usefixtures("fresh_estimator_state")
-def test_skipping_without_a_trainer_of_ours_is_refused_with_the_fix():
-    # Stock main_ppo without our trainer mode reaches verl-avspo only at the advantage stage, after the rollout.
-    config = OmegaConf.create({**CONFIG, "prompts": {"skip": {"enable": True}}})
-    with pytest.raises(ValueError, match=r"algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs.*"
-                       r"Add trainer.v1.trainer_mode=avspo_sync \(V1, docs/integration.md\) or launch with "
-                       r"`python -m verl_avspo.main_ppo`"):  # fmt: skip
+@pytest.mark.parametrize("part", ["skip", "allocation"])
+def test_skipping_or_allocating_without_a_trainer_of_ours_is_refused_with_the_fix(part):
+    # Stock main_ppo without our trainer mode (or verl's legacy trainer) reaches verl-avspo only at the advantage
+    # stage, after the rollout: the allocator would be ignored there as skipping would.
+    config = OmegaConf.create({**CONFIG, "prompts": {part: {"enable": True}}})
+    with pytest.raises(ValueError) as refused:
         compute_avspo_advantage(**batch([1.0, 0.0, 1.0, 1.0]), config=config)
+    message = str(refused.value)
+    assert message.startswith(f"algorithm.prompts.{part}.enable=True, but no verl-avspo trainer runs in this process")
+    assert f"Set algorithm.prompts.{part}.enable=False, or: With verl's V1 trainer (trainer.use_v1=True" in message
+    assert (
+        "add trainer.v1.trainer_mode=avspo_sync (docs/integration.md) or launch with `python -m verl_avspo" in message
+    )
+    # The legacy trainer has no place for our trainer mode: the advice there is use_v1, not a mode.
+    assert "verl's legacy trainer (trainer.use_v1=False) cannot run ours, so set trainer.use_v1=True" in message
+
+
+@pytest.mark.usefixtures("fresh_estimator_state")
+def test_the_estimator_without_our_trainer_says_what_each_verl_trainer_needs(caplog):
+    with caplog.at_level(logging.WARNING):
+        compute_avspo_advantage(**batch([1.0, 0.0, 1.0, 1.0]), config=CONFIG)
+    (record,) = [r for r in caplog.records if "runs without our trainer" in r.getMessage()]
+    message = record.getMessage()
+    assert "add trainer.v1.trainer_mode=avspo_sync" in message
+    assert "legacy trainer (trainer.use_v1=False) cannot run ours, so set trainer.use_v1=True" in message

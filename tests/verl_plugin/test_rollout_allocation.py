@@ -226,3 +226,22 @@ def test_start_up_sets_our_manager_and_refuses_what_verl_cannot_run():
     problems = settings_problems(compose_config([*ALLOCATE, "algorithm.adv_estimator=gae"])).problems
     fix = f"Use a group estimator (grpo, avspo, rloo, ...) or set {section}.enable=False."
     assert any("with algorithm.adv_estimator=gae: the allocator decides" in p and fix in p for p in problems), problems
+
+
+def test_keys_of_a_part_that_is_off_are_refused_as_doing_nothing():
+    # As algorithm.avspo.* keys with another estimator are: set while enable is false, they would do nothing.
+    section, skip = "algorithm.prompts.allocation", "algorithm.prompts.skip"
+    idle = [f"{section}.budget_share=0.5", f"{section}.pilot_size=4"]
+    config = compose_config(["actor_rollout_ref.rollout.name=vllm", *idle])
+    (problem,) = [p for p in settings_problems(config).problems if "would do nothing" in p]
+    assert problem == (
+        f"{section}.pilot_size=4, {section}.budget_share=0.5 set while {section}.enable is false: they would do "
+        f"nothing. Set {section}.enable=True, or remove them."
+    )
+    with pytest.raises(ValueError, match=r"budget_share=0.5 set while algorithm.prompts.allocation.enable is false"):
+        prepare_allocation(config)  # our trainer's start-up on stock main_ppo, where they are given with +
+    problems = settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm", f"{skip}.explore=0.2"]))
+    assert any(p.startswith(f"{skip}.explore=0.2 set while {skip}.enable is false") for p in problems.problems)
+    # Unset (the launcher's YAML declares every key null) or with the part on: nothing to say.
+    assert not settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm"])).problems
+    assert prepare_allocation(compose_config([*ALLOCATE, f"{section}.pilot_size=4"])) is True

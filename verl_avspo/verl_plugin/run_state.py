@@ -9,7 +9,8 @@ verl's trainer hands ``apply_kl_penalty`` its ``kl_ctrl``), and the estimator ca
 Only where verl's ``compute_advantage`` runs with no trainer of ours around it (stock ``main_ppo`` without our
 trainer mode, verl's legacy trainer, a direct call) does the estimator fall back to a tracker of this process,
 started at its first call for the settings it is called with: it lives as long as the process, is not
-checkpointed, and says so once.
+checkpointed, and says so once, with the fix for each of verl's trainers. There prompt skipping and the rollout
+allocator, which act before the rollout, are refused (:func:`tracker_for`).
 
 Imports nothing from verl.
 """
@@ -29,10 +30,24 @@ from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.baseline_settings import dcpo_settings
 from verl_avspo.core.config import RunSettings, resolve_run_settings
 from verl_avspo.core.run_tracker import RunTracker
-from verl_avspo.verl_plugin.prompt_identity import prompt_key_setting, resolve_prompts
+from verl_avspo.verl_plugin.prompt_identity import (
+    ALLOCATION_SECTION,
+    SKIP_SECTION,
+    PromptsConfig,
+    prompt_key_setting,
+    resolve_prompts,
+)
 from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
 
-__all__ = ["VERL_ADVICE", "run_settings", "start_run", "advantage_stage", "tracker_for", "reset"]
+__all__ = [
+    "VERL_ADVICE",
+    "WITHOUT_OUR_TRAINER_FIX",
+    "run_settings",
+    "start_run",
+    "advantage_stage",
+    "tracker_for",
+    "reset",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +118,32 @@ def advantage_stage(tracker: RunTracker) -> Iterator[RunTracker]:
         _stage.reset(token)
 
 
+# What to do where an estimator of ours runs without our trainer: verl's two trainers need different fixes.
+WITHOUT_OUR_TRAINER_FIX = (
+    f"With verl's V1 trainer (trainer.use_v1=True, verl's default) add {MODE_OVERRIDE} (docs/integration.md) or "
+    "launch with `python -m verl_avspo.main_ppo`; verl's legacy trainer (trainer.use_v1=False) cannot run ours, so "
+    "set trainer.use_v1=True there."
+)
+
+
+def _before_rollout_problem(prompts: PromptsConfig) -> str | None:
+    """Why the ``algorithm.prompts`` settings that act before the rollout (skipping, the allocator) cannot run
+    where the estimator is called without our trainer (after the rollout), with the fix; None if none is on."""
+    on = [
+        section
+        for section, part in ((SKIP_SECTION, prompts.skip), (ALLOCATION_SECTION, prompts.allocation))
+        if part.enable
+    ]
+    if not on:
+        return None
+    return (
+        f"{' and '.join(f'{section}.enable=True' for section in on)}, but no verl-avspo trainer runs in this process, "
+        "so nothing reads the prompts before their rollout (verl's own trainer reaches verl-avspo only at the "
+        "advantage stage, after the rollout): every prompt would get rollout.n rollouts and no prompts/* would be "
+        f"logged. Set {' and '.join(f'{section}.enable=False' for section in on)}, or: {WITHOUT_OUR_TRAINER_FIX}"
+    )
+
+
 def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     """The tracker for ``estimator`` called with verl's ``config.algorithm``: the one of the trainer whose
     :func:`advantage_stage` is running; else this process's fallback, started now when there is none or it
@@ -118,18 +159,14 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
         fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
         fits = fits and tracker.prompt_identity == prompt_key_setting(algorithm_config)
     if not fits:
-        if resolve_prompts(algorithm_config).skip.enable:
-            raise ValueError(
-                "algorithm.prompts.skip.enable=True, but no verl-avspo trainer runs in this process, so nothing "
-                "reads the prompts before their rollout (stock `python -m verl.trainer.main_ppo` without our trainer "
-                f"reaches verl-avspo at the advantage stage, after the rollout). Add {MODE_OVERRIDE} (V1, "
-                "docs/integration.md) or launch with `python -m verl_avspo.main_ppo`, or set "
-                "algorithm.prompts.skip.enable=False."
-            )
+        problem = _before_rollout_problem(resolve_prompts(algorithm_config))
+        if problem:
+            raise ValueError(problem)
         logger.warning(
-            "verl-avspo: %s runs without our trainer (trainer.v1.trainer_mode=avspo_*): its state lives in this "
-            "process only and is not checkpointed, and no acr/* is logged",
+            "verl-avspo: %s runs without our trainer: its state lives in this process only and is not checkpointed, "
+            "and no acr/* is logged. %s",
             estimator,
+            WITHOUT_OUR_TRAINER_FIX,
         )
         config = dict(algorithm_config or {})
         config["adv_estimator"] = estimator

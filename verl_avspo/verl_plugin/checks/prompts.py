@@ -24,7 +24,7 @@ from verl_avspo.verl_plugin.prompt_identity import (
     PromptsConfig,
 )
 
-__all__ = ["prompt_allocation_problems", "prompts_problems"]
+__all__ = ["idle_keys_problems", "prompt_allocation_problems", "prompts_problems"]
 
 
 _SKIP_SPELLING = SkipSpelling(
@@ -47,6 +47,8 @@ def prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list[
             "one monolithic fit loop, with no step between the dataloader and the rollout to act on. Set "
             f"trainer.use_v1=True (the V1 trainer, any mode) or {SKIP_SECTION}.enable=False."
         )
+    if not skipping:
+        yield from idle_keys_problems(config, SKIP_SECTION)
     if skipping:
         compares_groups = is_group_estimator(estimator)
         yield from skip_problems(_SKIP_SPELLING, estimator, compares_groups, config.actor_rollout_ref.rollout.n)
@@ -67,12 +69,28 @@ def prompts_problems(config: DictConfig, prompts: PromptsConfig, warnings: list[
     yield from index_problems
 
 
+def idle_keys_problems(config: DictConfig, section: str) -> list[str]:
+    """Keys of ``section`` (skipping's or the allocator's) given while its ``enable`` is false: they would do
+    nothing, refused as AVSPO's keys with another estimator are. A key left null (the launcher's YAML declares
+    them all so) is not given."""
+    given = OmegaConf.select(config, section, default=None)
+    if not isinstance(given, DictConfig) or given.get("enable", None):
+        return []
+    idle = [f"{section}.{key}={value}" for key, value in given.items() if key != "enable" and value is not None]
+    if not idle:
+        return []
+    return [
+        f"{', '.join(idle)} set while {section}.enable is false: they would do nothing. Set {section}.enable=True, "
+        "or remove them."
+    ]
+
+
 def prompt_allocation_problems(config: DictConfig, prompts: PromptsConfig) -> list[str]:
     """Why verl cannot run ``algorithm.prompts.allocation`` as configured (empty when it can, or when it is
     off). The launcher's checks and our trainer's start-up (stock ``main_ppo``) both ask."""
     allocation: PromptAllocationConfig = prompts.allocation
     if not allocation.enable:
-        return []
+        return idle_keys_problems(config, ALLOCATION_SECTION)
     enabled, estimator = f"{ALLOCATION_SECTION}.enable=True", str(config.algorithm.adv_estimator)
     off = f"{ALLOCATION_SECTION}.enable=False"
     group_size = config.actor_rollout_ref.rollout.n
