@@ -49,13 +49,26 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl_avspo.core.collapse import group_ids, group_stats
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PromptRewardHistory", "smooth_advantages", "dynamic_clip_bounds", "dynamic_clip_token_losses"]
+__all__ = [
+    "MissingPromptIdentity",
+    "PromptRewardHistory",
+    "batch_advantages",
+    "smooth_advantages",
+    "dynamic_clip_bounds",
+    "dynamic_clip_token_losses",
+]
+
+
+class MissingPromptIdentity(ValueError):
+    """DCPO asked for advantages of groups whose prompt keys the host never passed; a host adds how
+    its users get them passed."""
 
 
 def smooth_advantages(adv_new: torch.Tensor, adv_total: torch.Tensor, visits: torch.Tensor) -> torch.Tensor:
@@ -238,6 +251,36 @@ class PromptRewardHistory:
                 saved,
                 current,
             )
+
+
+def batch_advantages(
+    history: PromptRewardHistory, scores: torch.Tensor, index: Any, keys_by_uid: dict[str, Any]
+) -> torch.Tensor:
+    """A step's (bs,) SAS advantages of ``scores`` grouped by (bs,) ``index`` (uids), each group's prompt
+    key looked up in ``keys_by_uid`` ({str(uid): key}, None for padding rows, which get 0).
+
+    Raises:
+        MissingPromptIdentity: a uid has no key.
+    """
+    uids, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    missing = [uid for uid in uids if uid not in keys_by_uid]
+    if missing:
+        detail = f"uid {missing[0]!r} (and {len(missing) - 1} more)" if keys_by_uid else "any uid"
+        raise MissingPromptIdentity(
+            f"DCPO has no prompt identity for {detail}: it keeps per-prompt reward statistics across steps, "
+            "so the host must pass each group's prompt key before the advantages (set_prompt_keys)."
+        )
+    group_keys = np.empty(len(uids), dtype=object)  # one look-up per group
+    group_keys[:] = [keys_by_uid[uid] for uid in uids]
+    real = np.array([key is not None for key in group_keys], dtype=bool)[inverse]
+    keys = group_keys[inverse[real]].tolist()
+    advantage = torch.zeros_like(scores)
+    if keys:
+        real_rows = torch.from_numpy(real).to(scores.device)
+        real_index = np.asarray(index, dtype=object)[real]
+        with torch.no_grad():
+            advantage[real_rows] = history.advantages(scores[real_rows], keys, real_index).to(scores.dtype)
+    return advantage
 
 
 def dynamic_clip_bounds(

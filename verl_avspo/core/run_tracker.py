@@ -25,7 +25,6 @@ how many to add to each pilot (a host whose rollout extends pilots itself report
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from pathlib import Path
@@ -50,115 +49,35 @@ from verl_avspo.core.collapse import (
 )
 from verl_avspo.core.config import AVSPOConfig
 from verl_avspo.core.controller import AdaptiveController
-from verl_avspo.core.dcpo import PromptRewardHistory
-from verl_avspo.core.files import atomic_write
+from verl_avspo.core.dcpo import MissingPromptIdentity, PromptRewardHistory, batch_advantages
 from verl_avspo.core.prompt_allocation import Allocation, PromptAllocationConfig, PromptAllocator
 from verl_avspo.core.prompt_history import PromptHistory
 from verl_avspo.core.prompt_skip import PromptSkipConfig, PromptSkipper
 from verl_avspo.core.prompt_step import StepPrompts, group_keys
+from verl_avspo.core.state_file import (
+    STATE_FILE,
+    STATE_VERSION,
+    RunStateError,
+    check_state_version,
+    read_folder_state,
+    read_state,
+    write_state,
+)
 
 __all__ = [
+    "StepReport",
+    "RunTracker",
+    # DCPO's error for groups without a prompt key (core.dcpo), raised through dcpo_advantages.
+    "MissingPromptIdentity",
+    # The saved state's names, whose home is core.state_file: the tracker writes and reads that file.
     "STATE_VERSION",
     "STATE_FILE",
     "RunStateError",
-    "MissingPromptIdentity",
     "read_state",
     "check_state_version",
-    "StepReport",
-    "RunTracker",
 ]
 
 logger = logging.getLogger(__name__)
-
-# {"version", "controller", "stagnation", "dcpo", "prompt_history", "prompt_skip", "rollouts_cumulative",
-# "prompt_allocation" (absent from states saved before the allocator: read as none)};
-# a state of any other version is refused (versions 1-3 were layouts of unreleased builds).
-STATE_VERSION = 4
-# The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
-# OpenRLHF keeps it in DeepSpeed's client states instead).
-STATE_FILE = "avspo_state.pt"
-
-
-class RunStateError(ValueError):
-    """A run state file that cannot be read: the message names the file and what to do."""
-
-
-class MissingPromptIdentity(ValueError):
-    """DCPO asked for advantages of groups whose prompt keys the host never passed; a host adds how
-    its users get them passed."""
-
-
-def read_state(path: str | os.PathLike, *, within: str | None = None) -> dict[str, Any]:
-    """The run state saved at ``path`` (tensors and plain Python only: ``weights_only`` loading).
-
-    Args:
-        within: the key the state is kept under in a file of other things: OpenRLHF keeps it among
-            DeepSpeed's client states, which pickle DeepSpeed's own objects, so such a file is read with
-            ``weights_only=False`` (only ever a checkpoint the user's own run wrote, as OpenRLHF reads it
-            on resume).
-
-    Raises:
-        RunStateError: ``path`` is a folder, unreadable, empty, torn (a save killed or out of space, in a
-            release that wrote in place), not a run state, or a state of a newer release; the message says
-            what to do (resume from the previous checkpoint). Never advises ``weights_only=False``: the
-            file is not trusted code.
-    """
-    path = Path(path)
-    resume = (
-        "resume from the previous checkpoint (its folder holds an intact state), or move this file away to "
-        "resume with the AVSPO threshold, the stall streak and the prompt history started afresh"
-    )
-    if path.is_dir():
-        raise RunStateError(f"{path} is a folder, not a run state file: {resume}")
-    try:
-        size = path.stat().st_size
-        state = torch.load(path, map_location="cpu", weights_only=within is None) if size else None
-    except OSError as err:
-        raise RunStateError(f"cannot read the run state {path}: {err.strerror or err}") from err
-    except Exception as err:  # torch's unpickler raises many types for a torn or foreign file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if "weights_only" in first:  # torch's advice to load it as trusted code: never for this file
-            first = "it holds more than tensors and plain Python"
-        raise RunStateError(
-            f"{path} is not a readable run state (torn by a killed or failed save, or another file: {first[:200]}): "
-            f"{resume}"
-        ) from None
-    if size == 0:
-        raise RunStateError(f"{path} is empty (a save that was killed or ran out of space): {resume}")
-    if within is not None and isinstance(state, dict):
-        if within not in state:
-            raise RunStateError(
-                f"{path} holds no run state (no {within!r} entry): its run was trained without verl-avspo"
-            )
-        state = state[within]
-    if not isinstance(state, dict):
-        raise RunStateError(f"{path} holds a {type(state).__name__}, not a run state: {resume}")
-    try:
-        check_state_version(state)
-    except ValueError as err:
-        raise RunStateError(f"{path}: {err}") from None
-    return state
-
-
-def check_state_version(state: dict[str, Any]) -> int:
-    """The version of a saved run state, :data:`STATE_VERSION`.
-
-    Raises:
-        ValueError: a state of another version (a newer release's, or an unreleased build's), which this
-            one would misread.
-    """
-    version = state.get("version")
-    if version != STATE_VERSION:
-        fix = (
-            "upgrade verl-avspo to read it"
-            if isinstance(version, int) and version > STATE_VERSION
-            else "resume from a checkpoint this verl-avspo wrote, or move the state away to resume with the AVSPO "
-            "threshold, the stall streak and the prompt history started afresh"
-        )
-        raise ValueError(
-            f"the run state has version {version}, and this verl-avspo reads version {STATE_VERSION} only: {fix}"
-        )
-    return version
 
 
 class StepReport(dict):
@@ -342,33 +261,7 @@ class RunTracker:
             raise ValueError("this run's tracker was built without DCPO settings: it cannot compute dcpo advantages")
         # Checked before the history is touched: a NaN reward would poison its prompt's history for good.
         scores = response_scores(token_level_rewards, response_mask, index)
-        real, keys = self._dcpo_rows(index)
-        advantage = torch.zeros_like(scores)
-        real_rows = torch.from_numpy(real).to(scores.device)
-        if keys:
-            real_index = np.asarray(index, dtype=object)[real]
-            with torch.no_grad():
-                advantage[real_rows] = self.dcpo_history.advantages(scores[real_rows], keys, real_index).to(
-                    scores.dtype
-                )
-        return advantage
-
-    def _dcpo_rows(self, index: Any) -> tuple[np.ndarray, list]:
-        """(N,) bool of the real (non-padding) rows and the prompt key of each real row; one
-        look-up per group."""
-        keys_by_uid = self._prompt_keys
-        uids, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
-        missing = [uid for uid in uids if uid not in keys_by_uid]
-        if missing:
-            detail = f"uid {missing[0]!r} (and {len(missing) - 1} more)" if keys_by_uid else "any uid"
-            raise MissingPromptIdentity(
-                f"DCPO has no prompt identity for {detail}: it keeps per-prompt reward statistics across steps, "
-                "so the host must pass each group's prompt key before the advantages (set_prompt_keys)."
-            )
-        group_keys = np.empty(len(uids), dtype=object)
-        group_keys[:] = [keys_by_uid[uid] for uid in uids]
-        real = np.array([key is not None for key in group_keys], dtype=bool)[inverse]
-        return real, group_keys[inverse[real]].tolist()
+        return batch_advantages(self.dcpo_history, scores, index, self._prompt_keys)
 
     def batch_metrics(self, advantages: torch.Tensor | None = None, index: Any = None) -> dict[str, float]:
         """The measured batch's ``acr/*`` (``acr/effective`` when its trained ``advantages`` are given:
@@ -448,29 +341,15 @@ class RunTracker:
         }
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write :meth:`state_dict` to ``folder``/:data:`STATE_FILE` (the folder must exist); returns the path."""
-        path = Path(folder) / STATE_FILE
-        # Serialised in memory first: torch's writer reports a full disk as an opaque RuntimeError, a plain
-        # write as ENOSPC naming the file. Written beside it and renamed, so a killed save tears nothing.
-        buffer = io.BytesIO()
-        torch.save(self.state_dict(), buffer)
-        with atomic_write(path) as temporary:
-            temporary.write_bytes(buffer.getvalue())
-        return path
+        """Write :meth:`state_dict` to ``folder``/:data:`STATE_FILE` (``core.state_file.write_state``)."""
+        return write_state(self.state_dict(), folder)
 
     def load(self, folder: str | os.PathLike) -> bool:
         """Restore the state saved in ``folder`` by :meth:`save`; False, with a warning, if it holds none."""
-        path = Path(folder) / STATE_FILE
-        if not path.exists():
-            logger.warning(
-                "%s has no %s (written by a run without verl-avspo?): the AVSPO threshold, the stall streak and the "
-                "per-prompt history start fresh",
-                folder,
-                STATE_FILE,
-            )
+        state = read_folder_state(folder)
+        if state is None:
             return False
-        self.load_state_dict(read_state(path))
-        logger.info("restored the run tracker's state from %s", path)
+        self.load_state_dict(state)
         return True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
