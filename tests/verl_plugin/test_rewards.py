@@ -1,5 +1,6 @@
 """verl_avspo.verl_plugin.rewards on the answer styles real models produce, and through verl's own loader and
-reward manager call (the path ``reward.custom_reward_function`` takes)."""
+reward manager call (the path ``reward.custom_reward_function`` takes); which data sources verl's own
+``default_compute_score`` scores, asked of verl by a call that scores nothing."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -7,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
+from verl_avspo.verl_plugin import rewards
 from verl_avspo.verl_plugin.rewards import compute_score, extract_choice, last_boxed_answer
 
 pytestmark = pytest.mark.verl
@@ -113,3 +115,49 @@ def test_loaded_by_verl_and_safe_off_the_main_thread():
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(lambda: score_fn(**kwargs)).result() == 1.0
         assert pool.submit(lambda: score_fn(**{**kwargs, "solution_str": r"$\boxed{0.25}$"})).result() == 0.0
+
+
+@pytest.mark.parametrize(
+    "data_source, scored",
+    [
+        ("openai/gsm8k", True),  # ==
+        ("HuggingFaceH4/MATH-500", True),  # in [...]
+        ("aime2025", True),  # startswith
+        ("codecontests", True),  # a code scorer, which must not run anything
+        ("hiyouga/geometry3k", True),
+        ("gsm8k", False),  # our short name, not verl's
+        ("no_such_benchmark", False),
+    ],
+)
+def test_verl_scores_source_asks_verl(data_source, scored):
+    assert rewards.verl_scores_source(data_source) is scored
+    # The control: verl itself refuses exactly the sources called unscored.
+    refused = False
+    try:
+        rewards.default_compute_score(data_source, "no answer", "1")
+    except NotImplementedError:
+        refused = True
+    except Exception:  # a scorer that wants other inputs (code tests): scored all the same
+        pass
+    assert refused is not scored
+
+
+def test_verl_scores_source_follows_a_verl_with_other_sources(monkeypatch):
+    """A verl release that adds or drops a source is followed without any change here; the scorer is
+    never given a text to score."""
+    seen = []
+
+    def other_verl(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        if data_source != "new_benchmark":
+            raise NotImplementedError(f"Reward function is not implemented for {data_source=}")
+        seen.append(solution_str)
+        return float(str(solution_str) == ground_truth)  # a scorer reading its input fails on the placeholder
+
+    monkeypatch.setattr(rewards, "default_compute_score", other_verl)
+    rewards.verl_scores_source.cache_clear()
+    try:
+        assert rewards.verl_scores_source("new_benchmark") and not rewards.verl_scores_source("openai/gsm8k")
+        assert rewards.scores_source("gsm8k") and not rewards.scores_source("aime2025")
+        assert len(seen) == 1 and not isinstance(seen[0], str)
+    finally:
+        rewards.verl_scores_source.cache_clear()

@@ -20,9 +20,7 @@ extra_info=)`` once per response and logs the returned float as ``acc``, so vali
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
 import re
 import threading
 from typing import Any
@@ -145,34 +143,27 @@ def compute_score(
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
+class _Placeholder:
+    """Stands for the response and the answer in :func:`verl_scores_source`'s call: a scorer fails on it at
+    once (no text to read), so nothing is scored and no code runs."""
+
+    def __str__(self) -> str:
+        raise TypeError("a placeholder of verl_avspo's dispatch probe, not a response")
+
+
 @functools.cache
-def _verl_dispatch() -> tuple[frozenset[str], tuple[str, ...]]:
-    """The ``data_source`` values verl's ``default_compute_score`` dispatches on (``==`` and ``in [...]``),
-    and the prefixes it accepts (``startswith``), read from its source: it raises NotImplementedError
-    for any other only when the first reward is computed."""
-    tree = ast.parse(inspect.getsource(default_compute_score))
-    names, prefixes = set(), []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "data_source":
-            for compared in node.comparators:
-                names.update(
-                    c.value for c in ast.walk(compared) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                )
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "startswith"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "data_source"
-        ):
-            prefixes += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-    return frozenset(names), tuple(prefixes)
-
-
 def verl_scores_source(data_source: str) -> bool:
-    """Whether verl's ``default_compute_score`` has a scorer for ``data_source``."""
-    names, prefixes = _verl_dispatch()
-    return data_source in names or data_source.startswith(prefixes)
+    """Whether verl's ``default_compute_score`` has a scorer for ``data_source``, asked of verl itself: it
+    raises NotImplementedError for a source it has none for (its documented contract), and only when the
+    first reward is computed. Called with placeholders for the response and the answer, any other outcome
+    (the scorer failing on them, or a score) means verl dispatched ``data_source`` to a scorer."""
+    try:
+        default_compute_score(data_source, _Placeholder(), _Placeholder())
+    except NotImplementedError:
+        return False
+    except Exception:  # the scorer verl chose failed on the placeholders: it has one
+        return True
+    return True
 
 
 def scores_source(data_source: str) -> bool:
