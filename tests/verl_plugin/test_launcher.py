@@ -199,6 +199,22 @@ def test_our_mode_names_are_checked_as_verls_modes_and_refused_with_the_legacy_t
     ]
 
 
+def test_a_misspelt_mode_of_ours_is_refused_in_the_first_stage_with_the_close_name(capsys):
+    """``avspo_synk`` reached verl's "Unknown trainer" on stock main_ppo after 44 s in a Ray traceback: the
+    launcher's first stage (before verl's imports) and doctor name it with the close match, once."""
+    problem = (
+        "trainer.v1.trainer_mode=avspo_synk is none of verl-avspo's trainers. Did you mean "
+        "trainer.v1.trainer_mode=avspo_sync? Ours: avspo_sync, avspo_colocate_async, avspo_separate_async."
+    )
+    typo = [*RUNNABLE, "trainer.v1.trainer_mode=avspo_synk"]
+    assert problem in checks.settings_problems(compose_config(typo, import_verl=False)).problems
+    with pytest.raises(ConfigCheckError) as refused:
+        check_config(compose_config(typo))
+    assert refused.value.problems == [problem]  # not again as an unregistered V1 trainer
+    assert launcher._settings_checked_config(typo) is None
+    assert problem in capsys.readouterr().err
+
+
 def test_gae_with_one_sample_per_prompt_is_fine():
     check_config(compose_config(RUNNABLE + ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1"]))
 
@@ -1002,3 +1018,70 @@ def test_the_checkpoint_folder_check_names_a_read_only_or_full_disk_and_warns_wh
     monkeypatch.setattr(checkpoint_folder.shutil, "disk_usage", disk_with(2 * 2**30))
     problems, (warning,) = checkpoint_folder.checkpoint_folder_problems(config("trainer.save_freq=10"))
     assert problems == [] and "has only 2.00 GiB free" in warning and "trainer.max_actor_ckpt_to_keep" in warning
+
+
+def _checkpoints_with_a_torn_latest(root):
+    """default_local_dir with global_step_1 (an intact run state) and global_step_2, the latest, whose state a
+    killed save tore."""
+    from verl_avspo.verl_plugin.run_state import start_run
+
+    for step in (1, 2):
+        (root / f"global_step_{step}").mkdir(parents=True)
+    start_run(compose_config(RUNNABLE, import_verl=False).algorithm).save(root / "global_step_1")
+    (root / "global_step_2" / "avspo_state.pt").write_bytes(b"PK\x03\x04 torn")
+    (root / "latest_checkpointed_iteration.txt").write_text("2")
+
+
+def test_a_torn_run_state_to_resume_from_is_refused_before_ray_with_the_previous_checkpoint(tmp_path):
+    """A torn avspo_state.pt was refused only inside the TaskRunner, a minute in, without the override that
+    resumes from the previous checkpoint."""
+    from verl_avspo.verl_plugin.checks import checkpoint_folder
+
+    root = tmp_path / "ckpt"
+    _checkpoints_with_a_torn_latest(root)
+    config = compose_config([*RUNNABLE, f"trainer.default_local_dir={root}"], import_verl=False)
+    (problem,), _ = checkpoint_folder.checkpoint_folder_problems(config)  # resume_mode=auto: verl's default
+    assert problem.startswith(f"trainer.resume_mode=auto resumes from {root}/global_step_2, but ")
+    assert "is not a readable run state (torn by a killed or failed save" in problem
+    assert problem.endswith(f"add trainer.resume_mode=resume_path trainer.resume_from_path={root}/global_step_1.")
+    # The override it gives passes; a fresh start reads nothing.
+    resumed = ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={root}/global_step_1"]
+    assert checkpoint_folder.resume_state_problems(compose_config([*RUNNABLE, *resumed], import_verl=False)) == []
+    assert (
+        checkpoint_folder.resume_state_problems(
+            compose_config([*RUNNABLE, f"trainer.default_local_dir={root}", "trainer.resume_mode=disable"])
+        )
+        == []
+    )
+    # No earlier intact state: what else to do.
+    (root / "global_step_1" / "avspo_state.pt").write_bytes(b"")
+    (problem,) = checkpoint_folder.resume_state_problems(config)
+    assert problem.endswith(
+        f"No earlier checkpoint in {root} holds a readable avspo_state.pt: move {root}/global_step_2/avspo_state.pt "
+        "away to resume with the run state started afresh, or start a new run with trainer.resume_mode=disable."
+    )
+
+
+def test_our_trainer_finding_a_torn_run_state_gives_the_previous_checkpoint(tmp_path):
+    """Stock main_ppo with our trainer mode has no launcher before Ray: the trainer's own refusal says the same."""
+    from verl_avspo.core.state_file import RunStateError
+    from verl_avspo.verl_plugin.run_state import start_run
+    from verl_avspo.verl_plugin.trainer import ACRTrainerMixin
+
+    root = tmp_path / "ckpt"
+    _checkpoints_with_a_torn_latest(root)
+
+    class VerlTrainer:
+        def _load_checkpoint(self):
+            self.global_steps = 2  # verl resumed from global_step_2
+
+    trainer = type("Trainer", (ACRTrainerMixin, VerlTrainer), {})
+    resuming = object.__new__(trainer)
+    resuming.config = compose_config([*RUNNABLE, f"trainer.default_local_dir={root}"], import_verl=False)
+    resuming.tracker = start_run(resuming.config.algorithm)
+    with pytest.raises(RunStateError) as refused:
+        resuming._load_checkpoint()
+    assert f"{root}/global_step_2/avspo_state.pt is not a readable run state" in str(refused.value)
+    assert str(refused.value).endswith(
+        f"add trainer.resume_mode=resume_path trainer.resume_from_path={root}/global_step_1."
+    )

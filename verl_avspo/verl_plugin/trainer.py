@@ -34,7 +34,9 @@ from verl.utils.fs import local_mkdir_safe
 from verl_avspo.core.baseline_settings import intrinsic_settings
 from verl_avspo.core.files import FileWriteError
 from verl_avspo.core.run_tracker import STATE_FILE
+from verl_avspo.core.state_file import RunStateError
 from verl_avspo.verl_plugin import run_state
+from verl_avspo.verl_plugin.checks.checkpoint_folder import previous_checkpoint_fix
 from verl_avspo.verl_plugin.estimators import is_group_estimator
 from verl_avspo.verl_plugin.file_log import resume_folder
 from verl_avspo.verl_plugin.prompt_identity import resolve_prompt_identity
@@ -95,5 +97,9 @@ class ACRTrainerMixin:
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
         if self.global_steps:  # verl resumed (it parsed global_steps from the folder's name)
-            self.tracker.load(resume_folder(self.config.trainer))
+            folder = resume_folder(self.config.trainer)
+            try:
+                self.tracker.load(folder)
+            except RunStateError as err:  # the launcher's checks refuse it before Ray; stock main_ppo gets here
+                raise RunStateError(f"{err}. {previous_checkpoint_fix(folder)}.") from None
         return result

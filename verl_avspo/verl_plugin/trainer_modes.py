@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_MODE",
     "MODE_OVERRIDE",
     "is_ours",
+    "misspelt_mode",
     "verl_mode",
     "our_mode",
     "legacy_mode_problem",
@@ -44,6 +45,11 @@ MODE_OVERRIDE = f"{MODE_KEY}={DEFAULT_MODE}"
 def is_ours(mode: object) -> bool:
     """Whether ``mode`` names one of our trainers."""
     return mode in MODES
+
+
+def misspelt_mode(mode: object) -> bool:
+    """Whether ``mode`` looks like one of our trainers' names (``avspo_...``, any case) and is none of them."""
+    return isinstance(mode, str) and mode.lower().startswith("avspo") and not is_ours(mode)
 
 
 def verl_mode(mode: object) -> object:

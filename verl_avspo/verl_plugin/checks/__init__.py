@@ -49,6 +49,7 @@ from verl_avspo.verl_plugin.checks.resources import (
 )
 from verl_avspo.verl_plugin.checks.settings import SettingsCheck, mode_problems, settings_problems
 from verl_avspo.verl_plugin.estimators import is_group_estimator
+from verl_avspo.verl_plugin.trainer_modes import misspelt_mode
 
 __all__ = [
     "ConfigCheckError",
@@ -123,7 +124,7 @@ def _estimator_problems(name: str) -> Iterator[str]:
 
 def _trainer_mode_problems(config: DictConfig) -> Iterator[str]:
     """``trainer.v1.trainer_mode`` must be registered (verl looks it up only inside the TaskRunner)."""
-    if not config.trainer.use_v1:
+    if not config.trainer.use_v1 or misspelt_mode(config.trainer.v1.trainer_mode):  # the latter: mode_problems
         return
     import verl.trainer.ppo.v1  # noqa: F401  (registers verl's modes, and ours: verl_plugin.register)
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY

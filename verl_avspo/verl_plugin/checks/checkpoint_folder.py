@@ -1,17 +1,32 @@
 """The check of ``trainer.default_local_dir``, where verl's trainers save each checkpoint (the run state
 first, then verl's own files): before Ray starts, that the folder can be made and written in, and that
 its disk is not full. Such a folder used to pass the dry run and stop the real run at its first save,
-after the model had loaded and a step had trained."""
+after the model had loaded and a step had trained.
+
+A resumed run's state file is read here too (:func:`resume_state_problems`): a torn ``avspo_state.pt`` used
+to be refused inside the TaskRunner, about a minute later, in a Ray traceback. The refusal gives the override
+that resumes from the previous checkpoint (:func:`previous_checkpoint_fix`), also where our trainer itself
+finds it torn."""
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.files import FileWriteError, check_folder
+from verl_avspo.core.state_file import STATE_FILE, RunStateError, read_state
 
-__all__ = ["MIN_FREE_BYTES", "LOW_FREE_BYTES", "saves_checkpoints", "checkpoint_folder_problems"]
+__all__ = [
+    "MIN_FREE_BYTES",
+    "LOW_FREE_BYTES",
+    "saves_checkpoints",
+    "checkpoint_folder_problems",
+    "previous_checkpoint_fix",
+    "resume_state_problems",
+]
 
 KEY = "trainer.default_local_dir"
 # Below this not even the run state and verl's small files fit: refused.
@@ -46,6 +61,12 @@ def checkpoint_folder_problems(config: DictConfig) -> tuple[list[str], list[str]
     Returns:
         (problems, warnings), each naming the key, the path and the fix.
     """
+    resume = resume_state_problems(config)
+    problems, warnings = _folder_problems(config)
+    return resume + problems, warnings
+
+
+def _folder_problems(config: DictConfig) -> tuple[list[str], list[str]]:
     why = saves_checkpoints(config)
     folder = OmegaConf.select(config, KEY, default=None)
     if why is None or folder is None:
@@ -72,3 +93,57 @@ def checkpoint_folder_problems(config: DictConfig) -> tuple[list[str], list[str]
             f"out of space. Free space there, set trainer.max_actor_ckpt_to_keep, or set {KEY} to another disk."
         ]
     return [], []
+
+
+_STEP_FOLDER = re.compile(r"global_step_(\d+)$")
+
+
+def previous_checkpoint_fix(folder: str | Path) -> str:
+    """How to resume from the checkpoint before ``folder`` (a ``global_step_N``) whose run state reads: the
+    overrides with its path; or, where there is none, what else to do."""
+    folder = Path(folder)
+    match = _STEP_FOLDER.search(folder.name)
+    step = int(match.group(1)) if match else None
+    earlier = sorted(
+        (int(m.group(1)), path)
+        for path in folder.parent.glob("global_step_*")
+        if (m := _STEP_FOLDER.search(path.name)) and (step is None or int(m.group(1)) < step)
+    )
+    for _, path in reversed(earlier):
+        try:
+            read_state(path / STATE_FILE)
+        except RunStateError:
+            continue
+        return (
+            f"To resume from the previous checkpoint, add trainer.resume_mode=resume_path "
+            f"trainer.resume_from_path={path.resolve()}"
+        )
+    return (
+        f"No earlier checkpoint in {folder.parent} holds a readable {STATE_FILE}: move {folder / STATE_FILE} away to "
+        "resume with the run state started afresh, or start a new run with trainer.resume_mode=disable"
+    )
+
+
+def resume_state_problems(config: DictConfig) -> list[str]:
+    """The run state of the checkpoint verl would resume from (verl's own rule: ``trainer.resume_mode``,
+    ``latest_checkpointed_iteration.txt`` or ``trainer.resume_from_path``), when it cannot be read, with the
+    override that resumes from the previous checkpoint. A checkpoint without the file is left to the trainer
+    (it starts the state afresh, with a warning)."""
+    if OmegaConf.select(config, "trainer.resume_mode", default="disable") == "disable":
+        return []
+    from verl_avspo.verl_plugin.file_log import resume_folder  # imports verl: only for a resumed run
+
+    try:
+        folder = resume_folder(config.trainer)
+    except (OSError, ValueError):  # an unreadable latest_checkpointed_iteration.txt: verl names it
+        return []
+    if folder is None or not (Path(folder) / STATE_FILE).exists():
+        return []
+    try:
+        read_state(Path(folder) / STATE_FILE)
+    except RunStateError as err:
+        return [
+            f"trainer.resume_mode={config.trainer.resume_mode} resumes from {folder}, but {err}. "
+            f"{previous_checkpoint_fix(folder)}."
+        ]
+    return []

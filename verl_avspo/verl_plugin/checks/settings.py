@@ -8,6 +8,7 @@ Pure: :func:`settings_problems` returns the problems (the config cannot train) a
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from verl_avspo.verl_plugin.checks.prompt_index import prompt_index_problems
 from verl_avspo.verl_plugin.checks.prompts import prompts_problems
 from verl_avspo.verl_plugin.checks.values import filters_groups, v1_mode
 from verl_avspo.verl_plugin.prompt_identity import PromptsConfig, resolve_prompts
-from verl_avspo.verl_plugin.trainer_modes import is_ours, legacy_mode_problem
+from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, MODES, is_ours, legacy_mode_problem, misspelt_mode
 
 __all__ = ["SettingsCheck", "mode_problems", "settings_problems"]
 
@@ -134,8 +135,14 @@ def _alert_problems(config: DictConfig, acr: ACRConfig) -> Iterator[str]:
 
 
 def mode_problems(config: Any) -> list[str]:
-    """Why our trainer mode named in ``config`` (verl's whole config) would not run; empty if it runs."""
+    """Why our trainer mode named in ``config`` (verl's whole config) would not run; empty if it runs. A name
+    of ours misspelt (``avspo_synk``) is refused here, before verl is imported (the other names are checked
+    against verl's registry with it)."""
     mode = config.trainer.v1.trainer_mode
+    if misspelt_mode(mode):
+        close = difflib.get_close_matches(str(mode).lower(), MODES, n=1)
+        hint = f" Did you mean {MODE_KEY}={close[0]}?" if close else ""
+        return [f"{MODE_KEY}={mode} is none of verl-avspo's trainers.{hint} Ours: {', '.join(MODES)}."]
     return [legacy_mode_problem(mode)] if is_ours(mode) and not config.trainer.use_v1 else []
 
 
