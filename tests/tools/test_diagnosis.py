@@ -113,8 +113,15 @@ def test_a_step_logged_twice_is_said(tmp_path):
     with pytest.warns(UserWarning, match="logged more than once"):
         frame = read_run(path)
     assert diagnose("twice", frame).findings[0].headline == (
-        "Incomplete log: step(s) 2 and 3 were logged more than once (a crashed attempt and its resume?): the last "
-        "value of each is used"
+        "Incomplete log: step(s) 2 and 3 were logged more than once, each time with the same values (duplicated "
+        "lines): the last value of each is used"
+    )
+    with path.open("a") as stream:  # a restarted attempt logs step 4 again with other values
+        write_record(stream, 4, {"acr/rate": 0.9})
+    with pytest.warns(UserWarning, match=r"1 with other values, 2 with the same"):
+        frame = read_run(path)
+    assert "2, 3 and 4 were logged more than once, 1 of them with other values the second time" in (
+        diagnose("twice", frame).findings[0].headline
     )
 
 

@@ -274,7 +274,8 @@ def test_an_unreadable_file_in_a_folder_is_named_in_the_text_and_counted(tmp_pat
     write_log(tmp_path / "runs" / "good" / "metrics.jsonl", [0.4] * 5)
     (tmp_path / "runs" / "broken.jsonl").write_text("\x00\x01 not json\n")
     out = tmp_path / "out"
-    with pytest.warns(UserWarning, match="broken.jsonl"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # named in the text, not raised as a Python warning
         assert cli.main(["report", str(tmp_path / "runs"), "--out", str(out), "--fail-on", "unreadable"]) == 3
     printed = capsys.readouterr()
     assert "!! not read:" in printed.out and "broken.jsonl" in printed.out
@@ -434,5 +435,21 @@ def test_a_full_disk_is_named_with_the_path(tmp_path, monkeypatch):
 
 def test_fail_on_stalled_on_a_log_too_short_for_the_rule_says_why(tmp_path, capsys):
     log = write_log(tmp_path / "short.jsonl", [0.9] * 80)
-    assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--fail-on", "stalled"]) == 0
-    assert "Stall rule not checked: it needs 100 steps of history and the log has 80" in capsys.readouterr().out
+    # Not checked is not a pass: exit status 4, told apart from 0 (passed) and 3 (held).
+    assert cli.main(["report", str(log), "--out", str(tmp_path / "out"), "--fail-on", "stalled"]) == 4
+    printed = capsys.readouterr()
+    assert "Stall rule not checked: it needs 100 steps of history and the log has 80" in printed.out
+    assert (
+        "--fail-on stalled could not be checked for short (the rule needs 100 steps of history and the log has 80): "
+        "exit status 4 (not a pass)"
+    ) in printed.err
+    out = tmp_path / "out2"
+    assert cli.main(["report", str(log), "--out", str(out), "--fail-on", "stalled", "--rule", "acr"]) == 3
+    long = write_log(tmp_path / "long.jsonl", [0.1] * 120)
+    assert cli.main(["report", str(long), "--out", str(tmp_path / "o3"), "--fail-on", "stalled"]) == 0
+    assert cli.main(["report", str(long), str(log), "--out", str(tmp_path / "o4"), "--fail-on", "stalled"]) == 4
+    document = tmp_path / "r.json"
+    cli.main(["report", str(log), "--out", str(tmp_path / "o5"), "--fail-on", "stalled", "--json", str(document)])
+    assert json.loads(document.read_text())["unchecked"] == {
+        "stalled": ["short (the rule needs 100 steps of history and the log has 80)"]
+    }

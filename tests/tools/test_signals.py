@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from verl_avspo.tools.signals import causes, collapse_rate, per_step, trend
+from verl_avspo.tools.collapse import collapse_rate
+from verl_avspo.tools.signals import causes, per_step, trend
 
 
 def frame(**columns) -> pd.DataFrame:

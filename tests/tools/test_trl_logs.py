@@ -205,16 +205,41 @@ def test_logging_every_ten_steps_is_not_a_late_start_and_counts_steps(tmp_path, 
     assert row.steps == 200 and row.acr_early == pytest.approx(0.9)
 
 
-def test_completions_at_the_length_cap_are_named_as_the_cause(tmp_path):
-    rows = trl_rows(50, frac_reward_zero_std=0.8, reward=0.0, **{"completions/clipped_ratio": 1.0})
+def test_completions_at_the_length_cap_are_named_as_the_cause_where_the_log_ties_them(tmp_path):
+    # Collapse 0.8 where 90% are cut, 0.1 where 10% are: more truncation on the collapsed rows.
+    cut = {"completions/clipped_ratio": lambda i: 0.9 if i % 2 else 0.1}
+    rows = trl_rows(50, frac_reward_zero_std=lambda i: 0.8 if i % 2 else 0.1, reward=0.0, **cut)
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps({"log_history": rows}))
     diagnosis = diagnose("cut", read_run(path))
     cause = next(f for f in diagnosis.findings if f.headline.startswith("Likely cause of collapse"))
-    assert "100% of completions cut at the length cap" in cause.headline
+    assert "50% of completions cut at the length cap" in cause.headline
+    assert "0.90 on rows with most groups collapsed vs 0.10 on the others" in cause.evidence
     assert "GRPOConfig.max_completion_length" in cause.actions[0]
     assert "mask_truncated_completions" in diagnosis.findings[0].actions[0]
     assert any(f.headline.startswith("No gain") and "while collapse is high" in f.headline for f in diagnosis.findings)
+
+
+def test_truncation_not_tied_to_collapse_is_its_own_finding(tmp_path):
+    # The log: 88% cut on the collapsed rows vs 95% on the others, i.e. collapsed rows are cut less.
+    cut = {"completions/clipped_ratio": lambda i: 0.88 if i % 2 else 0.95}
+    rows = trl_rows(50, frac_reward_zero_std=lambda i: 0.9 if i % 2 else 0.2, **cut)
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": rows}))
+    diagnosis = diagnose("cut", read_run(path))
+    assert not any(f.headline.startswith("Likely cause") for f in diagnosis.findings)
+    cause = next(f for f in diagnosis.findings if "cut at the length cap" in f.headline)
+    assert cause.headline.startswith("92% of completions cut at the length cap")
+    assert "0.88 on rows with most groups collapsed vs 0.95 on the others: no more of it where collapse is" in (
+        " ".join(cause.evidence)
+    )
+    assert "mask_truncated_completions" not in " ".join(diagnosis.findings[0].actions)
+    # Collapse the same on every row: nothing to tie it to.
+    rows = trl_rows(50, frac_reward_zero_std=0.8, **{"completions/clipped_ratio": 1.0})
+    path.write_text(json.dumps({"log_history": rows}))
+    diagnosis = diagnose("cut", read_run(path))
+    cause = next(f for f in diagnosis.findings if "cut at the length cap" in f.headline)
+    assert cause.headline.startswith("100% of completions") and "cannot tell whether this drives it" in str(cause)
 
 
 def test_a_trl_run_with_our_metrics_is_read_like_a_verl_log(tmp_path):

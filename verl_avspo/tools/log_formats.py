@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -26,11 +27,15 @@ from typing import Any
 import pandas as pd
 
 from verl_avspo.core.log_record import FLAT_STEP_KEYS, is_step, parse_record, write_record
+from verl_avspo.tools.console_logs import holds_console_metrics, read_console
 
 __all__ = [
+    "NotTrainerState",
     "is_metrics_log",
     "is_step",
+    "merge_records",
     "parse_record",
+    "read_text_log",
     "read_metrics",
     "read_tensorboard",
     "read_trainer_state",
@@ -39,6 +44,10 @@ __all__ = [
     "step_list",
     "write_record",
 ]
+
+
+class NotTrainerState(ValueError):
+    """A JSON file that parses but holds no log history (a config, a JSON document of another kind)."""
 
 
 def _number(value: Any) -> float | None:
@@ -55,13 +64,22 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _warn_repeated(path: Path, repeated: dict[int, str]) -> None:
-    """Warn that ``repeated`` (step -> where it was logged again) were logged more than once."""
+def _warn_repeated(path: Path, repeated: dict[int, str], differing: set[int]) -> None:
+    """Warn that ``repeated`` (step -> where it was logged again) were logged more than once, saying
+    which of them (``differing``) came back with other values."""
     if repeated:
         steps = step_list(sorted(repeated))
+        same = len(repeated) - len(differing)
+        said = (
+            "every one with other values (a restarted run's new attempt?)"
+            if not same
+            else "each with the same values (duplicated lines)"
+            if not differing
+            else f"{len(differing)} with other values, {same} with the same"
+        )
         warnings.warn(
-            f"{path}: step(s) {steps} logged more than once with the same metrics (a crashed attempt and its resume "
-            f"in one log?), first at {next(iter(repeated.values()))}; kept the last value of each",
+            f"{path}: step(s) {steps} logged more than once, {said}, first at {next(iter(repeated.values()))}; "
+            "kept the last value of each",
             stacklevel=4,
         )
 
@@ -72,7 +90,7 @@ def step_list(steps: Sequence[int], shown: int = 8) -> str:
     return text if len(steps) <= shown else f"{text}, ... ({len(steps)} steps)"
 
 
-def _merge_records(
+def merge_records(
     path: Path, records: Iterable[tuple[str, int, dict[str, Any]]], bad: list[str], unit: str, record: str, form: str
 ) -> pd.DataFrame:
     """One row per step from ``(where, step, data)`` records: several records of one step merged,
@@ -81,13 +99,17 @@ def _merge_records(
     ``records`` is read (``where (why)``): a warning when some could be read, a ValueError when none."""
     rows: dict[int, dict[str, float]] = {}
     repeated: dict[int, str] = {}
+    differing: set[int] = set()
     as_text: set[str] = set()
     for where, step, data in records:
         numeric = {k: number for k, v in data.items() if (number := _number(v)) is not None}
         as_text.update(k for k, v in data.items() if isinstance(v, str) and k in numeric)
         row = rows.setdefault(step, {})
-        if step not in repeated and not row.keys().isdisjoint(numeric):
-            repeated[step] = where
+        again = row.keys() & numeric.keys()
+        if again:
+            repeated.setdefault(step, where)
+            if any(row[k] != numeric[k] and not (math.isnan(row[k]) and math.isnan(numeric[k])) for k in again):
+                differing.add(step)
         row.update(numeric)
     if not rows:
         if not bad:
@@ -108,11 +130,31 @@ def _merge_records(
             f"{path}: {len(as_text)} metric(s) logged as text ({', '.join(sorted(as_text)[:5])}): read as numbers",
             stacklevel=4,
         )
-    _warn_repeated(path, repeated)
+    _warn_repeated(path, repeated, differing)
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_index()
     frame.index.name = "step"
     frame.attrs["repeated_steps"] = sorted(repeated)
+    frame.attrs["repeated_differing"] = sorted(differing)
     return frame
+
+
+# A flat record's step under another name than core.log_record's FLAT_STEP_KEYS (custom loops, wandb dumps).
+_MORE_STEP_KEYS = ("iteration", "iter", "train/step", "trainer/global_step", "_step")
+
+
+def _record(line: str) -> tuple[int, dict[str, Any]]:
+    """(step, data) of one JSONL line (:func:`parse_record`, or a flat record whose step is under one of
+    :data:`_MORE_STEP_KEYS`)."""
+    try:
+        return parse_record(line)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, TypeError):
+        record = json.loads(line)
+        key = next((key for key in _MORE_STEP_KEYS if isinstance(record, dict) and key in record), None)
+        if key is None or not is_step(record[key]):
+            raise
+        return int(record[key]), {k: v for k, v in record.items() if k != key}
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:
@@ -136,15 +178,54 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
                 if not line.strip():
                     continue
                 try:
-                    step, data = parse_record(line)
+                    step, data = _record(line)
                 except (ValueError, TypeError) as err:  # json.JSONDecodeError is a ValueError
                     bad.append(f"{path}:{number} ({str(err).splitlines()[0][:80]})")
                     continue
                 yield f"{path}:{number}", step, data
 
-    return _merge_records(
+    return merge_records(
         path, records(), bad, "line", "metrics record", "({'step': N, 'data': {...}} or {'step': N, <metric>: value})"
     )
+
+
+def read_text_log(path: str | Path) -> pd.DataFrame:
+    """A log of text lines: JSONL metrics records (:func:`read_metrics`) or, when its first line is no
+    JSON object and it holds console metrics, a run's console output
+    (:func:`verl_avspo.tools.console_logs.read_console`; the planned steps in ``attrs["planned_steps"]``).
+
+    Raises:
+        ValueError: the file is empty or holds neither.
+    """
+    path = Path(path)
+    text = path.read_text(errors="replace")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        json_lines = isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        json_lines = False
+    if json_lines or not holds_console_metrics(text):
+        return read_metrics(path)
+    found = read_console(path, text)
+    frame = merge_records(
+        path, found.records, found.problems, "line", "console metrics line", "(verl's step:N lines, printed dicts)"
+    )
+    if found.planned is not None:
+        frame.attrs["planned_steps"] = found.planned
+    return frame
+
+
+_STEP_KEYS = ("step", "global_step", *_MORE_STEP_KEYS)
+
+
+def _columns(state: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A columnar JSON log (``{"step": [1, 2], "reward": [0.1, 0.2]}``) as a list of records; None when
+    ``state`` is not one."""
+    key = next((k for k in _STEP_KEYS if isinstance(state.get(k), list)), None)
+    if key is None:
+        return None
+    columns = {k: v for k, v in state.items() if isinstance(v, list) and len(v) == len(state[key])}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
 _LOG_HISTORY = re.compile(r'"log_history"\s*:\s*\[')
@@ -194,8 +275,10 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     else:
         if isinstance(state, list):  # a bare log_history: json.dump(trainer.state.log_history, ...)
             state = {"log_history": state}
+        elif isinstance(state, dict) and "log_history" not in state and (columns := _columns(state)) is not None:
+            state = {"log_history": columns}  # a custom loop's {"step": [...], <metric>: [...]}
         if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-            raise ValueError(
+            raise NotTrainerState(
                 f"{path} is not a Hugging Face trainer_state.json (a dict with a log_history list) nor a bare "
                 "log_history list"
             )
@@ -205,15 +288,14 @@ def read_trainer_state(path: str | Path) -> pd.DataFrame:
     def records():
         for number, entry in enumerate(entries):
             where = f"{path}: log_history[{number}]"
-            if not isinstance(entry, dict) or not is_step(entry.get("step")):
-                step = entry.get("step") if isinstance(entry, dict) else None
+            key = next((k for k in _STEP_KEYS if isinstance(entry, dict) and k in entry), "step")
+            if not isinstance(entry, dict) or not is_step(entry.get(key)):
+                step = entry.get(key) if isinstance(entry, dict) else None
                 bad.append(f"{where} (step {json.dumps(step)} is not a non-negative integer)")
             elif "train_runtime" not in entry:
-                yield where, int(entry["step"]), {k: v for k, v in entry.items() if k not in ("step", "epoch")}
+                yield where, int(entry[key]), {k: v for k, v in entry.items() if k not in (key, "epoch")}
 
-    frame = _merge_records(
-        path, records(), bad, "log_history entry", "step record", "{'step': N, <metric>: value, ...}"
-    )
+    frame = merge_records(path, records(), bad, "log_history entry", "step record", "{'step': N, <metric>: value, ...}")
     interval = state.get("logging_steps") if isinstance(state, dict) else None
     if is_step(interval) and interval >= 1:
         frame.attrs["logging_steps"] = int(interval)
@@ -264,7 +346,7 @@ def read_tensorboard(path: Path) -> pd.DataFrame:
 
 # The training step of a wandb export, preferred first: OpenRLHF logs its own step as
 # train/global_step (wandb's _step counts its log calls, evaluations included).
-_STEP_COLUMNS = ("step", "train/global_step", "_step", "Step", "global_step")
+_STEP_COLUMNS = ("step", "train/global_step", "_step", "Step", "global_step", "iteration", "iter", "Iteration")
 # A wandb chart panel's CSV export: "Step", then "<run> - <metric>" with its "__MIN"/"__MAX" bands.
 _PANEL_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
 

@@ -21,17 +21,21 @@ import json
 import re
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
+from verl_avspo.tools.console_logs import holds_console_metrics
 from verl_avspo.tools.log_formats import (
+    NotTrainerState,
     is_metrics_log,
     is_step,
     parse_record,
     read_metrics,
     read_tensorboard,
+    read_text_log,
     read_trainer_state,
     read_wandb_csv,
     step_list,
@@ -52,6 +56,8 @@ __all__ = [
     "collect_runs",
     "UNPREFIXED",
     "TRAINER_STATE",
+    "caught_warnings",
+    "not_logs_summary",
 ]
 
 # Files named after what they hold rather than after their run, so named after their folder: the
@@ -133,9 +139,17 @@ def _read_runs(path: Path) -> dict[str | None, pd.DataFrame]:
     elif path.suffix == ".csv":
         runs = read_wandb_csv(path)
     elif path.suffix == ".json":
-        runs = {None: read_trainer_state(path)}
+        try:
+            runs = {None: read_trainer_state(path)}
+        except NotTrainerState:
+            raise
+        except ValueError as err:  # not one JSON document: JSON lines, or a console log, saved as .json
+            try:
+                runs = {None: read_text_log(path)}
+            except ValueError:
+                raise err from None
     else:
-        runs = {None: read_metrics(path)}
+        runs = {None: read_text_log(path)}
     return {name: _standard_names(frame) for name, frame in runs.items()}
 
 
@@ -178,20 +192,72 @@ def _latest_trainer_states(files: Sequence[Path]) -> list[Path]:
     return [file for file in files if file not in superseded]
 
 
-def _log_files(paths: Sequence[str | Path], evaluations: bool) -> list[Path]:
-    """The logs of every kind named by ``paths`` (files, or directories searched), each once; of a
-    run's ``trainer_state.json`` files found in directories, the latest (:func:`_latest_trainer_states`)."""
+# Files a folder holds beside its logs that are never read: weights, data, images, archives, code.
+_NOT_LOGS = frozenset(
+    ".pt .pth .bin .safetensors .ckpt .h5 .onnx .gguf .parquet .arrow .npy .npz .pkl .pickle .gz .zip .tar .tgz "
+    ".xz .bz2 .7z .png .jpg .jpeg .gif .svg .pdf .mp4 .webp .ico .so .pyc .whl .model .py .sh .yaml .yml .toml "
+    ".cfg .ini .ipynb .html .css .js .ts .lock".split()
+)
+_TEXT_LIMIT = 256 * 2**20  # a text file larger than this is not read whole to look for metrics
+_STEPS_IN_JSON = re.compile(r'"(?:log_history|step|global_step|iteration|iter|train/step)"\s*:')
+
+
+def _why_not_a_log(file: Path) -> str | None:
+    """Why ``file``, found in a folder, is not read as a log (None: it is one, or may be: reading it says).
+    A file of any name that reads when given alone (JSONL metrics, a console log, a JSON log history)
+    is read in a folder too; a ``*.jsonl`` whose first lines do not parse is read, so that its problem is
+    named."""
+    if file.name.startswith("events.out.tfevents") or file.suffix == ".csv":
+        return None
+    if file.suffix.lower() in _NOT_LOGS:
+        return "not a log format"
+    if file.suffix == ".jsonl":
+        return None if is_metrics_log(file) else "JSON lines without a step (not metrics: generations, samples?)"
+    if file.stat().st_size > _TEXT_LIMIT:
+        return f"larger than {_TEXT_LIMIT >> 20} MiB and not a log format"
+    with file.open("rb") as stream:
+        head = stream.read(8192)
+    if b"\0" in head:
+        return "a binary file"
+    text = file.read_text(errors="replace")
+    if file.suffix == ".json":
+        return None if _STEPS_IN_JSON.search(text) else "JSON without a step or a log_history (a config?)"
+    if (head.lstrip().startswith(b"{") and is_metrics_log(file)) or holds_console_metrics(text):
+        return None
+    return "no metrics record (JSON lines with a step, or a console log's metrics lines)"
+
+
+def _log_files(paths: Sequence[str | Path], evaluations: bool, skipped: list[str] | None = None) -> list[Path]:
+    """The logs named by ``paths`` (files as given; every file under a directory that holds metrics),
+    each once; of a run's ``trainer_state.json`` files found in directories, the latest
+    (:func:`_latest_trainer_states`). Each other file under a directory is appended to ``skipped``
+    with the reason it is not read (``path (why)``)."""
     files: list[Path] = []
+    passed: list[str] = []
     for path in map(Path, paths):
-        if path.is_dir():
-            files.extend(log for log in find_logs([path]) if evaluations or log.name != "eval.jsonl")
-            files.extend(sorted(path.rglob("events.out.tfevents.*")) + sorted(path.rglob("*.csv")))
-            files.extend(_latest_trainer_states(sorted(path.rglob(TRAINER_STATE))))
-        else:
+        if not path.is_dir():
             files.extend(find_logs([path]))
+            continue
+        found = []
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            if file.name == "eval.jsonl" and not evaluations:
+                passed.append(f"{file} (a final evaluation: read by `verl-avspo table`)")
+            elif (why := _why_not_a_log(file)) is not None:
+                passed.append(f"{file} ({why})")
+            else:
+                found.append(file)
+        latest = _latest_trainer_states(found)
+        passed += [
+            f"{file} (an earlier checkpoint's copy of the run's log_history: its latest is read)"
+            for file in found
+            if file not in latest
+        ]
+        files.extend(latest)
     unique: dict[Path, Path] = {}
     for file in files:
         unique.setdefault(file.absolute(), file)
+    if skipped is not None:
+        skipped.extend(passed)
     return list(unique.values())
 
 
@@ -200,6 +266,7 @@ def read_run_logs(
     names: Sequence[str] | None = None,
     evaluations: bool = False,
     unreadable: list[str] | None = None,
+    skipped: list[str] | None = None,
 ) -> dict[str, list[pd.DataFrame]]:
     """Run name -> its metric frames, one per log file, the recipes' ``eval.jsonl`` last; for files
     and directories (searched for every kind of log).
@@ -209,12 +276,19 @@ def read_run_logs(
     ``eval.jsonl`` (a final evaluation, no training steps) is read only with ``evaluations``. A
     log that cannot be read is skipped with a warning when other logs can be, and its problem (the
     file and why) is appended to ``unreadable`` when given, for the caller to say; if none can, this
-    raises.
+    raises. Every other file found in a directory is appended to ``skipped``, with the reason it is not
+    a log (:func:`_why_not_a_log`).
     """
-    files = _log_files(paths, evaluations)
+    passed: list[str] = []
+    files = _log_files(paths, evaluations, passed)
+    if skipped is not None:
+        skipped.extend(passed)
     if not files:
         raise ValueError(
-            f"no logs (*.jsonl, events.out.tfevents.*, *.csv, {TRAINER_STATE}) found in {[str(p) for p in paths]}"
+            f"no logs (JSONL metrics, console logs, events.out.tfevents.*, *.csv, {TRAINER_STATE}) found in "
+            f"{[str(p) for p in paths]}"
+            + (f"; not read: {'; '.join(passed[:5])}" + (f" and {len(passed) - 5} more" if len(passed) > 5 else ""))
+            * bool(passed)
         )
     grouped: dict[str, list[Path]] = {}
     for label, file in zip(run_names(files), files, strict=True):
@@ -239,11 +313,38 @@ def read_run_logs(
                 runs.setdefault(name, []).append(frame)
     if problems and not runs:
         raise ValueError("no log could be read: " + " | ".join(problems))
-    for problem in problems:
-        warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
     if unreadable is not None:
         unreadable.extend(problems)
+    else:
+        for problem in problems:
+            warnings.warn(f"skipped a log that cannot be read, the other runs are reported: {problem}", stacklevel=2)
     return runs
+
+
+@contextmanager
+def caught_warnings() -> Iterator[list[str]]:
+    """The messages of the warnings raised inside the block (reading logs warns about what it skipped or
+    repaired), each once, in order, filled when the block ends: the commands print them as plain lines,
+    without Python's file and source line."""
+    messages: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield messages
+    messages.extend(dict.fromkeys(str(warning.message) for warning in caught))
+
+
+def not_logs_summary(skipped: Sequence[str], shown: int = 3) -> list[str]:
+    """The files of a folder that are not logs (``path (why)``, as :func:`read_run_logs` lists them), one
+    line per reason: how many, and the first few."""
+    by_reason: dict[str, list[str]] = {}
+    for entry in skipped:
+        path, _, why = entry.rstrip(")").rpartition(" (")
+        by_reason.setdefault(why, []).append(path)
+    return [
+        f"{len(paths)} file(s), {why}: {', '.join(paths[:shown])}"
+        + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+        for why, paths in by_reason.items()
+    ]
 
 
 def merge_frames(name: str, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -264,16 +365,28 @@ def merge_frames(name: str, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
         )
     within = {step for frame in frames for step in frame.attrs.get("repeated_steps", ())}
     merged.attrs["repeated_steps"] = sorted(within.union(across_steps))
+    merged.attrs["repeated_differing"] = sorted(
+        {step for frame in frames for step in frame.attrs.get("repeated_differing", ())}.union(
+            step for step in across_steps if (stacked.loc[[step]].nunique(dropna=True) > 1).any()
+        )
+    )
     intervals = {frame.attrs["logging_steps"] for frame in frames if "logging_steps" in frame.attrs}
     if len(intervals) == 1:
         merged.attrs["logging_steps"] = intervals.pop()
+    planned = [frame.attrs["planned_steps"] for frame in frames if "planned_steps" in frame.attrs]
+    if planned:
+        merged.attrs["planned_steps"] = max(planned)
     return merged
 
 
 def collect_runs(
-    paths: Sequence[str | Path], names: Sequence[str] | None = None, unreadable: list[str] | None = None
+    paths: Sequence[str | Path],
+    names: Sequence[str] | None = None,
+    unreadable: list[str] | None = None,
+    skipped: list[str] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Run name -> metrics, as :func:`read_run_logs` finds and names them (the logs that cannot be read
-    appended to ``unreadable``), each run's logs merged (:func:`merge_frames`)."""
-    runs = read_run_logs(paths, names, unreadable=unreadable)
+    appended to ``unreadable``, the files of a folder that are not logs to ``skipped``), each run's logs
+    merged (:func:`merge_frames`)."""
+    runs = read_run_logs(paths, names, unreadable=unreadable, skipped=skipped)
     return {name: merge_frames(name, frames) for name, frames in runs.items()}

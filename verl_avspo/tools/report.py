@@ -1,10 +1,12 @@
 """``verl-avspo report``: plots and a diagnosis of advantage collapse from existing training logs.
 
-Reads verl's ``file`` logger (JSONL; flat ``{"step": N, ...}`` JSONL too), TensorBoard event files, wandb
-CSV exports and TRL's ``trainer_state.json`` or a bare ``log_history`` list
-(:func:`verl_avspo.tools.logs.collect_runs`). Several runs are drawn side by side. A truncated or corrupt
-log keeps every readable step, with a warning naming the file and the lines dropped; a file that cannot
-be read at all is named with the reason in the text and counts for ``--fail-on unreadable``. Writes one
+Reads verl's ``file`` logger (JSONL; flat ``{"step": N, ...}`` JSONL too), console logs (verl's, the
+Trainer's printed dicts, OpenRLHF's), TensorBoard event files, wandb CSV exports and TRL's
+``trainer_state.json`` or a bare ``log_history`` list (:func:`verl_avspo.tools.logs.collect_runs`). Several
+runs are drawn side by side. A truncated or corrupt log keeps every readable step, with a warning naming
+the file and the lines dropped (printed as a plain line); a file that cannot be read at all is named with
+the reason in the text and counts for ``--fail-on unreadable``; every other file of a folder is named
+as not a log, with the reason. Writes one
 PNG per figure and ``summary.md`` to ``--out`` (each through :func:`verl_avspo.core.files.atomic_write`),
 and prints the diagnosis of each run (:mod:`verl_avspo.tools.diagnosis`): findings with a severity, their
 evidence and what to do. ``--json`` writes all of it machine-readable; ``--fail-on`` sets the exit status
@@ -29,12 +31,24 @@ from verl_avspo.core.alert import describe_rule
 from verl_avspo.core.config import ALERT_RULES, AlertConfig, SettingsError, resolve_alert
 from verl_avspo.core.files import FileWriteError, write_text
 from verl_avspo.tools.diagnosis import DOCS, RunDiagnosis, diagnose
-from verl_avspo.tools.logs import TRAINER_STATE, collect_runs
+from verl_avspo.tools.logs import TRAINER_STATE, caught_warnings, collect_runs, not_logs_summary
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.plots import plot_metrics
 from verl_avspo.tools.stats import SCORE_NAMES, TRL_ZERO_STD, score_column, validation_columns
 
-__all__ = ["FAIL_CONDITIONS", "FIGURES", "configure", "failed_conditions", "report_json", "run", "write_report"]
+__all__ = [
+    "FAIL_CONDITIONS",
+    "FIGURES",
+    "UNCHECKED",
+    "configure",
+    "failed_conditions",
+    "report_json",
+    "run",
+    "unchecked_conditions",
+    "write_report",
+]
+
+UNCHECKED = 4  # the exit status when a --fail-on condition could not be checked for a run (and none held)
 
 # A figure of each run's own score column, of validation columns, or of TRL's per-function mean rewards.
 _SCORE, _VALIDATION, _REWARD_FUNCTIONS = "score", "validation", "reward functions"
@@ -114,16 +128,19 @@ def write_report(
     alert: AlertConfig | None = None,
     smooth: int = 1,
     unreadable: list[str] | None = None,
+    paper_fit: bool | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[list[RunDiagnosis], list[Path]]:
     """Write the figures and ``summary.md`` to ``out`` (the logs that could not be read, ``unreadable``,
-    named in it). Returns the runs' diagnoses and the files."""
+    and the reading's ``notes``, named in it). Returns the runs' diagnoses and the files. ``paper_fit``:
+    as :func:`~verl_avspo.tools.diagnosis.diagnose`."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise FileWriteError(err.errno or 0, f"cannot create the folder --out {out}: {err.strerror or err}") from None
     alert = alert or AlertConfig()
-    diagnoses = [diagnose(name, frame, alert) for name, frame in runs.items()]
+    diagnoses = [diagnose(name, frame, alert, paper_fit) for name, frame in runs.items()]
     figures, skipped = [], []
     for filename, (columns, labels, title, ylabel) in FIGURES.items():
         frames, present = _figure_columns(columns, runs)
@@ -154,6 +171,7 @@ def write_report(
             if unreadable
             else []
         ),
+        *(["## Reading the logs", "", *(f"- {note}" for note in notes), ""] if notes else []),
         "## Diagnosis",
         "",
     ]
@@ -199,6 +217,15 @@ def failed_conditions(
     return {condition: runs for condition, runs in held.items() if runs}
 
 
+def unchecked_conditions(conditions: list[str], diagnoses: list[RunDiagnosis]) -> dict[str, list[str]]:
+    """``--fail-on stalled`` -> the runs the stall rule could not be checked on, with why (a log too
+    short for the rule's history, or without a collapse measure): a CI gate must not read them as passes."""
+    if "stalled" not in conditions:
+        return {}
+    runs = [f"{d.name} ({d.values['stall_unchecked']})" for d in diagnoses if d.values.get("stalled") is None]
+    return {"stalled": runs} if runs else {}
+
+
 def _plain(value: Any) -> Any:
     """``value`` as strict JSON: NaN and infinities as null, tuples as lists."""
     if isinstance(value, dict):
@@ -216,6 +243,8 @@ def report_json(
     alert: AlertConfig,
     failed: dict[str, list[str]],
     unreadable: list[str] | None = None,
+    skipped: list[str] | None = None,
+    unchecked: dict[str, list[str]] | None = None,
 ) -> str:
     """Everything the report found, as JSON: the stall rule, per run its table row, findings and
     figures (``RunDiagnosis.values``), the files written and the ``--fail-on`` conditions that hold."""
@@ -237,8 +266,10 @@ def report_json(
             for d in diagnoses
         ],
         "unreadable": list(unreadable or []),
+        "not_logs": list(skipped or []),
         "files": [str(path) for path in files],
         "failed": failed,
+        "unchecked": unchecked or {},
     }
     return json.dumps(_plain(document), indent=2, allow_nan=False)
 
@@ -286,6 +317,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--smooth", type=int, default=1, help="rolling-mean window of the plots, in steps")
     parser.add_argument(
+        "--paper-fit",
+        action="store_true",
+        default=None,
+        help="show the paper's MATH-500 fit at each run's ACR_100 (default: only for runs named as math runs)",
+    )
+    parser.add_argument(
         "--json",
         metavar="FILE",
         help="also write every finding and figure as JSON to FILE ('-': stdout; the text then goes to stderr)",
@@ -323,15 +360,30 @@ def run(args: argparse.Namespace) -> int:
             "(or '-' for stdout), for example --json report.json"
         )
     unreadable: list[str] = []
+    skipped: list[str] = []
+    with caught_warnings() as warned:
+        try:
+            runs = collect_runs(args.logs, args.name, unreadable, skipped)
+        except (OSError, ValueError) as err:  # OSError: a log that cannot be read
+            runs, error = None, err
+    if runs is None:
+        raise SystemExit(f"verl-avspo report: {error}") from None
+    notes = [f"warning: {message}" for message in warned] + [
+        f"not a log, not read: {line}" for line in not_logs_summary(skipped)
+    ]
     try:
-        runs = collect_runs(args.logs, args.name, unreadable)
-        diagnoses, files = write_report(runs, args.out, alert, args.smooth, unreadable)
+        with caught_warnings() as warned:
+            diagnoses, files = write_report(runs, args.out, alert, args.smooth, unreadable, args.paper_fit, notes)
         failed = failed_conditions(args.fail_on, diagnoses, unreadable)
+        unchecked = unchecked_conditions(args.fail_on, diagnoses)
         if json_path is not None:
-            files.append(write_text(json_path, report_json(diagnoses, files, alert, failed, unreadable) + "\n"))
-    except (OSError, ValueError) as err:  # OSError: a log or --out that cannot be read or written
+            document = report_json(diagnoses, files, alert, failed, unreadable, skipped, unchecked)
+            files.append(write_text(json_path, document + "\n"))
+    except (OSError, ValueError) as err:  # OSError: --out that cannot be written
         raise SystemExit(f"verl-avspo report: {err}") from None
     text = sys.stderr if args.json == "-" else sys.stdout
+    for note in notes + [f"warning: {message}" for message in warned]:
+        print(f"-- {note}", file=text)
     for problem in unreadable:
         print(f"!! not read: {problem}", file=text)
     for diagnosis in diagnoses:
@@ -340,7 +392,15 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(f"  {line}" for line in finding.lines()), file=text)
     print(f"\nwrote: {', '.join(str(path) for path in files)}; metrics explained in {DOCS}", file=text)
     if args.json == "-":
-        print(report_json(diagnoses, files, alert, failed, unreadable))
+        print(report_json(diagnoses, files, alert, failed, unreadable, skipped, unchecked))
     for condition, names in failed.items():
         print(f"verl-avspo report: --fail-on {condition} holds for {', '.join(names)}", file=sys.stderr)
-    return 3 if failed else 0
+    for condition, names in unchecked.items():
+        print(
+            f"verl-avspo report: --fail-on {condition} could not be checked for {', '.join(names)}: exit status "
+            f"{UNCHECKED} (not a pass)",
+            file=sys.stderr,
+        )
+    if failed:
+        return 3
+    return UNCHECKED if unchecked else 0

@@ -1,14 +1,7 @@
-"""What a run's log says about collapse and about its likely causes, from whatever metrics the log holds
-(docs/diagnostics.md#what-the-report-reads-collapse-from). ``verl-avspo report`` and ``verl-avspo table``
-read collapse from :func:`collapse_rate`; the report puts the reward's :func:`trend` and the
-:func:`causes` of collapse beside it.
-
-Collapse, preferred first: ``acr/rate`` (ours: the fraction of groups whose scores are all equal);
-TRL's ``frac_reward_zero_std``; a step whose reward spread is 0 (TRL's ``reward_std``: every group of
-that step collapsed, so 1 there and 0 elsewhere is a lower bound on ACR per step; OpenRLHF's
-``group_reward_std`` likewise); verl's
-``critic/score/max == critic/score/min`` (the same lower bound, split into all-correct and all-wrong
-by the value).
+"""What a run's log says besides collapse (:mod:`verl_avspo.tools.collapse`): the reward's :func:`trend`
+over the run and the :func:`causes` of collapse the log shows (docs/diagnostics.md), each cause with
+whether the log ties it to collapse (more of it on the rows where collapse is high), and
+:func:`per_step`, the rows of a log in training steps.
 """
 
 from __future__ import annotations
@@ -19,100 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = [
-    "Cause",
-    "CollapseRate",
-    "Trend",
-    "causes",
-    "collapse_rate",
-    "per_step",
-    "trend",
-]
+from verl_avspo.tools.collapse import SPREADS, ZERO
 
-_ZERO = 1e-8  # a reward spread this small is none (TRL's own tolerance for frac_reward_zero_std)
-# Reward spreads that are 0 only when every group of the step is collapsed.
-_SPREADS = ("reward_std", "train/reward_std", "group_reward_std", "train/group_reward_std")
-
-
-@dataclass
-class CollapseRate:
-    """A run's collapse per logged step, and what it is: ``source`` names the metric, ``what`` says in a
-    few words what its values mean, ``lower_bound`` whether it only counts steps where every group
-    collapsed. ``all_correct`` and ``all_wrong`` split it where the log tells them apart."""
-
-    rate: pd.Series
-    source: str
-    what: str
-    lower_bound: bool = False
-    all_correct: pd.Series | None = None
-    all_wrong: pd.Series | None = None
-
-
-def _trl_release(frame: pd.DataFrame) -> str | None:
-    """``older`` for a TRL log of the releases before ``completions/*`` (``completion_length``, per-function
-    ``rewards/<name>``, ``reward_std`` the mean of the per-group stds), ``recent`` for later ones
-    (``completions/mean_length``, ``rewards/<name>/mean``, ``reward_std`` the std of the whole batch),
-    None when the log does not say."""
-    columns = {str(column).removeprefix("train/") for column in frame}
-    if "completions/mean_length" in columns or any(c.startswith("rewards/") and c.endswith("/mean") for c in columns):
-        return "recent"
-    if "completion_length" in columns:
-        return "older"
-    return None
-
-
-def collapse_rate(frame: pd.DataFrame, usable: set[str] | None = None) -> CollapseRate | None:
-    """The run's collapse from the first source the log holds (the module's docstring lists them),
-    among columns in ``usable`` when given (a rate column with values outside [0, 1] is not); None
-    when the log holds none."""
-
-    def has(column: str) -> bool:
-        return column in frame and frame[column].notna().any() and (usable is None or column in usable)
-
-    if has("acr/rate"):
-        split = {k: frame[f"acr/{k}"] for k in ("all_correct", "all_wrong") if has(f"acr/{k}")}
-        return CollapseRate(frame["acr/rate"], "acr/rate", "the fraction of groups whose scores are all equal", **split)
-    if has("frac_reward_zero_std"):
-        return CollapseRate(
-            frame["frac_reward_zero_std"],
-            "frac_reward_zero_std",
-            "TRL's fraction of completions whose reward std is 0 (ACR with scale_rewards 'group' or 'none')",
-        )
-    spread = next((column for column in _SPREADS if has(column)), None)
-    if spread is not None:
-        meaning = (
-            "OpenRLHF's mean of per-group reward stds"
-            if spread.endswith("group_reward_std")
-            else {
-                "older": "older TRL's mean of per-group reward stds",
-                "recent": "TRL's std of the batch's rewards",
-                None: "TRL's reward_std (the mean of per-group stds before TRL's completions/* metrics, the batch's "
-                "std after)",
-            }[_trl_release(frame)]
-        )
-        values = frame[spread].dropna()
-        equal = values.abs() <= _ZERO
-        reward = next((frame[c].reindex(values.index) for c in ("reward", "train/reward") if c in frame), None)
-        return CollapseRate(
-            equal.astype(float),
-            f"{spread} == 0",
-            f"steps where {meaning} is 0, i.e. every group collapsed (a lower bound on ACR per step)",
-            lower_bound=True,
-            all_wrong=None if reward is None else (equal & (reward.abs() <= _ZERO)).astype(float),
-        )
-    if has("critic/score/max") and has("critic/score/min"):
-        scores = frame[["critic/score/max", "critic/score/min"]].dropna()
-        equal = (scores["critic/score/max"] - scores["critic/score/min"]).abs() <= _ZERO
-        value = scores["critic/score/max"]
-        return CollapseRate(
-            equal.astype(float),
-            "critic/score/max == critic/score/min",
-            "steps where every response scored the same, i.e. every group collapsed (a lower bound on ACR per step)",
-            lower_bound=True,
-            all_correct=(equal & (value >= 1 - _ZERO)).astype(float),
-            all_wrong=(equal & (value <= _ZERO)).astype(float),
-        )
-    return None
+__all__ = ["Cause", "Trend", "causes", "per_step", "trend"]
 
 
 def per_step(frame: pd.DataFrame, interval: int) -> pd.DataFrame:
@@ -150,6 +52,18 @@ class Trend:
         if self.p_value >= 0.05:
             return "flat"
         return "rose" if self.tau > 0 else "fell"
+
+    @property
+    def said(self) -> str:
+        """The direction in words that agree with the numbers: ``rose`` or ``fell`` (p < 0.05), ``rose, not
+        significant`` or ``fell, not significant`` (the last fifth differs from the first by 2% or more),
+        else ``flat``."""
+        if self.direction != "flat":
+            return self.direction
+        change = self.final - self.first
+        if abs(change) < 0.02 * max(abs(self.first), abs(self.final), 1e-12):
+            return "flat"
+        return f"{'rose' if change > 0 else 'fell'}, not significant (p {self.p_value:.2g})"
 
     @property
     def stopped(self) -> bool:
@@ -212,6 +126,28 @@ class Cause:
     severity: str
     headline: str
     evidence: tuple[str, ...]
+    likely: bool = False  # the log ties it to collapse: more of it on the rows where collapse is high
+    columns: tuple[str, ...] = ()  # the log's keys it was read from
+
+
+def _tie(values: pd.Series, collapsed: pd.Series) -> tuple[bool, str | None]:
+    """Whether the log ties ``values`` (a cause's measure per row) to collapse (``collapsed`` per row): it
+    is higher on the rows where collapse is high (at least half the groups, or else above its median) than
+    on the others, by a tenth or more; and the evidence line that says so, or says why not."""
+    both = pd.concat([values.rename("cause"), collapsed.rename("collapse")], axis=1, join="inner").dropna()
+    if both.empty:
+        return False, None
+    rate = both["collapse"]
+    high, said = rate >= 0.5, "rows with most groups collapsed"
+    if high.all() or not high.any():
+        high, said = rate > rate.median(), "rows with more collapse (above its median)"
+    if not (high.any() and (~high).any()):
+        return False, "collapse is the same on every row: the log cannot tell whether this drives it"
+    on, off = float(both["cause"][high].mean()), float(both["cause"][~high].mean())
+    likely = on > off + max(0.01, 0.1 * abs(off))
+    return likely, f"{on:.2f} on {said} vs {off:.2f} on the others" + (
+        "" if likely else ": no more of it where collapse is, so not called its cause"
+    )
 
 
 def _fifth(series: pd.Series) -> pd.Series:
@@ -243,12 +179,9 @@ def _truncation(frame: pd.DataFrame, collapsed: pd.Series) -> Cause | None:
     if lengths is not None and frame[lengths].notna().sum() > 1:
         mean_length = frame[lengths].dropna()
         evidence.append(f"{lengths}: {mean_length.iloc[0]:.0f} → {mean_length.iloc[-1]:.0f}")
-    high = collapsed.reindex(ratio.index).dropna() >= 0.5
-    if high.any() and (~high).any():
-        evidence.append(
-            f"{ratio[high[high].index].mean():.2f} on rows with most groups collapsed vs "
-            f"{ratio[high[~high].index].mean():.2f} on the others"
-        )
+    likely, tied = _tie(ratio, collapsed)
+    if tied is not None:
+        evidence.append(tied)
     jump = ratio.diff()
     if len(ratio) > 1 and jump.max() >= 0.5:
         step = int(jump.idxmax())
@@ -258,14 +191,15 @@ def _truncation(frame: pd.DataFrame, collapsed: pd.Series) -> Cause | None:
         f"{ratio.mean():.0%} of completions cut at the length cap on average ({_fifth(ratio).mean():.0%} over the "
         "last fifth)"
     )
-    return Cause("truncation", severity, headline, tuple(evidence))
+    used = ((column,) if column else ("completions/max_length",)) + ((lengths,) if lengths else ())
+    return Cause("truncation", severity, headline, tuple(evidence), likely, used)
 
 
 def causes(frame: pd.DataFrame, collapsed: pd.Series) -> list[Cause]:
-    """The likely causes of collapse that the log shows: completions cut at the length cap (a cut
-    answer scores 0, so all-wrong groups follow), reward functions that never vary (never rewarded, or
-    saturated), and a high PPO clip fraction. ``collapsed`` is the run's collapse per logged row
-    (:class:`CollapseRate`), to compare the rows with and without collapse."""
+    """The causes of collapse that the log shows: completions cut at the length cap (a cut answer scores
+    0, so all-wrong groups follow), reward functions that never vary (never rewarded, or saturated), and
+    a high PPO clip fraction. ``collapsed`` is the run's collapse per logged row, to compare the rows
+    with and without collapse: a cut or clip fraction higher where collapse is high is ``likely``."""
     found = [cause] if (cause := _truncation(frame, collapsed)) is not None else []
     found += _constant_rewards(frame)
     clip = next((c for c in _CLIP_FRACTION if c in frame and frame[c].notna().any()), None)
@@ -274,8 +208,10 @@ def causes(frame: pd.DataFrame, collapsed: pd.Series) -> list[Cause]:
         if values.max() >= 0.2:
             evidence = [f"{clip}: mean {values.mean():.3f}, max {values.max():.3f} at step {int(values.idxmax())}"]
             evidence.append(f"first above 0.2 at step {int(values[values >= 0.2].index[0])}")
+            likely, tied = _tie(values, collapsed)
+            evidence += [tied] if tied is not None else []
             headline = f"PPO clip fraction reached {values.max():.2f}: the policy moved far in one update"
-            found.append(Cause("clip", "WARN", headline, tuple(evidence)))
+            found.append(Cause("clip", "WARN", headline, tuple(evidence), likely, (clip,)))
     return found
 
 
@@ -294,7 +230,7 @@ def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
             if c.startswith("rewards/")
         }
     )
-    total = next((frame[c].dropna() for c in _SPREADS if c in frame), pd.Series(dtype=float))
+    total = next((frame[c].dropna() for c in SPREADS if c in frame), pd.Series(dtype=float))
     total_spread = float(total.mean()) if len(total) else 0.0
     for name in names:
         mean = next((frame[c].dropna() for c in (f"rewards/{name}/mean", f"rewards/{name}") if c in frame), None)
@@ -302,8 +238,8 @@ def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
         if mean is None or len(mean) < 5:
             continue
         if std is not None and len(std):
-            flat = std.abs() <= _ZERO
-            share = float(std.mean()) / total_spread if total_spread > _ZERO else None
+            flat = std.abs() <= ZERO
+            share = float(std.mean()) / total_spread if total_spread > ZERO else None
             if flat.mean() < 0.9 and (share is None or share >= 0.02):
                 continue
             evidence = (
@@ -311,15 +247,31 @@ def _constant_rewards(frame: pd.DataFrame) -> list[Cause]:
                 + ("" if share is None else f" ({share:.1%} of reward_std's mean {total_spread:.3f})")
                 + f"; rewards/{name}/mean {mean.min():.3f}–{mean.max():.3f}"
             )
-        elif std is None and float(mean.max() - mean.min()) <= _ZERO:
+        elif std is None and float(mean.max() - mean.min()) <= ZERO:
             evidence = f"rewards/{name}: {mean.iloc[0]:g} on all {len(mean)} rows"
         else:
             continue
         value = float(mean.median())
         if abs(value) <= 0.01 * max(1.0, float(mean.abs().max())):
             headline = f"reward function {name} gives no signal: about 0 on every step (never earned or triggered)"
-            found.append(Cause("never_rewarded", "WARN", headline, (evidence,)))
+            found.append(
+                Cause(
+                    "never_rewarded",
+                    "WARN",
+                    headline,
+                    (evidence,),
+                    columns=(mean.name, std.name if std is not None else mean.name),
+                )
+            )
         else:
             headline = f"reward function {name} gives no signal: saturated at {value:g}"
-            found.append(Cause("saturated", "WARN", headline, (evidence,)))
+            found.append(
+                Cause(
+                    "saturated",
+                    "WARN",
+                    headline,
+                    (evidence,),
+                    columns=(mean.name, std.name if std is not None else mean.name),
+                )
+            )
     return found

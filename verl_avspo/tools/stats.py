@@ -54,6 +54,15 @@ SCORE_NAMES = (  # a training step's mean reward
     "train/reward",  # the same, as OpenRLHF's and the Hugging Face Trainer's wandb and TensorBoard loggers name it
     "rollout/reward_mean",  # OpenRLHF 0.11: the mean reward of every generated sample
     "train/rollout/reward_mean",
+    "env/all/reward/total",  # Tinker's cookbook: the mean total reward of the batch's episodes
+    # custom loops' common names
+    "reward_mean",
+    "mean_reward",
+    "train/mean_reward",
+    "avg_reward",
+    "reward/mean",
+    "score/mean",
+    "mean_score",
 )
 VALIDATION_NAMES = re.compile(  # held-out accuracy
     r"^(val-core/.+"  # verl: val-core/<data_source>/<acc or reward>/mean@N
@@ -180,6 +189,13 @@ class StepCoverage:
     gaps: tuple[tuple[int, int], ...]  # (logged step, next logged step) around each gap
     irregular: bool  # rows at uneven steps (a sampled export): gaps are not listed
     repeated: tuple[int, ...]
+    repeated_differing: tuple[int, ...] = ()  # of ``repeated``, those logged again with other values
+    planned: int | None = None  # the steps the run's progress bar planned (console logs)
+
+    @property
+    def ends_early(self) -> bool:
+        """The log ends before the steps its progress bar planned: a run stopped, cut off or still going."""
+        return self.planned is not None and self.last < self.planned
 
     @property
     def starts_late(self) -> bool:
@@ -199,7 +215,7 @@ class StepCoverage:
 
     @property
     def complete(self) -> bool:
-        return not (self.starts_late or self.gaps or self.irregular or self.repeated)
+        return not (self.starts_late or self.gaps or self.irregular or self.repeated or self.ends_early)
 
     def _gap_spans(self) -> list[str]:
         spans = [_span(a + self.stride, b - self.stride) for a, b in self.gaps]
@@ -228,9 +244,19 @@ class StepCoverage:
             said.append("its rows are at irregular steps (a sampled export, such as wandb's run.history()?)")
         if self.repeated:
             shown = _and([str(step) for step in self.repeated[:8]]) + (" ..." if len(self.repeated) > 8 else "")
+            differing = len(self.repeated_differing)
+            how = (
+                "each time with the same values (duplicated lines)"
+                if not differing
+                else "with other values the second time (a restarted run's new attempt?)"
+                if differing == len(self.repeated)
+                else f"{differing} of them with other values the second time (a restarted run?), the rest with the same"
+            )
+            said.append(f"step(s) {shown} were logged more than once, {how}: the last value of each is used")
+        if self.ends_early:
             said.append(
-                f"step(s) {shown} were logged more than once (a crashed attempt and its resume?): the last value of "
-                "each is used"
+                f"it ends at step {self.last} of the {self.planned} its progress bar planned (a run stopped, cut "
+                "off or still going)"
             )
         return "; ".join(said) or None
 
@@ -269,16 +295,17 @@ def step_coverage(frame: pd.DataFrame) -> StepCoverage:
     of them differ from the stride (an unevenly sampled export: ``irregular``)."""
     steps = np.asarray(sorted(training_rows(frame).index), dtype=int)
     repeated = tuple(frame.attrs.get("repeated_steps", ()))
+    seen = (tuple(frame.attrs.get("repeated_differing", ())), frame.attrs.get("planned_steps"))
     differences = np.diff(steps)
     logged = frame.attrs.get("logging_steps")
     if differences.size == 0:
-        return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), logged or 1, (), False, repeated)
+        return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), logged or 1, (), False, repeated, *seen)
     values, counts = np.unique(differences, return_counts=True)
     stride = logged or int(values[np.argmax(counts)])
     off = differences != stride
     irregular = bool(off.sum() > max(2, differences.size // 10))
     gaps = () if irregular else tuple((int(steps[i]), int(steps[i + 1])) for i in np.flatnonzero(differences > stride))
-    return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), stride, gaps, irregular, repeated)
+    return StepCoverage(int(steps[0]), int(steps[-1]), len(steps), stride, gaps, irregular, repeated, *seen)
 
 
 def mean_std(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:

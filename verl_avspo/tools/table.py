@@ -42,9 +42,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.tools.logs import merge_frames, read_run_logs
+from verl_avspo.tools.collapse import collapse_rate
+from verl_avspo.tools.logs import caught_warnings, merge_frames, not_logs_summary, read_run_logs
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.signals import collapse_rate, per_step
+from verl_avspo.tools.signals import per_step
 from verl_avspo.tools.stats import (
     EARLY_STEPS,
     RATES,
@@ -130,6 +131,13 @@ def table_row(
             "and min); `verl-avspo report` says how to log acr/*"
         )
         return row
+    if collapse.kind == "regenerated":
+        again = collapse.rate.dropna()
+        row.notes.append(
+            f"no ACR: {collapse.what}; it generated again on {int(again.sum())} of {len(again)} steps, evidence of "
+            "collapse (a lower bound, docs/diagnostics.md)"
+        )
+        return row
     if collapse.source != "acr/rate":
         row.notes.append(f"ACR is {collapse.source}: {collapse.what} (docs/diagnostics.md)")
     rate = per_step(collapse.rate.to_frame("rate"), coverage.stride)["rate"]
@@ -145,11 +153,16 @@ def table_row(
 
 
 def table_rows(
-    paths: list[str | Path], final_window: int = 10, early_steps: int = EARLY_STEPS, unreadable: list[str] | None = None
+    paths: list[str | Path],
+    final_window: int = 10,
+    early_steps: int = EARLY_STEPS,
+    unreadable: list[str] | None = None,
+    skipped: list[str] | None = None,
 ) -> list[TableRow]:
     """The rows of the runs under ``paths``, named and grouped as :func:`verl_avspo.tools.logs.read_run_logs`
-    does (with the recipes' ``eval.jsonl``); the logs that cannot be read are appended to ``unreadable``."""
-    runs = read_run_logs(paths, evaluations=True, unreadable=unreadable)
+    does (with the recipes' ``eval.jsonl``); the logs that cannot be read are appended to ``unreadable``,
+    the files of a folder that are not logs to ``skipped``."""
+    runs = read_run_logs(paths, evaluations=True, unreadable=unreadable, skipped=skipped)
     return [table_row(name, frames, final_window, early_steps) for name, frames in runs.items()]
 
 
@@ -214,11 +227,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     unreadable: list[str] = []
-    try:
-        rows = table_rows(args.paths, args.final_window, args.early_steps, unreadable)
-    except (OSError, ValueError) as err:
-        print(f"verl-avspo table: {err}", file=sys.stderr)
+    skipped: list[str] = []
+    with caught_warnings() as warned:
+        try:
+            rows = table_rows(args.paths, args.final_window, args.early_steps, unreadable, skipped)
+        except (OSError, ValueError) as err:
+            rows, unreadable = None, [str(err)]
+    for message in warned:
+        print(f"verl-avspo table: warning: {message}", file=sys.stderr)
+    if rows is None:
+        print(f"verl-avspo table: {unreadable[0]}", file=sys.stderr)
         return 1
+    for line in not_logs_summary(skipped):
+        print(f"verl-avspo table: not a log, not read: {line}", file=sys.stderr)
     if not rows:
         print(f"verl-avspo table: no run could be read from {', '.join(map(str, args.paths))}", file=sys.stderr)
         return 1

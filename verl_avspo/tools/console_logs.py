@@ -1,0 +1,170 @@
+"""A training run's console output (what it printed, saved with ``tee`` or a job scheduler) as one frame:
+one row per step, one column per metric, as :mod:`verl_avspo.tools.log_formats` returns for the files
+loggers write.
+
+Three shapes are read, wherever they sit among a run's other output (Ray actor prefixes such as
+``(TaskRunner pid=123)``, ANSI colours, ``[repeated 2x across cluster]``, progress bars redrawn with
+``\\r``):
+
+- verl's ``console`` logger: ``step:N - key:value - key:value ...`` per step (its validation at step 0
+  too); numpy scalars printed as ``np.float64(0.5)`` are read as numbers;
+- the Hugging Face Trainer's printed log dicts (TRL's trainers): ``{'loss': 0.1, 'reward': 0.5, ...}``,
+  values as numbers or, in recent transformers, as strings (``'0.5'``). The dicts carry no step: each
+  takes the training progress bar's count printed before it (``10/300 [...]``), or, with no progress bar,
+  its position among the dicts (said in a warning). The dict that sums up training (``train_runtime``)
+  is left out; an evaluation dict (``eval_*``) joins the step before it;
+- OpenRLHF's ``Global step N: {...}`` and ``global_step N, eval_metrics: {...}`` lines.
+
+A run cut off mid-line (killed while printing) keeps every complete line, with a warning; the planned
+number of steps (the training progress bar's total) is kept in ``attrs["planned_steps"]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["ConsoleRecords", "holds_console_metrics", "read_console"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]")
+_VERL = re.compile(r"(?:^|[\s)>|])step:(\d+) - (\S.*)$")
+_OPENRLHF = re.compile(r"(?:Global step|global_step) (\d+)(?::|, eval_metrics:) (\{.*\})\s*$")
+_DICT = re.compile(r"\{'[^{}]*\}")
+_BAR = re.compile(r"(\d+)/(\d+) \[")
+# numpy scalars and tensors as numpy 2 and torch print them: np.float64(0.5), tensor(0.5, device='cuda:0').
+_WRAPPED = re.compile(r"\b(?:np\.\w+|numpy\.\w+|tensor)\(([-+.\w]+)(?:,[^()]*)?\)")
+_MARKERS = re.compile(r"step:\d+ - \S|\{'[\w/@.-]+': |Global step \d+: \{")
+
+
+def holds_console_metrics(text: str) -> bool:
+    """Whether ``text`` (a file's contents) holds any line of the console shapes this module reads."""
+    return _MARKERS.search(text) is not None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(_WRAPPED.sub(r"\1", text.strip()))
+    except ValueError:
+        return None
+
+
+def _pairs(body: str) -> dict[str, float]:
+    """``key:value - key:value`` (verl's console line after its step) as numbers; others dropped."""
+    found = {}
+    for part in body.split(" - "):
+        key, colon, value = part.rpartition(":")
+        if colon and key and (number := _number(value)) is not None:
+            found[key.strip()] = number
+    return found
+
+
+def _literal(text: str) -> dict[str, float] | None:
+    """The numbers of a printed Python dict (numpy and torch scalars unwrapped, numbers printed as strings
+    read as numbers: recent transformers prints its floats so); None when it is no dict or holds none."""
+    try:
+        value = ast.literal_eval(_WRAPPED.sub(r"\1", text))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    numbers = {
+        str(key): number
+        for key, item in value.items()
+        if not isinstance(item, bool)
+        and (
+            number := float(item)
+            if isinstance(item, (int, float))
+            else _number(item)
+            if isinstance(item, str)
+            else None
+        )
+        is not None
+    }
+    return numbers or None
+
+
+def _segments(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, piece) of ``text`` split at newlines and at the ``\\r`` of redrawn progress bars,
+    without ANSI codes and Ray's repeat notes."""
+    for number, line in enumerate(text.split("\n"), 1):
+        for piece in line.split("\r"):
+            piece = _REPEATED.sub("", _ANSI.sub("", piece))
+            if piece.strip():
+                yield number, piece
+
+
+class ConsoleRecords(NamedTuple):
+    """What :func:`read_console` found: the metric records ``(where, step, metrics)`` in order, the
+    problems met (a line cut off) and the steps the training progress bar planned (None without one)."""
+
+    records: list[tuple[str, int, dict[str, Any]]]
+    problems: list[str]
+    planned: int | None
+
+
+def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
+    """The metric records of a console log, for :func:`verl_avspo.tools.log_formats.merge_records`.
+
+    Raises:
+        ValueError: the text holds no line of the shapes the module's docstring lists.
+    """
+    path = Path(path)
+    text = path.read_text(errors="replace") if text is None else text
+    cut = not text.endswith("\n")
+    last_line = text.count("\n") + 1
+    bars: list[tuple[int, int]] = []  # (count, total) of every progress bar, in order
+    records: list[tuple[str, int | None, dict[str, Any], int]] = []  # step None: a Trainer dict, stepped below
+    problems: list[str] = []
+    for number, piece in _segments(text):
+        where = f"{path}:{number}"
+        if cut and number == last_line:
+            if _MARKERS.search(piece):
+                problems.append(f"{where} (the last line is cut off: the run stopped while printing it)")
+            continue
+        bars.extend((int(count), int(total)) for count, total in _BAR.findall(piece))
+        if (match := _VERL.search(piece)) is not None:
+            records.append((where, int(match[1]), _pairs(match[2]), len(bars)))
+        elif (match := _OPENRLHF.search(piece)) is not None:
+            if (data := _literal(match[2])) is not None:
+                records.append((where, int(match[1]), data, len(bars)))
+        else:
+            for found in _DICT.findall(piece):
+                if (data := _literal(found)) is not None and "train_runtime" not in data:
+                    records.append((where, None, data, len(bars)))
+    if any(step is not None for _, step, _, _ in records):  # verl's or OpenRLHF's lines: dicts are other output
+        records = [record for record in records if record[1] is not None]
+    if not records:
+        raise ValueError(
+            f"{path} holds no metrics record: neither a JSONL log nor a console log (verl's 'step:N - key:value' "
+            "lines, the Trainer's printed {'loss': ...} dicts, OpenRLHF's 'Global step N: {...}')"
+        )
+    totals = Counter(total for _, total in bars if total > 1)
+    training = totals.most_common(1)[0][0] if totals else None
+    counts = [count if total == training else None for count, total in bars]
+    stepped: list[tuple[str, int, dict[str, Any]]] = []
+    ordinal, unstepped = 0, False
+    for where, step, data, seen in records:
+        if step is None:
+            evaluation = all(str(key).startswith("eval_") or key == "epoch" for key in data)
+            bar = next((count for count in reversed(counts[:seen]) if count is not None), None)
+            if bar is None:
+                unstepped = True
+                ordinal += not evaluation
+                step = max(ordinal, 1)
+            else:
+                step = bar
+            data = {key: value for key, value in data.items() if key != "epoch"}
+        stepped.append((where, step, data))
+    if unstepped:
+        warnings.warn(
+            f"{path}: printed log dicts without a training progress bar before them: numbered 1, 2, ... in order "
+            "(multiply by logging_steps for training steps)",
+            stacklevel=3,
+        )
+    return ConsoleRecords(stepped, problems, training)
