@@ -2,11 +2,15 @@
 loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
 (20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
 sampling (dapo_resample), the rollout counts every run logs and the epochs mode (--train-set) are
-checked on their own runs."""
+checked on their own runs. The summary's no-training row, its rollouts columns, title and gated verdicts;
+--out protected by --force; an epochs run too short refused before training; --fingerprint's verdict
+against the documented machines."""
 
 import json
 import math
 import re
+import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -398,3 +402,129 @@ def test_the_epochs_mode_visits_each_prompt_of_its_set_at_least_five_times(torch
     assert (steps["prompts/seen"] == 16).all()  # the whole set in the first epoch, no prompt outside it
     shares = steps[["prompts/always_solved", "prompts/never_solved"]].iloc[-1]
     assert shares.between(0, 1).all() and shares.sum() <= 1
+
+
+def _row(summary: str, name: str) -> list[str]:
+    """The cells of the first table row of ``summary`` named ``name``."""
+    line = next(line for line in summary.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_the_summary_holds_the_no_training_row_and_what_each_estimator_generated(comparison):
+    summary = (comparison / "summary.md").read_text()
+    runs = _runs(comparison)
+    grpo = runs["grpo"]
+    start = grpo.loc[0, [f"eval/acc_level_{i}" for i in range(1, 5)] + ["eval/acc_mean"]]
+    # The warmed-up policy not trained: its step-0 evaluation, at 0 rollouts; every run starts from it.
+    assert all(frame.loc[0, "eval/acc_mean"] == grpo.loc[0, "eval/acc_mean"] for frame in runs.values())
+    assert _row(summary, "*no training*") == ["*no training*", *(f"{100 * v:.1f}" for v in start), "0.0", "0"]
+    assert _row(summary, "`grpo`")[-2:] == ["128.0", "512"]  # 4 steps of 16 x G=8
+    # The title names what ran; no sentence claims one rollout budget for all.
+    assert summary.startswith(
+        "# CPU sandbox: `grpo`, `avspo:paper_code`, `dapo`, `dcpo`, `intuitor`, `rent` and no training, "
+        "1 seed × 4 steps"
+    )
+    assert "rollouts per step for every estimator" not in summary and "same rollout budget" not in summary
+    gain = 100 * (grpo.loc[4, "eval/acc_mean"] - grpo.loc[0, "eval/acc_mean"])
+    assert f"**`grpo` vs no training**: final mean greedy accuracy {100 * grpo.loc[4, 'eval/acc_mean']:.1f}%" in summary
+    assert f"({gain:+.1f} points from a single seed), which gives no spread to judge by" in summary
+    assert "It generated 512 rollouts (128.0 a step), 1.00× `grpo`'s 512." in summary
+
+
+def test_alloc_summary_gives_its_rollouts_and_says_its_pilots_were_dropped(comparison, tmp_path):
+    assert _sandbox_again(comparison, tmp_path, "grpo,grpo+alloc", "--train-set", "16", "--steps", "5") == 0
+    summary = (tmp_path / "summary.md").read_text()
+    alloc = read_metrics(tmp_path / "runs" / "grpo+alloc" / "seed0.jsonl")
+    total, per_step = alloc["train/rollouts_cumulative"].iloc[-1], alloc.loc[1:, "train/rollouts_generated"].mean()
+    assert total < 640  # pilots of 2 from step 2 on: fewer than grpo's 5 x 128
+    assert _row(summary, "`grpo+alloc`")[-2:] == [f"{per_step:.1f}", f"{total:.0f}"]
+    assert _row(summary, "`grpo`")[-2:] == ["128.0", "640"]
+    assert f"It generated {total:.0f} rollouts ({per_step:.1f} a step), {total / 640:.2f}× `grpo`'s 640" in summary
+    assert "(its collapsed pilots were dropped, not given a signal)" in summary and "| `grpo+alloc` ‡ |" in summary
+    assert "rollouts per step for every estimator" not in summary
+    assert "each prompt seen 5 times by an estimator that draws 16 prompts a step (80 draws" in summary
+
+
+def test_a_second_run_into_the_same_out_is_refused_before_training_unless_forced(comparison, tmp_path, monkeypatch):
+    flags = ["--steps", "1", "--eval-every", "1"]
+    assert _sandbox_again(comparison, tmp_path, "grpo", *flags) == 0
+    first = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file() and "cache" not in path.parts}
+    from verl_avspo.sandbox import loop
+
+    def no_training(*_args, **_kwargs):
+        raise AssertionError("trained before refusing")
+
+    monkeypatch.setattr(loop, "train", no_training)
+    with pytest.raises(
+        SystemExit,
+        match=r"--out \S+ holds an earlier run \(summary.md, acr.png, accuracy.png, "
+        r"runs/grpo/seed0.jsonl\): pass --force to replace it .* or choose another --out",
+    ):
+        _sandbox_again(comparison, tmp_path, "avspo", *flags)
+    assert {path: path.read_bytes() for path in first} == first  # nothing replaced
+    monkeypatch.undo()
+    # --force: the earlier run's files go first, so the new run's logs are the only ones (report reads them all).
+    assert _sandbox_again(comparison, tmp_path, "avspo", *flags, "--force") == 0
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "runs").rglob("*.jsonl")) == [
+        "runs/avspo/seed0.jsonl"
+    ]
+    summary = (tmp_path / "summary.md").read_text()
+    assert (
+        summary.startswith("# CPU sandbox: `avspo` and no training, 1 seed × 1 step\n") and "| `grpo` |" not in summary
+    )
+
+
+def test_an_epochs_run_too_short_is_refused_before_training_with_a_fix_it_accepts(tmp_path):
+    out = tmp_path / "out"
+    base = ["sandbox", "--estimators", "grpo", "--out", str(out), "--no-cache", "--levels", "2+1,2+2"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused by the command, not warned about as `<string>:19: UserWarning`
+        # 10 x 16 = 160 draws over 32 prompts: 5 visits, accepted up to 32; at 64, fewer.
+        with pytest.raises(
+            SystemExit,
+            match=r"--train-set=64 is too large for --steps=10 x --prompts-per-step=16 = "
+            r"160 prompt draws: some prompts would be seen 2 time\(s\), fewer than the 5 epochs .* "
+            r"Use --steps 20 or more or --train-set 32 or less$",
+        ):
+            main([*base, "--steps", "10", "--train-set", "64"])
+        # A set no smaller than a step's 16 prompts would do: only more steps are offered.
+        with pytest.raises(SystemExit, match=r"seen 2 time\(s\).* Use --steps 10 or more$"):
+            main([*base, "--steps", "4", "--train-set", "32"])
+    assert not out.exists()
+
+
+def test_the_fingerprint_says_whether_it_matches_a_documented_machine(torch_settings, monkeypatch, capsys):
+    from verl_avspo.sandbox import fingerprint, fingerprint_match
+
+    documented = fingerprint_match.DOCUMENTED_FINGERPRINT
+    xeon, epyc = documented.weights
+    # The docs quote every documented value, so that the code and the page change together.
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text().split())
+    assert f"weights {xeon}, samples {documented.samples} (torch {documented.torch}" in docs
+    assert f"weights {epyc}, samples {documented.samples}" in docs
+    line = "sandbox fingerprint: weights {}, samples {} (torch {}, transformers {})"
+    versions = (documented.torch, documented.transformers)
+    assert fingerprint_match.fingerprint_verdict(line.format(xeon, documented.samples, *versions), True).startswith(
+        "MATCH: "
+    )
+    assert "AMD EPYC" in fingerprint_match.fingerprint_verdict(line.format(epyc, documented.samples, *versions), True)
+    partial = fingerprint_match.fingerprint_verdict(line.format("0123456789ab", documented.samples, *versions), True)
+    assert partial.startswith("PARTIAL MATCH: the documented samples") and "may still differ" in partial
+    other = fingerprint_match.fingerprint_verdict(line.format(xeon, "0123456789ab", *versions), True)
+    assert other.startswith("NO MATCH: the samples differ") and "another table" in other
+    assert "quotes torch" in fingerprint_match.fingerprint_verdict(
+        line.format(xeon, documented.samples, "2.0.0", "4.0"), True
+    )
+    assert "default settings only" in fingerprint_match.fingerprint_verdict(
+        line.format(xeon, documented.samples, *versions), False
+    )
+    # The command prints the hashes and the verdict (the hashes themselves: tests/sandbox/test_kernels.py).
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda _config: line.format(epyc, documented.samples, *versions))
+    assert main(["sandbox", "--fingerprint"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert (
+        printed[-1]
+        == f"against docs/results.md: MATCH: {documented.weights[epyc]} printed the same weights and samples"
+    )
+    assert main(["sandbox", "--fingerprint", "--steps", "7"]) == 0
+    assert "default settings only" in capsys.readouterr().out

@@ -2,22 +2,30 @@
 
 A tiny random-init causal LM, warmed up on synthetic arithmetic to a partial skill, is trained
 with each estimator for each seed; every run writes verl-format metrics JSONL, and the command
-writes ``summary.md`` and PNG curves of ACR and accuracy. See ``verl_avspo.sandbox.loop``.
+writes ``summary.md`` (every estimator beside the warmed-up policy not trained, with the rollouts each
+generated) and PNG curves of ACR and accuracy. See ``verl_avspo.sandbox.loop``. An ``--out`` that holds an
+earlier run is refused before any training unless ``--force`` is given (then the earlier run's summary,
+plots and logs are removed first, so that two runs never mix).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from verl_avspo.core.files import FileWriteError, check_folder, write_text
+from verl_avspo.core.files import FileWriteError, check_folder, check_target, write_text
 
 __all__ = ["configure", "run"]
 
 logger = logging.getLogger(__name__)
+
+# The files a sandbox run writes in --out, beside its logs (runs/<estimator>/seed<k>.jsonl).
+OUTPUTS = ("summary.md", "acr.png", "accuracy.png")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +61,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="first seed (default 0); e.g. --seeds 20 --seed-start 100 runs seeds 100..119, fresh seeds for a "
         "confirmation",
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/sandbox"), help="output folder (default runs/sandbox)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/sandbox"),
+        help="output folder (default runs/sandbox); one that holds an earlier run needs --force",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the earlier run in --out: its summary.md, plots and runs/<estimator>/seed<k>.jsonl logs are "
+        "removed before training, so that no old log stays beside the new ones",
+    )
     parser.add_argument("--levels", default=defaults.levels, help=f"difficulty levels (default {defaults.levels})")
     parser.add_argument(
         "--group-size",
@@ -131,66 +150,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fingerprint",
         action="store_true",
-        help="print, in seconds, a hash of the first warm-up steps' weights and of the first RL steps' samples "
-        "(docs/results.md quotes the values of the default settings), and train nothing",
+        help="print, in seconds, a hash of the first warm-up steps' weights and of the first RL steps' samples, "
+        "and whether they match the machines docs/results.md quotes for the default settings; train nothing",
     )
 
 
 def run_dir(out: Path, label: str) -> Path:
     """The folder of one estimator's runs (``avspo:paper_code`` -> ``avspo-paper_code``)."""
     return out / "runs" / label.replace(":", "-")
-
-
-def _baselines_text(estimators) -> str:
-    """What the paper's other baselines in this comparison do ("" if none is in it)."""
-    labels = {spec.label for spec in estimators}
-    sentences = {
-        "dcpo": "`dcpo` standardizes each reward against its problem's rewards over all visits as well as its group "
-        "(smooth advantage standardization) and clips the ratio with DCPO's token-wise bounds (dual clip at 10), "
-        "through verl's registered `dcpo` estimator and policy loss.",
-        "intuitor": "`intuitor` trains GRPO on the policy's self-certainty instead of the verifier's reward.",
-        "rent": "`rent` trains GRPO on the negative mean token entropy instead of the verifier's reward.",
-    }
-    return "".join(f" {text}" for name, text in sentences.items() if name in labels)
-
-
-def _resample_text(config, estimators) -> str:
-    """What dapo_resample does ("" if it is not in this comparison)."""
-    if not any(spec.resample for spec in estimators):
-        return ""
-    return (
-        f" `dapo_resample` re-samples: it draws batches of {config.prompts_per_step} prompt groups until "
-        f"{config.prompts_per_step} are not collapsed, at most {config.max_gen_batches} batches per step (verl's "
-        "`max_num_gen_batches`), and trains on those, so it generates more rollouts per step than the others "
-        "(`train/rollouts_generated`)."
-    )
-
-
-def _skip_text(config, estimators) -> str:
-    """What +skip does ("" if no estimator of this comparison skips)."""
-    if not any(spec.skip for spec in estimators):
-        return ""
-    return (
-        " `+skip` adds the pre-rollout skip rule (GRESO's, default settings): it draws candidate batches of "
-        f"{config.prompts_per_step} prompts and rolls out only those the rule keeps (a prompt whose last z visits "
-        "collapsed is kept with probability p^z), until the step has its prompts (the last of "
-        f"{config.max_gen_batches} draws keeps what is missing), so it generates as many rollouts as without it "
-        "(the skipped prompts are re-selected, `prompts/reselected`); `dapo_resample+skip` leaves a batch's skipped "
-        "places open, its next batch topping the step up (`prompts/rollouts_skipped`: the rollouts never generated)."
-    )
-
-
-def _alloc_text(config, estimators) -> str:
-    """What +alloc does ("" if no estimator of this comparison allocates)."""
-    if not any(spec.budget_share is not None for spec in estimators):
-        return ""
-    return (
-        " `+alloc` gives each of the step's prompts the rollouts the per-prompt rollout allocator plans from its "
-        f"history (default settings): a pilot of 2 for a prompt that collapsed on its last visit, G={config.group_size}"
-        " for the others, up to 16 for those whose last pass rate lies within 1/4 of 1/2, within a budget of the "
-        "given share (default 1) of a uniform step's rollouts; a pilot whose answers differ gets the rest of its "
-        "group, a collapsed one is dropped (`prompts/pilots`, `prompts/pilots_extended`, `prompts/extra_rollouts`)."
-    )
 
 
 def _check_allocation(group_size: int, estimators) -> None:
@@ -208,43 +175,24 @@ def _check_allocation(group_size: int, estimators) -> None:
             )
 
 
-def _prompts_text(config) -> str:
-    """Where the steps' prompts come from: the whole pools, or a fixed set in epochs."""
-    if config.train_set is None:
-        return "Each step draws its prompts with replacement from the levels' training pools."
-    visits = config.steps * config.prompts_per_step // config.train_set
-    return (
-        f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels), drawn in "
-        f"epochs without replacement, each prompt seen at least {visits} times by an estimator that draws "
-        f"{config.prompts_per_step} prompts a step (more by one that re-samples or skips). `prompts/always_solved` "
-        "and `prompts/never_solved` are the shares of the set that were all-correct or all-wrong on every visit."
-    )
+def _check_epochs(steps: int, prompts_per_step: int, train_set: int | None) -> None:
+    """Refuse, before any training, an epochs run too short to visit each prompt ``MIN_EPOCHS`` times (a
+    prompt's history predicts nothing for skipping and the allocator without visits), naming fixes the sandbox
+    accepts: more steps, or a smaller set where one of at least a step's prompts would do."""
+    from verl_avspo.sandbox.config import MIN_EPOCHS
 
-
-def _setup_text(config, estimators, seeds: range, first_steps: int) -> str:
-    from verl_avspo.sandbox.summary import first_steps_column
-
-    policy = config.policy
-    rollouts = config.prompts_per_step * config.group_size
-    return (
-        f"Task: synthetic arithmetic, levels {config.levels} (`1+1` adds two 1-digit numbers, `2*1` multiplies a "
-        f"2-digit by a 1-digit number), exact-match reward in {{0, 1}}, {config.eval_size} held-out problems per "
-        "level at most (a fifth of a small level).\n"
-        f"Policy: random-init {policy.architecture} ({policy.num_layers} layers, hidden {policy.hidden_size}, "
-        f"character tokenizer), warmed up by {policy.sft_steps} supervised steps (shared by every run).\n"
-        f"RL: {config.steps} steps x {config.prompts_per_step} prompts x G={config.group_size} answers = {rollouts} "
-        f"rollouts per step for every estimator, temperature {config.temperature:g}, verl's `compute_advantage` "
-        f"and `vanilla` PPO-clip loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, "
-        f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
-        f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator). `dapo` samples the same rollouts "
-        f"and drops collapsed groups from the loss (no re-sampling).{_resample_text(config, estimators)}"
-        f"{_skip_text(config, estimators)}{_alloc_text(config, estimators)}"
-        f"{_baselines_text(estimators)} {_prompts_text(config)}\n"
-        f"Estimators: {', '.join(f'`{s.label}`' for s in estimators)}. ACR (raw) is measured on the rewards before "
-        "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
-        "equals the raw ACR, so its two lines in `acr.png` coincide). "
-        f"'{first_steps_column(first_steps)}' is the early-training ACR the paper found predictive of final accuracy.\n"
-        "Accuracy and pass@k are at the last step; ± is the standard deviation over seeds."
+    if train_set is None or min(steps, prompts_per_step) < 1 or train_set < prompts_per_step:
+        return  # no epochs, or values SandboxConfig refuses with their own message
+    draws = steps * prompts_per_step
+    if draws // train_set >= MIN_EPOCHS:
+        return
+    fixes = [f"--steps {math.ceil(MIN_EPOCHS * train_set / prompts_per_step)} or more"]
+    if draws // MIN_EPOCHS >= prompts_per_step:
+        fixes.append(f"--train-set {draws // MIN_EPOCHS} or less")
+    raise ValueError(
+        f"--train-set={train_set} is too large for --steps={steps} x --prompts-per-step={prompts_per_step} = {draws} "
+        f"prompt draws: some prompts would be seen {draws // train_set} time(s), fewer than the {MIN_EPOCHS} epochs "
+        f"the epochs mode asks (skipping and the allocator act on prompts that recur). Use {' or '.join(fixes)}"
     )
 
 
@@ -288,12 +236,49 @@ def _fix_torch(threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def _print_fingerprint(config, threads: int) -> int:
+def _print_fingerprint(config, threads: int, defaults: bool) -> int:
     from verl_avspo.sandbox.fingerprint import fingerprint
+    from verl_avspo.sandbox.fingerprint_match import fingerprint_verdict
 
     _fix_torch(threads)
-    print(fingerprint(config))
+    line = fingerprint(config)
+    print(line)
+    print(f"against docs/results.md: {fingerprint_verdict(line, defaults)}")
     return 0
+
+
+def _earlier_run(out: Path, force: bool) -> list[Path]:
+    """The files an earlier run left in ``out`` (its summary, plots and logs), each checked as `prompts --out`
+    checks its target (``core.files.check_target``): refused without ``force``, and refused when not a file."""
+    if not out.is_dir():
+        return []
+    found = [path for path in (out / name for name in OUTPUTS) if path.exists() or path.is_symlink()]
+    found += sorted(out.glob("runs/*/seed*.jsonl"))
+    if found and not force:
+        names = [path.relative_to(out).as_posix() for path in found]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise FileWriteError(
+            errno.EEXIST,
+            f"--out {out} holds an earlier run ({shown}): pass --force to replace it (its summary, plots and logs "
+            "are removed before training), or choose another --out",
+        )
+    for path in found:
+        check_target(path, overwrite=True)
+    return found
+
+
+def _remove_earlier_run(out: Path, found: list[Path]) -> None:
+    """Remove the earlier run's files (``_earlier_run``) and the log folders they leave empty."""
+    for path in found:
+        path.unlink()
+    for folder in sorted({path.parent for path in found if path.parent != out}, reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    runs = out / "runs"
+    if runs.is_dir() and not any(runs.iterdir()):
+        runs.rmdir()
+    if found:
+        logger.warning("--force: removed the earlier run in %s (%d files)", out, len(found))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -311,6 +296,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         estimators = parse_estimators(args.estimators)
         _check_max_gen_batches(args.max_gen_batches, estimators)
+        _check_epochs(args.steps, args.prompts_per_step, args.train_set)
         defaults = SandboxConfig()
         config = SandboxConfig(
             levels=args.levels,
@@ -330,20 +316,26 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise SystemExit(f"verl-avspo sandbox: {err}") from err
     if args.fingerprint:
-        return _print_fingerprint(config, args.threads)
+        return _print_fingerprint(config, args.threads, config == SandboxConfig())
     # Both folders checked before either is created: a refusal must not leave the other behind.
     folders = [(args.out, "--out", "runs/sandbox")]
     if not args.no_cache:
         folders.append((args.cache_dir, "--cache-dir", "runs/sandbox_cache"))
     problems = [problem for problem in (_write_problem(*folder) for folder in folders) if problem]
+    try:
+        earlier = _earlier_run(args.out, args.force)
+    except FileWriteError as err:
+        problems.append(str(err))
     if problems:
         raise SystemExit("\n".join(f"verl-avspo sandbox: {problem}" for problem in problems))
+    _remove_earlier_run(args.out, earlier)
     for folder, _, _ in folders:
         folder.mkdir(parents=True, exist_ok=True)
 
     from verl_avspo.sandbox import kernels
     from verl_avspo.sandbox.loop import train
-    from verl_avspo.sandbox.summary import render_summary, run_statistics
+    from verl_avspo.sandbox.setup_text import setup_text
+    from verl_avspo.sandbox.summary import NO_TRAINING, no_training_curve, render_summary, run_statistics
     from verl_avspo.tools.logs import read_metrics
     from verl_avspo.tools.plots import plot_metrics
     from verl_avspo.tools.stats import early_window
@@ -374,10 +366,11 @@ def run(args: argparse.Namespace) -> int:
             band=False,
         ),
         plot_metrics(
-            frames,
+            {**frames, NO_TRAINING: no_training_curve(next(iter(frames.values())))},
             ["eval/acc_mean"],
             args.out / "accuracy.png",
-            "Held-out greedy accuracy, mean over levels (band: ± std over seeds)",
+            f"Held-out greedy accuracy, mean over levels (band: ± std over seeds; {NO_TRAINING}: the warmed-up "
+            "policy's step-0 accuracy)",
             "accuracy",
         ),
     ]
@@ -385,9 +378,15 @@ def run(args: argparse.Namespace) -> int:
         label: [run_statistics(f, len(level_names), config.pass_k, first_steps) for f in runs]
         for label, runs in frames.items()
     }
-    setup = f"{_setup_text(config, estimators, seeds, first_steps)}\n{kernels.describe()}"
+    setup = f"{setup_text(config, estimators, seeds, first_steps)}\n{kernels.describe()}"
     intrinsic = [spec.label for spec in estimators if spec.intrinsic]
-    summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic)
+    # Whose effective ACR is over the groups left after dropping collapsed ones, not given a signal.
+    dropped = {
+        spec.label: "collapsed pilots" if spec.budget_share is not None else "collapsed groups"
+        for spec in estimators
+        if spec.budget_share is not None or spec.resample
+    }
+    summary = render_summary(stats, level_names, config.pass_k, first_steps, setup, plots, intrinsic, dropped)
     write_text(args.out / "summary.md", summary)
     print(summary)
     print(
