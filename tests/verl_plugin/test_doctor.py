@@ -67,13 +67,17 @@ def test_doctor_reports_a_patched_verl_and_a_foreign_dcpo_loss(capsys, monkeypat
     assert "[FAIL] baselines: RuntimeError: the 'dcpo' loss is registered by builtins" in capsys.readouterr().out
 
 
+# What every stock main_ppo command line names (verl's config requires it).
+ENGINE = "actor_rollout_ref.rollout.name=vllm"
+
+
 def test_doctor_imports_what_the_given_overrides_name(capsys):
     """Overrides as a user typed them for stock main_ppo: a misspelt class they name fails the doctor."""
     path = "data.custom_cls.path=pkg://json"
-    assert doctor._stock_route([path, "data.custom_cls.name=JSONDecoder", "trainer.nnodes=1"]).endswith(
-        "data.custom_cls.path=pkg://json data.custom_cls.name=JSONDecoder import(s) as verl will import them"
+    assert doctor._stock_route([ENGINE, path, "data.custom_cls.name=JSONDecoder", "trainer.nnodes=1"]).endswith(
+        "your overrides compose with verl's config and pass verl-avspo's checks"
     )
-    args = argparse.Namespace(no_ray=True, overrides=[path, "+data.custom_cls.name=JSONDecodr"])
+    args = argparse.Namespace(no_ray=True, overrides=[ENGINE, path, "data.custom_cls.name=JSONDecodr"])
     assert doctor.run(args) == 1
     out = capsys.readouterr().out
     assert "[FAIL] stock main_ppo trainer: RuntimeError: data.custom_cls.name=JSONDecodr" in out
@@ -85,12 +89,66 @@ def test_doctor_fails_our_mode_with_the_legacy_trainer():
     setting and the fix (the overrides alone, where the mode is the one to add, or with our mode named)."""
     for overrides in (["trainer.use_v1=False"], ["trainer.v1.trainer_mode=avspo_colocate_async", "trainer.use_v1=0"]):
         with pytest.raises(RuntimeError) as failed:
-            doctor._stock_route(overrides)
+            doctor._stock_route([ENGINE, *overrides])
         assert "is a V1 trainer, and trainer.use_v1=False runs verl's legacy trainer" in str(failed.value)
-        assert str(failed.value).endswith("Set trainer.use_v1=True.")
-    assert doctor._stock_route(["trainer.use_v1=True"]).startswith("ACR in stock")
+        assert "Set trainer.use_v1=True." in str(failed.value)
+    assert doctor._stock_route([ENGINE, "trainer.use_v1=True"]).startswith("ACR in stock")
     # verl's own mode with the legacy trainer is no trainer of ours: nothing to refuse.
-    assert doctor._stock_route(["trainer.use_v1=False", "trainer.v1.trainer_mode=sync"]).startswith("ACR in stock")
+    assert doctor._stock_route([ENGINE, "trainer.use_v1=False", "trainer.v1.trainer_mode=sync"]).startswith("ACR")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # A misspelt mode of ours: the doctor said "[ok] ... add trainer.v1.trainer_mode=avspo_sync".
+        (
+            ["trainer.v1.trainer_mode=avspo_synk"],
+            "trainer.v1.trainer_mode=avspo_synk is none of verl-avspo's trainers. Did you mean "
+            "trainer.v1.trainer_mode=avspo_sync?",
+        ),
+        (
+            ["trainer.v1.trainer_mode=snyc"],
+            "trainer.v1.trainer_mode='snyc' is not a registered V1 trainer. Did you mean 'sync'?",
+        ),
+        # Our keys without +, which stock main_ppo's Hydra refuses.
+        (
+            ["algorithm.prompts.allocation.enable=True", "algorithm.avspo.preset=paper"],
+            "algorithm.prompts.allocation.enable=True algorithm.avspo.preset=paper: stock main_ppo's config (verl's "
+            "ppo_trainer) has no algorithm.avspo, algorithm.prompts, so Hydra would refuse them before training. "
+            "Write them with a +: +algorithm.prompts.allocation.enable=True +algorithm.avspo.preset=paper",
+        ),
+        # A bad value of ours.
+        (
+            ["+algorithm.prompts.allocation.enable=True", "+algorithm.prompts.allocation.budget_share=0"],
+            "algorithm.prompts.allocation.budget_share=0 is invalid: expected a finite number > 0.0.",
+        ),
+        # Another override stock main_ppo's Hydra refuses.
+        (["trainer.save_freqq=1"], "stock main_ppo's Hydra would refuse these overrides: Could not override"),
+    ],
+)
+def test_doctor_checks_the_stock_overrides_as_the_launcher_checks_a_config(overrides, message, capsys):
+    """Each used to pass with "all checks passed", and failed later in the run (a typo of our mode after 44 s in a
+    Ray traceback)."""
+    assert doctor.run(argparse.Namespace(no_ray=True, overrides=[ENGINE, *overrides])) == 1
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("[FAIL] stock main_ppo trainer")]
+    assert message in line
+
+
+def test_doctor_refuses_a_torn_run_state_that_stock_main_ppo_would_resume_from(tmp_path):
+    from omegaconf import OmegaConf
+
+    from verl_avspo.verl_plugin.run_state import start_run
+
+    for step in (1, 2):
+        (tmp_path / f"global_step_{step}").mkdir()
+    start_run(OmegaConf.create({"adv_estimator": "grpo"})).save(tmp_path / "global_step_1")
+    (tmp_path / "global_step_2" / "avspo_state.pt").write_bytes(b"torn")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    with pytest.raises(RuntimeError) as failed:
+        doctor._stock_route([ENGINE, f"trainer.default_local_dir={tmp_path}"])
+    assert f"trainer.resume_mode=auto resumes from {tmp_path}/global_step_2, but" in str(failed.value)
+    assert f"add trainer.resume_mode=resume_path trainer.resume_from_path={tmp_path}/global_step_1" in str(failed.value)
 
 
 def test_doctor_says_when_trl_is_not_installed(monkeypatch):

@@ -5,7 +5,8 @@ shows up only as ``Unknown advantage estimator`` after models have loaded. This 
 link of the chain visible: versions, the entry point itself, a fresh ``import verl`` process, a Ray
 actor (where verl's TaskRunner computes advantages; on a cluster set ``RAY_ADDRESS`` to check the
 cluster's workers), the launcher's config, our trainer for stock ``main_ppo`` (its modes in verl's trainer
-registry, and the override that chooses it; refused with ``trainer.use_v1=False`` among the overrides), the
+registry, and the override that chooses it; given the user's overrides, those composed with verl's config and
+checked as the launcher checks them: a misspelt mode, our keys without ``+``, a bad allocator value), the
 paper's other baselines (the ``dcpo`` registrations; whether verl carries the patch INTUITOR needs), and TRL when it is
 installed (its
 version against the TRL adapter's tested range, ``GRPOTrainer`` and the adapter importable, and
@@ -44,8 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="your stock main_ppo overrides: the custom_sampler, custom_cls and custom_reward_function they name are "
-        "imported and checked, and trainer.v1.trainer_mode=avspo_* with trainer.use_v1=False is refused",
+        help="your stock main_ppo overrides, all of them: composed with verl's config as main_ppo composes them and "
+        "checked as `python -m verl_avspo.main_ppo` checks a config (our keys, given with +; the trainer mode; the "
+        "estimator; the classes and functions they name; the run state a resume reads), without data, model or GPUs",
     )
 
 
@@ -174,35 +176,73 @@ def _baselines() -> str:
     return f"dcpo estimator and policy loss registered; RENT needs no patch; INTUITOR {intuitor}"
 
 
+# The sections of verl's config that only verl-avspo reads: stock main_ppo's config (verl's ppo_trainer) lacks them.
+_OUR_SECTIONS = ("algorithm.acr", "algorithm.avspo", "algorithm.prompts", "algorithm.dcpo", "algorithm.intrinsic")
+
+
+def _stock_config(overrides: Sequence[str]):
+    """verl's ``ppo_trainer`` composed with ``overrides`` as stock ``main_ppo``'s Hydra composes it (its YAML read
+    from its folder, verl not imported).
+
+    Raises:
+        RuntimeError: an override Hydra refuses, naming it and the fix (for our keys without ``+``: the ``+``).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from verl_avspo.verl_plugin.checks import verl_package_dir
+
+    unplussed = [arg for arg in overrides if arg.partition("=")[0].startswith(_OUR_SECTIONS)]
+    if unplussed:
+        sections = ", ".join(sorted({".".join(arg.split(".")[:2]) for arg in unplussed}))
+        them = "it" if len(unplussed) == 1 else "them"
+        raise RuntimeError(
+            f"{' '.join(unplussed)}: stock main_ppo's config (verl's ppo_trainer) has no {sections}, so Hydra would "
+            f"refuse {them} before training. Write {them} with a +: {' '.join('+' + arg for arg in unplussed)} (or "
+            "launch with `python -m verl_avspo.main_ppo`, whose config declares them)"
+        )
+    try:
+        with initialize_config_dir(config_dir=str(verl_package_dir() / "trainer" / "config"), version_base=None):
+            return compose(config_name="ppo_trainer", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = f" ({str(err.__cause__).splitlines()[0]})" if err.__cause__ else ""
+        raise RuntimeError(f"stock main_ppo's Hydra would refuse these overrides: {err}{cause}") from None
+
+
 def _stock_route(overrides: Sequence[str] = ()) -> str:
     """Our trainers for stock ``main_ppo``: in verl's trainer registry after ``import verl`` (as verl's TaskRunner
-    looks them up), and the override that chooses one; with ``overrides``, what their ``path``/``name`` pairs name
-    too (a custom sampler, dataset or reward function, ...). Our mode with ``trainer.use_v1=False`` fails: verl's
-    legacy trainer never reads it."""
-    from omegaconf import OmegaConf
-
-    from verl_avspo.verl_plugin.checks.extern import EXTERN_SECTIONS, extern_object_problems
-    from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE, MODES, command_line_problem
-
-    legacy = command_line_problem([MODE_OVERRIDE, *overrides])  # the mode they are to add, unless they set one
-    if legacy:
-        raise RuntimeError(legacy)
+    looks them up), and the override that chooses them. With ``overrides`` (the user's stock command line), they
+    are composed with verl's config as ``main_ppo`` composes them and checked as the launcher checks a config
+    (every verl-avspo setting, the trainer mode, the estimator and loss names, the classes and functions they
+    name, the run state a resume would read), without the data, the model or the GPUs."""
     import verl  # noqa: F401  (loads the verl.plugins entry points)
     from verl.trainer.ppo.v1 import trainer_base
+
+    from verl_avspo.verl_plugin.checks import ConfigCheckError, check_config
+    from verl_avspo.verl_plugin.checks.checkpoint_folder import resume_state_problems
+    from verl_avspo.verl_plugin.checks.extern import extern_object_problems
+    from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, MODE_OVERRIDE, MODES
 
     missing = [mode for mode in MODES if mode not in trainer_base.TRAINER_REGISTRY]
     if missing:
         cause = _plugin_policy_problem() or "see the warning above for why verl_avspo.verl_plugin.trainer_v1 failed"
         raise RuntimeError(f"trainer.v1.trainer_mode={'/'.join(missing)} is not in verl's trainer registry: {cause}")
-    named = [
-        arg.lstrip("+") for arg in overrides if arg.lstrip("+").partition("=")[0].rpartition(".")[0] in EXTERN_SECTIONS
-    ]
-    problems = extern_object_problems(OmegaConf.from_dotlist(["trainer.use_v1=true", *named]))
-    if problems:
-        raise RuntimeError(" ".join(problems))
-    imported = f"; {' '.join(named)} import(s) as verl will import them" if named else ""
     others = ", ".join(mode for mode in MODES if mode not in MODE_OVERRIDE)
-    return f"ACR in stock `python -m verl.trainer.main_ppo` (V1): add {MODE_OVERRIDE} (or {others}){imported}"
+    ready = f"ACR in stock `python -m verl.trainer.main_ppo` (V1): add {MODE_OVERRIDE} (or {others})"
+    if not overrides:
+        return ready
+    names_mode = any(arg.lstrip("+").partition("=")[0] == MODE_KEY for arg in overrides)
+    config = _stock_config(list(overrides) if names_mode else [MODE_OVERRIDE, *overrides])  # the mode to add
+    try:
+        problems = []
+        check_config(config)
+    except ConfigCheckError as err:
+        problems = err.problems
+    problems += extern_object_problems(config) + resume_state_problems(config)
+    if problems:
+        raise RuntimeError(" ".join(problems) if len(problems) == 1 else str(ConfigCheckError(problems)))
+    return f"{ready}; your overrides compose with verl's config and pass verl-avspo's checks"
 
 
 def _verl_next_to_trl() -> str:

@@ -129,9 +129,16 @@ def resume_state_problems(config: DictConfig) -> list[str]:
     ``latest_checkpointed_iteration.txt`` or ``trainer.resume_from_path``), when it cannot be read, with the
     override that resumes from the previous checkpoint. A checkpoint without the file is left to the trainer
     (it starts the state afresh, with a warning)."""
-    if OmegaConf.select(config, "trainer.resume_mode", default="disable") == "disable":
+    mode = OmegaConf.select(config, "trainer.resume_mode", default="disable")
+    if mode == "disable":
         return []
-    from verl_avspo.verl_plugin.file_log import resume_folder  # imports verl: only for a resumed run
+    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+    from verl_avspo.verl_plugin.file_log import resume_folder  # imports verl: only for a run that may resume
+
+    local_dir = OmegaConf.select(config, KEY, default=None)
+    if mode == "auto" and (local_dir is None or not Path(get_checkpoint_tracker_filename(str(local_dir))).exists()):
+        return []  # a fresh start (and verl's finder would print that it found no tracker file)
 
     try:
         folder = resume_folder(config.trainer)
