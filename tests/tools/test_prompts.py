@@ -19,7 +19,7 @@ from verl_avspo.cli import main
 from verl_avspo.core.prompt_history import PromptHistory, prompt_key
 from verl_avspo.core.run_tracker import STATE_VERSION
 from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
-from verl_avspo.tools.prompts import load_history
+from verl_avspo.tools.prompts import VERL_TRACKER_FILE, load_history
 
 # Prompt 0 always solved, 1 never solved, 2 mixed, 3 collapsed once each way (mixed); 4 never visited.
 VISITS = [
@@ -98,6 +98,40 @@ def test_an_earlier_step_is_read_when_asked(tmp_path):
     assert len(load_history(run).history) == 4
     with pytest.raises(ValueError, match="is empty"):
         load_history(run, step=1)
+
+
+def test_a_missing_step_is_refused_listing_the_steps_there(tmp_path, capsys):
+    run = save_run(tmp_path / "ckpt", history(), steps=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"no run state of step 9 under .*ckpt: its checkpoints hold steps 1, 2, 3\. "
+                       r"Give --step one of them\."):  # fmt: skip
+        load_history(run, step=9)
+    assert main(["prompts", str(run), "--step", "9"]) == 1
+    assert "its checkpoints hold steps 1, 2, 3" in capsys.readouterr().err
+
+
+def test_a_verl_folder_is_read_at_the_step_verl_resumes_from(tmp_path, caplog):
+    """After a save that failed (a full disk), global_step_2 lies behind the tracker file, which names step 1:
+    verl resumes from step 1, and so the command reads step 1, saying why step 2 is not read."""
+    run = save_run(tmp_path / "ckpt", history(), steps=(2, 1))  # step 1 holds the history, step 2 an empty one
+    (run / "latest_checkpointed_iteration.txt").write_text("1")
+    with caplog.at_level("WARNING"):
+        saved = load_history(run)
+    assert saved.step == 1 and len(saved.history) == 4
+    assert "names step 1, the step verl resumes from; global_step_2 is later, from a save that did not finish" in (
+        caplog.text
+    )
+    assert "--step 2 reads it anyway" in caplog.text
+    with pytest.raises(ValueError, match="global_step_2/avspo_state.pt has no per-prompt history"):
+        load_history(run, step=2)  # asked for: read
+    # A tracker naming a step without a state (or unreadable): the latest, as before.
+    (run / "latest_checkpointed_iteration.txt").write_text("7")
+    with pytest.raises(ValueError, match="is empty"):
+        load_history(run)
+
+
+def test_the_tracker_file_is_verls():
+    checkpoint_manager = pytest.importorskip("verl.utils.checkpoint.checkpoint_manager")
+    assert os.path.basename(checkpoint_manager.get_checkpoint_tracker_filename("run")) == VERL_TRACKER_FILE
 
 
 def test_drop_writes_the_parquet_without_those_classes(tmp_path, capsys):

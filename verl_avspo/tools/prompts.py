@@ -10,7 +10,9 @@ The run state is the run tracker's (docs/architecture.md): verl's trainers write
 ``global_step_N/avspo_state.pt`` in ``trainer.default_local_dir``; OpenRLHF keeps it in the
 checkpoint's client states (``--ckpt.path/_actor/global_step<N>/mp_rank_00_model_states.pt``); TRL's
 trainer writes ``checkpoint-N/avspo_state.pt`` in its ``output_dir``. Given a folder, the command reads
-the state of its latest step (``--step`` picks another).
+the state of its latest step (``--step`` picks another); in a verl folder, the step verl would resume from,
+which its ``latest_checkpointed_iteration.txt`` names (a save that failed, a full disk, can leave a later
+folder behind it, said with a warning).
 
 A prompt seen by the run is **always_solved** (all-correct on every visit), **never_solved** (all-wrong
 on every visit) or **mixed**. With ``--data``, each parquet row is matched to the history by the key
@@ -31,6 +33,7 @@ file, or one of a newer release, is named with what to do.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from collections import Counter
@@ -49,7 +52,12 @@ from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
 
 __all__ = ["PromptsError", "SavedHistory", "load_history", "row_keys", "select_rows", "configure", "run"]
 
+logger = logging.getLogger(__name__)
+
 UNSEEN = "unseen"
+# verl's checkpoint tracker (verl.utils.checkpoint.checkpoint_manager.get_checkpoint_tracker_filename, tested
+# against it): the step a verl run resumes from. Named here, not imported: verl's import takes about 10 s.
+VERL_TRACKER_FILE = "latest_checkpointed_iteration.txt"
 INDEX_COLUMN = "extra_info.index"  # verl's dataset index, what algorithm.prompts.key=index keys by
 ANNOTATIONS = ("visits", "all_correct", "all_wrong", "last_pass_rate", "class")
 # global_step_12 (verl), global_step12 (OpenRLHF) or checkpoint-12 (TRL).
@@ -104,9 +112,33 @@ def _run_state(path: Path, steps: list[int]) -> dict[str, Any]:
         raise PromptsError(f"{err}{earlier}") from None
 
 
+def _resumed_step(folder: Path, steps: list[int]) -> int | None:
+    """The step verl resumes ``folder`` from (its tracker file), when that step has a run state; None (the
+    latest) otherwise. A later step's folder is a save that did not finish: said with a warning."""
+    tracker = folder / VERL_TRACKER_FILE
+    try:
+        step = int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if step not in steps:
+        return None
+    later = [other for other in steps if other > step]
+    if later:
+        logger.warning(
+            "%s names step %d, the step verl resumes from; global_step_%s %s later, from a save that did not finish "
+            "(a full disk, a killed run), and is not read: --step %d reads it anyway",
+            tracker,
+            step,
+            ", ".join(map(str, later)),
+            "is" if len(later) == 1 else "are",
+            later[-1],
+        )
+    return step
+
+
 def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
     """The per-prompt history saved in ``run``: a state file, a checkpoint folder, or a folder of
-    checkpoints (its latest step, or ``step``).
+    checkpoints (the step verl resumes from where it names one, else its latest; or ``step``).
 
     Raises:
         PromptsError: nothing to read there, or a state without a prompt history; the message says why.
@@ -119,8 +151,15 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
         found = _state_files(path)
         steps = sorted({_step_of(p) for p in found})
         files = found or [p for p in (path / STATE_FILE, path / CLIENT_STATES_FILE) if p.exists()]
+        if step is None:
+            step = _resumed_step(path, steps)
         if step is not None:
             files = [p for p in files if _step_of(p) == step]
+        if not files and steps:
+            raise PromptsError(
+                f"no run state of step {step} under {path}: its checkpoints hold step{'s' if len(steps) > 1 else ''} "
+                f"{', '.join(map(str, steps))}. Give --step one of them."
+            )
         if not files:
             which = f"of step {step} " if step is not None else ""
             raise PromptsError(f"no run state {which}under {path}: {_WHERE}. Point at a folder holding one.")
@@ -264,7 +303,9 @@ def _count(text: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="a checkpoint folder (or a folder of them), or a run state file")
-    parser.add_argument("--step", type=int, help="the checkpoint step to read (default: the latest)")
+    parser.add_argument(
+        "--step", type=int, help="the checkpoint step to read (default: the one verl resumes from, else the latest)"
+    )
     parser.add_argument("--show", type=_count, default=10, help="prompts listed per class (default 10; 0: counts only)")
     parser.add_argument("--data", help="the training parquet (verl format) to write a new one from")
     parser.add_argument("--out", help="where to write the new parquet (needs --data; an existing file needs --force)")
