@@ -90,7 +90,11 @@ def test_a_resume_appended_to_the_log_keeps_the_last_value_of_each_step_and_says
         write_record(stream, 3, {"val-core/math/acc/mean@1": 0.5})  # a validation record is not a repeat
         for step in (4, 5, 6):  # resumed from the checkpoint of step 3, appended to the same file
             write_record(stream, step, {"acr/rate": 0.2, "critic/score/mean": 0.6})
-    with pytest.warns(UserWarning, match=r"run.jsonl: step\(s\) 4, 5 logged more than once, every one with other values \(a restarted run's new attempt\?\), first at .*run.jsonl:7"):
+    with pytest.warns(
+        UserWarning,
+        match=r"run.jsonl: step\(s\) 4, 5 logged more than once, every one with other values \(a restarted run's new "
+        r"attempt\?\), first at .*run.jsonl:7",
+    ):
         frame = read_metrics(path)
     assert frame["acr/rate"].to_dict() == {1: 0.9, 2: 0.9, 3: 0.9, 4: 0.2, 5: 0.2, 6: 0.2}
     assert frame.attrs["repeated_steps"] == [4, 5] and frame.loc[3, "val-core/math/acc/mean@1"] == 0.5

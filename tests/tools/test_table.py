@@ -103,7 +103,10 @@ def test_errors_name_the_problem(tmp_path, capsys):
     assert main(["table", str(tmp_path / "missing")]) == 1
     assert f"no such log file or directory: {tmp_path / 'missing'}" in capsys.readouterr().err
     assert main(["table", str(tmp_path)]) == 1
-    assert "no logs (JSONL metrics, console logs, events.out.tfevents.*, *.csv, trainer_state.json) found in" in capsys.readouterr().err
+    assert (
+        "no logs (JSONL metrics, console logs, events.out.tfevents.*, *.csv, trainer_state.json) found in"
+        in capsys.readouterr().err
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert main(["table", str(bad)]) == 1

@@ -203,7 +203,8 @@ _STEPS_IN_JSON = re.compile(r'"(?:log_history|step|global_step|iteration|iter|tr
 
 
 def _why_not_a_log(file: Path) -> str | None:
-    """Why ``file``, found in a folder, is not read as a log (None: it is one, or may be: reading it says).
+    """Why ``file``, found in a folder, is not read as a log, in words without parentheses (None: it is
+    one, or may be: reading it says).
     A file of any name that reads when given alone (JSONL metrics, a console log, a JSON log history)
     is read in a folder too; a ``*.jsonl`` whose first lines do not parse is read, so that its problem is
     named."""
@@ -212,7 +213,7 @@ def _why_not_a_log(file: Path) -> str | None:
     if file.suffix.lower() in _NOT_LOGS:
         return "not a log format"
     if file.suffix == ".jsonl":
-        return None if is_metrics_log(file) else "JSON lines without a step (not metrics: generations, samples?)"
+        return None if is_metrics_log(file) else "JSON lines without a step: not metrics, such as generations"
     if file.stat().st_size > _TEXT_LIMIT:
         return f"larger than {_TEXT_LIMIT >> 20} MiB and not a log format"
     with file.open("rb") as stream:
@@ -221,10 +222,10 @@ def _why_not_a_log(file: Path) -> str | None:
         return "a binary file"
     text = file.read_text(errors="replace")
     if file.suffix == ".json":
-        return None if _STEPS_IN_JSON.search(text) else "JSON without a step or a log_history (a config?)"
+        return None if _STEPS_IN_JSON.search(text) else "JSON without a step or a log_history: a config?"
     if (head.lstrip().startswith(b"{") and is_metrics_log(file)) or holds_console_metrics(text):
         return None
-    return "no metrics record (JSON lines with a step, or a console log's metrics lines)"
+    return "no metrics record: no JSON lines with a step, no console metrics lines"
 
 
 def _log_files(paths: Sequence[str | Path], evaluations: bool, skipped: list[str] | None = None) -> list[Path]:
@@ -241,14 +242,14 @@ def _log_files(paths: Sequence[str | Path], evaluations: bool, skipped: list[str
         found = []
         for file in sorted(p for p in path.rglob("*") if p.is_file()):
             if file.name == "eval.jsonl" and not evaluations:
-                passed.append(f"{file} (a final evaluation: read by `verl-avspo table`)")
+                passed.append(f"{file} (a final evaluation, read by `verl-avspo table`)")
             elif (why := _why_not_a_log(file)) is not None:
                 passed.append(f"{file} ({why})")
             else:
                 found.append(file)
         latest = _latest_trainer_states(found)
         passed += [
-            f"{file} (an earlier checkpoint's copy of the run's log_history: its latest is read)"
+            f"{file} (an earlier checkpoint's copy of the run's log_history; its latest is read)"
             for file in found
             if file not in latest
         ]
@@ -338,7 +339,7 @@ def not_logs_summary(skipped: Sequence[str], shown: int = 3) -> list[str]:
     line per reason: how many, and the first few."""
     by_reason: dict[str, list[str]] = {}
     for entry in skipped:
-        path, _, why = entry.rstrip(")").rpartition(" (")
+        path, _, why = entry.removesuffix(")").rpartition(" (")  # reasons hold no parentheses
         by_reason.setdefault(why, []).append(path)
     return [
         f"{len(paths)} file(s), {why}: {', '.join(paths[:shown])}"

@@ -191,6 +191,7 @@ class StepCoverage:
     repeated: tuple[int, ...]
     repeated_differing: tuple[int, ...] = ()  # of ``repeated``, those logged again with other values
     planned: int | None = None  # the steps the run's progress bar planned (console logs)
+    zero_based: bool = False  # its first training step is 0 (a reward logged there): Tinker's numbering
 
     @property
     def ends_early(self) -> bool:
@@ -204,9 +205,10 @@ class StepCoverage:
 
     @property
     def steps(self) -> int:
-        """The training steps the log reaches (its last training step): what ``report``, ``table`` and
-        ``--json`` call a run's steps, whatever its logging interval."""
-        return self.last
+        """The training steps the log reaches (its last training step; one more when it counts its training
+        steps from 0, as Tinker's does): what ``report``, ``table`` and ``--json`` call a run's steps,
+        whatever its logging interval."""
+        return self.last + self.zero_based
 
     def said(self) -> str:
         """``200 steps`` or ``200 steps, 40 rows logged every 5``."""
@@ -295,7 +297,9 @@ def step_coverage(frame: pd.DataFrame) -> StepCoverage:
     of them differ from the stride (an unevenly sampled export: ``irregular``)."""
     steps = np.asarray(sorted(training_rows(frame).index), dtype=int)
     repeated = tuple(frame.attrs.get("repeated_steps", ()))
-    seen = (tuple(frame.attrs.get("repeated_differing", ())), frame.attrs.get("planned_steps"))
+    score = score_column(frame)
+    zero_based = bool(steps.size and steps[0] == 0 and score is not None and pd.notna(frame[score].get(0)))
+    seen = (tuple(frame.attrs.get("repeated_differing", ())), frame.attrs.get("planned_steps"), zero_based)
     differences = np.diff(steps)
     logged = frame.attrs.get("logging_steps")
     if differences.size == 0:

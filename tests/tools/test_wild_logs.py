@@ -1,0 +1,207 @@
+"""``report`` and ``table`` on the shapes of public logs (synthetic reproductions in
+``fixtures/wild_logs.py``): console logs (verl's ``step:N`` lines through Ray with ANSI colours, the
+Trainer's printed dicts of older and recent transformers between ``\\r`` progress bars, OpenRLHF's
+``Global step N``), a cut-off console log, every file of a folder accounted for, Tinker's group fractions,
+group counts, DAPO's regeneration, custom reward and step names, the coverage section, a headline that
+agrees with its numbers, the paper's fit only for math runs, no raw Python warnings, and reading logs
+without torch or verl imported."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from verl_avspo import cli
+from verl_avspo.tools.diagnosis import diagnose
+from verl_avspo.tools.logs import collect_runs, read_run
+from verl_avspo.tools.signals import Trend
+from verl_avspo.tools.table import table_rows
+
+_SPEC = importlib.util.spec_from_file_location("wild_logs", Path(__file__).parent / "fixtures" / "wild_logs.py")
+wild_logs = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(wild_logs)
+
+
+def headlines(diagnosis):
+    return [f"[{f.severity}] {f.headline}" for f in diagnosis.findings]
+
+
+def test_verl_console_log_reads_through_ray_prefixes_colours_and_progress_bars(tmp_path):
+    frame = read_run(wild_logs.verl_console(tmp_path / "train.log", steps=30, collapse_from=13))
+    assert frame.index.tolist() == list(range(31))  # step 0: the validation before training
+    assert frame.loc[0, "val-core/gsm8k/acc/mean@1"] == 0.25  # np.float64(0.25)
+    assert frame.loc[5, "critic/score/mean"] == pytest.approx(0.25) and frame.attrs["planned_steps"] == 30
+    diagnosis = diagnose("train", frame)
+    assert diagnosis.values["framework"] == "verl" and diagnosis.steps == 30
+    assert "[ALERT] Every group collapsed on 18 of 30 logged rows (critic/score/max == critic/score/min)" in (
+        headlines(diagnosis)
+    )
+    # Truncation 0.9 on the collapsed rows vs 0.05 elsewhere: tied to the collapse.
+    assert any(h.startswith("[ALERT] Likely cause of collapse: 56% of completions cut") for h in headlines(diagnosis))
+
+
+def test_a_cut_off_console_log_is_read_as_far_as_it_goes_with_a_warning(tmp_path):
+    path = wild_logs.verl_console(tmp_path / "killed.log", steps=10, planned=30, cut=True)
+    with pytest.warns(UserWarning, match=r"killed.log:\d+ \(the last line is cut off"):
+        frame = read_run(path)
+    assert frame.index.max() == 10
+    said = diagnose("killed", frame).findings[0]
+    assert said.severity == "WARN" and "it ends at step 10 of the 30 its progress bar planned" in said.headline
+
+
+@pytest.mark.parametrize("as_strings", [True, False])
+def test_trainer_printed_dicts_take_the_progress_bar_step(tmp_path, as_strings):
+    frame = read_run(wild_logs.trl_console(tmp_path / "out.txt", steps=20, logging_steps=2, as_strings=as_strings))
+    assert frame.index.tolist() == list(range(2, 21, 2)) and "train_runtime" not in frame
+    assert frame.loc[10, "eval_reward"] == 0.3 and frame.loc[20, "reward"] == pytest.approx(0.5)
+    diagnosis = diagnose("out", frame)
+    assert diagnosis.values["framework"] == "trl" and diagnosis.values["acr_source"] == "frac_reward_zero_std"
+    assert diagnosis.values["coverage"]["stride"] == 2 and not diagnosis.values["coverage"]["gaps"]
+
+
+def test_printed_dicts_without_a_progress_bar_are_numbered_in_order_with_a_warning(tmp_path):
+    path = tmp_path / "nobar.log"
+    path.write_text("".join(str({"loss": 0.1, "reward": 0.1 * i, "epoch": i}) + "\n" for i in range(1, 4)))
+    with pytest.warns(UserWarning, match="without a training progress bar"):
+        assert read_run(path).index.tolist() == [1, 2, 3]
+
+
+def test_openrlhf_console_lines(tmp_path):
+    frame = read_run(wild_logs.openrlhf_console(tmp_path / "orl.out"))
+    assert frame.index.tolist() == list(range(1, 13)) and frame.loc[3, "reward"] == pytest.approx(0.33)
+    assert diagnose("orl", frame).values["framework"] == "openrlhf"
+
+
+def test_tinker_group_fractions_are_collapse_split_into_good_and_bad(tmp_path):
+    frame = read_run(wild_logs.tinker_metrics(tmp_path / "metrics.jsonl"))
+    diagnosis = diagnose("minesweeper", frame)
+    values = diagnosis.values
+    assert values["acr_source"] == "env/all/by_group/frac_all_good + frac_all_bad"
+    assert values["mean_acr"] == pytest.approx(0.6) and values["all_correct"] == pytest.approx(0.3)
+    assert values["score_metric"] == "env/all/reward/total"
+    assert "[INFO] Reward rose: 0.186 → 0.884" in headlines(diagnosis) and diagnosis.steps == 20
+    assert not any("Paper's fit" in h for h in headlines(diagnosis))  # not a math run
+
+
+def test_dapo_regeneration_is_collapse_evidence_not_an_acr_of_zero(tmp_path):
+    path = wild_logs.dapo_file_log(tmp_path / "dapo.jsonl")
+    diagnosis = diagnose("dapo", read_run(path))
+    assert (
+        "[WARN] Collapsed groups filtered out before logging (DAPO's dynamic sampling): generated again on 20 of "
+        "20 steps"
+    ) in headlines(diagnosis)
+    assert diagnosis.values["mean_acr"] is None and diagnosis.values["stalled"] is None
+    (row,) = table_rows([path])
+    assert row.acr_final is None and "generated again on 20 of 20 steps" in row.notes[-1]
+    path = wild_logs.dapo_file_log(tmp_path / "dapo1.jsonl", gen_batches=1)
+    assert diagnose("dapo", read_run(path)).findings[0].severity == "INFO"
+
+
+def test_iteration_step_column_reward_mean_and_group_counts(tmp_path):
+    frame = read_run(wild_logs.iteration_csv(tmp_path / "custom.csv"))
+    diagnosis = diagnose("custom", frame)
+    assert diagnosis.values["score_metric"] == "reward_mean"
+    assert diagnosis.values["acr_source"] == "skipped_groups / n_groups"
+    assert diagnosis.values["mean_acr"] == pytest.approx((4 * 0.5 + 11 * 0.125) / 15)
+    path = tmp_path / "custom.jsonl"
+    path.write_text("".join(json.dumps({"iteration": i, "mean_reward": 0.1 * i}) + "\n" for i in range(1, 6)))
+    assert diagnose("custom", read_run(path)).values["score_metric"] == "mean_reward"
+    columnar = tmp_path / "history.json"
+    columnar.write_text(json.dumps({"step": [1, 2, 3], "reward_mean": [0.1, 0.2, 0.3], "name": "run"}))
+    assert read_run(columnar)["reward_mean"].tolist() == [0.1, 0.2, 0.3]
+
+
+def test_a_folder_accounts_for_every_file_and_reads_what_reads_alone(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    wild_logs.verl_console(runs / "verl_console.txt")
+    wild_logs.trl_console(runs / "trl.log")
+    wild_logs.tinker_metrics(runs / "tinker.jsonl")
+    (runs / "training_logs.json").write_text(json.dumps([{"step": s, "reward": 0.1 * s} for s in range(1, 6)]))
+    (runs / "config.json").write_text(json.dumps({"lr": 1e-6}))
+    (runs / "samples.jsonl").write_text(json.dumps({"prompt": "1+1", "completion": "2"}) + "\n")
+    (runs / "notes.md").write_text("a run\n")
+    (runs / "model.safetensors").write_bytes(b"\0" * 16)
+    (runs / "broken.csv").write_text("")
+    alone = {path.name for path in runs.iterdir() if _reads_alone(path)}
+    unreadable, skipped = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = collect_runs([runs], unreadable=unreadable, skipped=skipped)
+    assert sorted(found) == ["tinker", "training_logs", "trl", "verl_console"]
+    assert {name + suffix for name, suffix in zip(found, (".jsonl", ".json", ".log", ".txt"), strict=True)} == alone
+    named = unreadable + skipped
+    for path in runs.iterdir():  # every file: a run, or named with its reason
+        assert path.stem in found or any(str(path) in entry for entry in named), path
+    assert any("config.json (JSON without a step or a log_history: a config?)" in entry for entry in skipped)
+    assert any("samples.jsonl (JSON lines without a step" in entry for entry in skipped)
+    assert any("broken.csv" in problem for problem in unreadable)
+
+
+def _reads_alone(path: Path) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read_run(path)
+    except ValueError:
+        return False
+    return True
+
+
+def test_report_cli_prints_warnings_as_lines_and_names_files_not_read(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    wild_logs.verl_console(runs / "killed.log", steps=10, planned=30, cut=True)
+    (runs / "config.json").write_text("{}")
+    out = tmp_path / "report"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a raw Python warning would fail here
+        assert cli.main(["report", str(runs), "--out", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "-- warning: skipped 1 line(s)" in printed and "UserWarning" not in printed
+    assert "-- not a log, not read: 1 file(s), JSON without a step or a log_history: a config?" in printed
+    assert "## Reading the logs" in (out / "summary.md").read_text()
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["not_logs"] == [f"{runs / 'config.json'} (JSON without a step or a log_history: a config?)"]
+    keys = document["runs"][0]["keys"]
+    assert "critic/score/mean" in keys["used"] and "timing_s/step" in keys["not_used"]
+
+
+def test_the_coverage_finding_lists_keys_read_and_not_read(tmp_path):
+    diagnosis = diagnose("train", read_run(wild_logs.verl_console(tmp_path / "t.log")))
+    keys = diagnosis.findings[-1]
+    assert keys.headline == "Log keys: 6 of 9 numeric keys read by the findings"
+    assert keys.evidence[1] == "not read: actor/pg_loss, actor/grad_norm, timing_s/step (--json lists them all)"
+
+
+def test_a_fall_that_is_not_significant_is_said_so_not_flat():
+    fell = Trend(0.398, 0.125, 0.12, 3, -0.3, 0.09, 0.45, 4, 10, 0.0, 0.5)
+    assert fell.direction == "flat" and fell.said == "fell, not significant (p 0.09)"
+    flat = Trend(0.4, 0.401, 0.4, 3, 0.0, 0.9, 0.45, 4, 10, 0.0, 0.5)
+    assert flat.said == "flat"
+
+
+def test_paper_fit_only_for_math_runs_or_on_request(tmp_path):
+    path = tmp_path / "minesweeper.jsonl"
+    with path.open("w") as stream:
+        for step in range(1, 121):
+            stream.write(json.dumps({"step": step, "data": {"acr/rate": 0.4, "critic/score/mean": 0.3}}) + "\n")
+    frame = read_run(path)
+    assert not any("Paper's fit" in h for h in headlines(diagnose("minesweeper", frame)))
+    assert any("Paper's fit" in h for h in headlines(diagnose("minesweeper", frame, paper_fit=True)))
+    assert any("Paper's fit" in h for h in headlines(diagnose("qwen-math-grpo", frame)))
+
+
+def test_reading_and_diagnosing_logs_imports_neither_torch_nor_verl(tmp_path):
+    log = wild_logs.verl_console(tmp_path / "t.log")
+    code = (
+        "import sys; from verl_avspo.tools.report import write_report; from verl_avspo.tools.logs import collect_runs; "
+        f"write_report(collect_runs([{str(log)!r}]), {str(tmp_path / 'out')!r}); "
+        "print(sorted(m for m in ('torch', 'verl', 'ray', 'transformers') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
