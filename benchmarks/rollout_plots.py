@@ -236,10 +236,12 @@ def plot_curves(
     path: Path,
     budget: float | None = None,
     target: float | None = None,
+    untrained: float | None = None,
 ) -> None:
     """Held-out accuracy against cumulative rollouts: per label, the mean of its runs' curves
     ((rollouts, accuracy in points) each) with a ± std band, on the range every run reached; a dotted
-    vertical line at ``budget`` and a dashed horizontal one at ``target`` where given."""
+    vertical line at ``budget``, a dashed horizontal one at ``target`` and a dash-dotted one at ``untrained``
+    (the no-training row: the warmed-up policy's accuracy, at any number of rollouts) where given."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, runs in curves.items():
         grid = np.linspace(0, min(r[-1] for r, _ in runs), 60)
@@ -254,6 +256,8 @@ def plot_curves(
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", linewidth=1)
         xlabel += " (dashed: the target accuracy)"
+    if untrained is not None:
+        ax.axhline(untrained, color="black", linestyle="-.", linewidth=1, label="no training (0 rollouts)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("held-out greedy accuracy (%)")
     ax.set_title(title, fontsize=10)

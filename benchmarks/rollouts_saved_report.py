@@ -24,8 +24,17 @@ the accuracy in points and the cumulative rollouts at each evaluation step: the 
   target is censored: it counts with its total rollouts, a lower bound; where more than a fifth of
   either arm's runs are censored the ratio is marked a bound, with no verdict; otherwise an arm needs
   fewer (more) rollouts than the baseline iff the interval lies below (above) 1;
-- the per-arm table (final accuracy, rollouts per step, raw ACR, skip and allocation counts, shares of
-  the training set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under ``--out``.
+- the per-arm table (final accuracy, rollouts per step and in all, raw ACR, skip and allocation counts,
+  shares of the training set always and never solved) and ``<prefix><mix>_accuracy_per_rollout.png`` under
+  ``--out``.
+
+Every mix also gets the **no-training row** (:data:`NO_TRAINING`: the warmed-up policy, its step-0 evaluation
+held as its final accuracy, 0 rollouts) and a **gate**: ``grpo``'s final accuracy against it, paired by seed,
+one-sided paired t-test of a gain at ``--alpha``. The registered verdicts above are printed as registered,
+and beside each a gated one: a study may call an arm non-inferior, or say it saves rollouts, only on a mix
+where ``grpo`` beat not training, with a margin of ``--margin-fraction`` (default 20%) of ``grpo``'s measured
+gain instead of fixed points; elsewhere the gated verdict is "none". The gate section also applies the
+registered non-inferiority test to not training itself, against ``grpo``.
 
 Usage: python benchmarks/rollouts_saved_report.py export runs/rollouts_saved --csv docs/results/rollouts_saved.csv
        python benchmarks/rollouts_saved_report.py report docs/results/rollouts_saved.csv --out docs/results
@@ -58,6 +67,10 @@ BASELINE, RESAMPLER, SKIPPER = "grpo", "dapo_resample", "dapo_resample+skip"
 LAST_EVALUATIONS = 5
 TARGET_GAINS = {"easy": 8.0, "hard": 1.0}
 MARGIN = 1.5
+# The gated verdicts' non-inferiority margin, as a fraction of grpo's gain over not training on the mix.
+MARGIN_FRACTION = 0.2
+# The arm that is never trained: the warmed-up policy, its step-0 evaluation held, 0 rollouts.
+NO_TRAINING = "no training"
 # A ratio to grpo is an estimate only when at most this share of either arm's runs is censored.
 MAX_CENSORED = 0.2
 BOOTSTRAP_DRAWS, BOOTSTRAP_SEED = 10_000, 0
@@ -142,6 +155,86 @@ def start_accuracy(frames: list[pd.DataFrame]) -> float:
     return float(np.mean([curve(frame)[1][0] for frame in frames]))
 
 
+def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """One mix's no-training row, one per seed: the warmed-up policy's step-0 accuracy (every run of a seed
+    starts from it) as its final accuracy and at every evaluation, 0 rollouts, no ACR, nothing skipped."""
+    starts = frame.groupby("seed", sort=True)["acc_0"].first()
+    steps = sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
+    target = float(frame["target"].iloc[0])
+    rows = pd.DataFrame(
+        {
+            "mix": frame["mix"].iloc[0],
+            "arm": NO_TRAINING,
+            "seed": starts.index,
+            "steps": frame["steps"].max(),
+            "target": target,
+            "final_acc": starts.to_numpy(),
+            "rollouts_per_step": 0.0,
+            "rollouts_cumulative": 0.0,
+            "rollouts_to_target": np.where(starts.to_numpy() >= target, 0.0, math.nan),
+            "raw_acr": math.nan,
+            **{column: 0.0 for column in COLUMNS if column in frame and column.startswith(("prompts_", "rollouts_s"))},
+            **{column: 0.0 for column in ("pilots", "pilots_extended", "extra_rollouts") if column in frame},
+            "always_solved": math.nan,
+            "never_solved": math.nan,
+        }
+    )
+    for step in steps:
+        rows[f"acc_{step}"], rows[f"rollouts_{step}"] = starts.to_numpy(), 0.0
+    return rows
+
+
+def learning_gate(frame: pd.DataFrame, alpha: float, fraction: float, baseline: str = BASELINE) -> dict:
+    """Did ``baseline`` beat not training on one mix? Per seed d = final(``baseline``) − its step-0 accuracy;
+    one-sided paired t-test of mean d > 0 at ``alpha`` (:func:`paired_test.paired_t`). ``passed`` iff p <
+    alpha; then ``margin`` = ``fraction`` × mean d, the gated verdicts' margin (None otherwise)."""
+    runs = frame[frame["arm"] == baseline]
+    gains = (runs["final_acc"] - runs["acc_0"]).to_numpy(float)
+    if len(gains) < 2:
+        mean = float(gains.mean()) if len(gains) else math.nan
+        return {"n": len(gains), "mean": mean, "passed": False, "margin": None}
+    test = paired_t(gains)
+    passed = bool(test["p"] < alpha)
+    margin = fraction * test["mean"] if passed else None
+    return {**test, "higher": int((gains > 0).sum()), "passed": passed, "margin": margin}
+
+
+def gate_section(frame: pd.DataFrame, margin: float, alpha: float, fraction: float, baseline: str = BASELINE) -> str:
+    """The gate as markdown lines: the no-training row, ``baseline``'s gain over it with its test, the gated
+    margin or why there is none, and the registered non-inferiority test applied to not training."""
+    if baseline not in set(frame["arm"]):
+        return f"- no `{baseline}` run on this mix: no gate, so no gated verdict"
+    gate = learning_gate(frame, alpha, fraction, baseline)
+    untrained = no_training_rows(frame)
+    lines = [
+        f"- *{NO_TRAINING}* (the warmed-up policy, its step-0 evaluation held, 0 rollouts): "
+        f"{mean_std_cell(untrained['final_acc'].to_numpy(float), 2)}%"
+    ]
+    if gate["n"] < 2:
+        single = f"- `{baseline}` − *{NO_TRAINING}*: {gate['mean']:+.2f} from 1 seed: no test below 2 seeds, no gate"
+        return "\n".join([*lines, single])
+    outcome = (
+        f"**`{baseline}` beat not training**: the gated margin is {100 * fraction:g}% of that gain, "
+        f"{gate['margin']:.2f} points"
+        if gate["passed"]
+        else f"**`{baseline}` did not beat not training**: no arm of this mix is called non-inferior or said to save "
+        "rollouts (gated verdict: none)"
+    )
+    lines.append(
+        f"- `{baseline}` − *{NO_TRAINING}* (final accuracy, paired by seed): {gate['mean']:+.2f} ± {gate['se']:.2f} "
+        f"(s.e.), 95% CI [{gate['ci_low']:+.2f}, {gate['ci_high']:+.2f}], higher in {gate['higher']} of {gate['n']} "
+        f"seeds, one-sided p = {gate['p']:.4f}: {outcome}"
+    )
+    both = pd.concat([frame, untrained], ignore_index=True)
+    test = non_inferiority(np.subtract(*_paired(both, NO_TRAINING, baseline, "final_acc")), margin, alpha)
+    lines.append(
+        f"- the registered test applied to *{NO_TRAINING}* against `{baseline}` (margin −{margin:g}): "
+        f"{test['mean']:+.2f} ± {test['se']:.2f} (s.e.), one-sided p = {test['p']:.4f}: **{test['verdict']}**"
+        + (": not training passes it too" if test["verdict"] == "non-inferior" else "")
+    )
+    return "\n".join(lines)
+
+
 def export(
     study: Path, targets: dict[str, float] | None = None, last: int = LAST_EVALUATIONS, gains: dict | None = None
 ) -> pd.DataFrame:
@@ -214,8 +307,16 @@ def _paired(frame: pd.DataFrame, arm: str, baseline: str, column: str) -> tuple[
     return ours.loc[seeds].to_numpy(float), theirs.loc[seeds].to_numpy(float)
 
 
-def primary_a(frame: pd.DataFrame, margin: float, alpha: float, arm: str = SKIPPER, baseline: str = RESAMPLER) -> str:
-    """Outcome (a), ``arm`` against ``baseline``, on one mix's rows, as markdown lines ("" without both arms)."""
+def primary_a(
+    frame: pd.DataFrame,
+    margin: float,
+    alpha: float,
+    arm: str = SKIPPER,
+    baseline: str = RESAMPLER,
+    gate: dict | None = None,
+) -> str:
+    """Outcome (a), ``arm`` against ``baseline``, on one mix's rows, as markdown lines ("" without both arms):
+    the registered verdicts and, given the mix's ``gate`` (:func:`learning_gate`), the gated ones."""
     if not {arm, baseline} <= set(frame["arm"]):
         return ""
     per_step = _paired(frame, arm, baseline, "rollouts_per_step")
@@ -227,7 +328,7 @@ def primary_a(frame: pd.DataFrame, margin: float, alpha: float, arm: str = SKIPP
     ratio = log_ratio_interval(*per_step)
     test = non_inferiority(np.subtract(*_paired(frame, arm, baseline, "final_acc")), margin, alpha)
     saving = ratio_verdict(ratio["low"], ratio["high"], "saves rollouts", "costs rollouts")
-    return (
+    registered = (
         f"- rollouts per step, `{arm}` / `{baseline}`: {ratio['ratio']:.3f} (geometric mean over "
         f"{ratio['n']} seeds), 95% CI [{ratio['low']:.3f}, {ratio['high']:.3f}]: **{saving}**\n"
         f"- final accuracy, `{arm}` − `{baseline}` at equal steps: {test['mean']:+.2f} ± {test['se']:.2f} "
@@ -235,10 +336,21 @@ def primary_a(frame: pd.DataFrame, margin: float, alpha: float, arm: str = SKIPP
         f"bound {test['lower']:+.2f} against the margin −{margin:g}, t = {test['t']:.2f}, p = {test['p']:.4f}: "
         f"**{test['verdict']}**"
     )
+    if gate is None:
+        return registered
+    if not gate["passed"]:
+        return f"{registered}\n- gated: **none**: `{BASELINE}` did not beat not training on this mix"
+    gated = non_inferiority(np.subtract(*_paired(frame, arm, baseline, "final_acc")), gate["margin"], alpha)
+    return (
+        f"{registered}\n- gated (margin −{gate['margin']:.2f}, {100 * gate['margin'] / gate['mean']:g}% of "
+        f"`{BASELINE}`'s gain over not training): one-sided p = {gated['p']:.4f}: **{gated['verdict']}**; "
+        f"**{saving}**"
+    )
 
 
-def primary_b(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
-    """Outcome (b) on one mix's rows: a markdown table, one row per arm against ``baseline``."""
+def primary_b(frame: pd.DataFrame, baseline: str = BASELINE, gate: dict | None = None) -> str:
+    """Outcome (b) on one mix's rows: a markdown table, one row per arm against ``baseline``; given the mix's
+    ``gate`` (:func:`learning_gate`), a line under it saying whether its verdicts may be read as savings."""
     rows = []
     for arm in frame["arm"].unique():
         runs = frame[frame["arm"] == arm]
@@ -268,7 +380,15 @@ def primary_b(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
         f"ratio to {baseline} [95% CI]",
         "rollouts to target",
     ]
-    return render_table(header, rows)
+    table = render_table(header, rows)
+    if gate is None:
+        return table
+    if gate["passed"]:
+        return f"{table}\n\n- gated: `{BASELINE}` beat not training on this mix: the verdicts above stand"
+    return (
+        f'{table}\n\n- gated: **none**: `{BASELINE}` did not beat not training on this mix, so no "fewer" above is a '
+        "saving"
+    )
 
 
 def _censored_share(frame: pd.DataFrame, arm: str) -> float:
@@ -276,10 +396,12 @@ def _censored_share(frame: pd.DataFrame, arm: str) -> float:
 
 
 def arm_table(frame: pd.DataFrame) -> str:
-    """One mix's arms: mean ± std over seeds of the CSV's per-run numbers."""
+    """One mix's arms, the no-training row first: mean ± std over seeds of the CSV's per-run numbers."""
+    frame = pd.concat([no_training_rows(frame), frame], ignore_index=True)
     columns = [  # (CSV column, digits, header)
         ("final_acc", 1, f"final accuracy (%, last {LAST_EVALUATIONS} evaluations)"),
         ("rollouts_per_step", 0, "rollouts per step"),
+        ("rollouts_cumulative", 0, "rollouts in all"),
         ("raw_acr", 3, "raw ACR"),
         ("prompts_skipped", 0, "prompts skipped"),
         ("rollouts_skipped", 0, "rollouts skipped (places left open)"),
@@ -295,7 +417,7 @@ def arm_table(frame: pd.DataFrame) -> str:
     if all(column in frame for column, _, _ in allocation) and frame["pilots"].fillna(0).gt(0).any():
         columns += allocation
     rows = [
-        [f"`{arm}`", str(len(runs))]
+        [f"*{arm}*" if arm == NO_TRAINING else f"`{arm}`", str(len(runs))]
         + [mean_std_cell(runs[column].to_numpy(float), digits) for column, digits, _ in columns]
         for arm, runs in frame.groupby("arm", sort=False)
     ]
@@ -324,23 +446,30 @@ def report(
     prefix: str = "rollouts_saved_",
     pairs: tuple[tuple[str, str], ...] = ((SKIPPER, RESAMPLER),),
     baselines: tuple[str, ...] = (BASELINE,),
+    fraction: float = MARGIN_FRACTION,
 ) -> str:
-    """The whole printed report: outcome (a) for each (arm, baseline) of ``pairs``, outcome (b) against each
-    of ``baselines``; writes one plot per mix under ``out``."""
+    """The whole printed report: per mix the gate (``grpo`` against not training, :func:`gate_section`),
+    outcome (a) for each (arm, baseline) of ``pairs``, outcome (b) against each of ``baselines``, each with
+    its gated verdict, and the arms with the no-training row; writes one plot per mix under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     parts = []
     for mix, frame in table.groupby("mix", sort=True):
         target = float(frame["target"].iloc[0])
         path = out / f"{prefix}{mix}_accuracy_per_rollout.png"
         title = f"{mix}: held-out accuracy per rollout (mean, band ± std over seeds)"
-        plot_curves(curves(frame), title, path, target=target)
-        part = f"## {mix}\n\n"
+        untrained = float(no_training_rows(frame)["final_acc"].mean())
+        plot_curves(curves(frame), title, path, target=target, untrained=untrained)
+        gate = learning_gate(frame, alpha, fraction)
+        part = (
+            f"## {mix}\n\n### Gate: `{BASELINE}` against not training\n\n"
+            f"{gate_section(frame, margin, alpha, fraction)}\n\n"
+        )
         for arm, baseline in pairs:
-            part += f"### (a) `{arm}` vs `{baseline}`\n\n{primary_a(frame, margin, alpha, arm, baseline)}\n\n"
+            part += f"### (a) `{arm}` vs `{baseline}`\n\n{primary_a(frame, margin, alpha, arm, baseline, gate)}\n\n"
         for baseline in baselines:
             part += (
                 f"### (b) cumulative rollouts to reach {target:g}% (ratio to `{baseline}`, paired bootstrap)\n\n"
-                f"{primary_b(frame, baseline)}\n\n"
+                f"{primary_b(frame, baseline, gate)}\n\n"
             )
         parts.append(part + f"### Arms\n\n{arm_table(frame)}\n\n![{path.stem}]({path.name})\n")
     return "\n".join(parts)
@@ -373,6 +502,12 @@ def main(argv: list[str] | None = None) -> int:
     reporting.add_argument("--out", type=Path, default=Path("docs/results"), help="where the plots go")
     reporting.add_argument("--margin", type=float, default=MARGIN, help="non-inferiority margin, points")
     reporting.add_argument("--alpha", type=float, default=0.05)
+    reporting.add_argument(
+        "--margin-fraction",
+        type=float,
+        default=MARGIN_FRACTION,
+        help=f"the gated verdicts' margin as a fraction of grpo's gain over not training (default {MARGIN_FRACTION:g})",
+    )
     reporting.add_argument("--prefix", default="rollouts_saved_", help="the plots' file name prefix")
     reporting.add_argument(
         "--pairs",
@@ -393,7 +528,13 @@ def main(argv: list[str] | None = None) -> int:
         if len(pairs) != len(args.pairs.split(",")):
             raise SystemExit(f"rollouts_saved_report: --pairs {args.pairs!r} is invalid: write arm:baseline,...")
         baselines = tuple(args.baselines.split(","))
-        print(report(pd.read_csv(args.csv), args.out, args.margin, args.alpha, args.prefix, pairs, baselines))
+        if not 0 < args.margin_fraction < 1:
+            raise SystemExit(
+                f"rollouts_saved_report: --margin-fraction {args.margin_fraction:g} is invalid: the margin is a "
+                "fraction of grpo's gain, between 0 and 1 (for example 0.2)"
+            )
+        table = pd.read_csv(args.csv)
+        print(report(table, args.out, args.margin, args.alpha, args.prefix, pairs, baselines, args.margin_fraction))
     return 0
 
 

@@ -2,7 +2,9 @@
 "Rollouts per prompt from the history": the CSV it exports from run folders it is given (columns, final
 accuracy over the last evaluations, rollouts to the target interpolated and censored), the ratio,
 interval and non-inferiority closed forms on constructed numbers, censored runs in the ratio to a
-baseline, the pairs and baselines a study names, and the report recomputed from the CSV alone."""
+baseline, the pairs and baselines a study names, and the report recomputed from the CSV alone; the
+no-training row, the gate on grpo's gain over it and the gated verdicts, and the figures docs/results.md
+quotes from the committed CSVs (grpo's gain, not training passing the registered test on the easy mix)."""
 
 import importlib.util
 import json
@@ -149,7 +151,13 @@ def test_the_report_recomputes_everything_from_the_csv_and_marks_censored_ratios
     assert rows["| `dapo_resample`"].startswith(f"| `dapo_resample` | 2 of 2 | 512 | {512 / 288:.3f} [")
     assert rows["| `dapo_resample`"].endswith("(bound: censored runs) | a bound, no verdict |")
     arms = text.split("### Arms")[1]
-    assert "| `dapo_resample+skip` | 2 | 68.2 ± 0.0 | 256 ± 0 | 0.500 ± 0.000 | 9 ± 0 |" in arms
+    assert "| `dapo_resample+skip` | 2 | 68.2 ± 0.0 | 256 ± 0 | 768 ± 0 | 0.500 ± 0.000 | 9 ± 0 |" in arms
+    # The no-training row first: the step-0 accuracy, 0 rollouts; grpo's gain over it (+8.75, +3.0) is not
+    # significant on 2 seeds, so every gated verdict is none.
+    assert "| *no training* | 2 | 60.0 ± 0.0 | 0 ± 0 | 0 ± 0 | n/a | 0 ± 0 |" in arms
+    assert "+5.88 ± 2.88 (s.e.)" in text and "**`grpo` did not beat not training**" in text
+    assert "- gated: **none**: `grpo` did not beat not training on this mix\n" in text
+    assert 'so no "fewer" above is a saving' in text
 
 
 def test_a_single_seed_reports_the_ratio_without_an_interval(saved, tmp_path):
@@ -203,3 +211,98 @@ def test_the_allocation_study_names_its_pairs_baselines_and_gains(saved, tmp_pat
     # grpo+alloc reaches 70% at step 1 (64 rollouts), dapo_resample at step 1 (512): 64 / 512, never censored.
     assert "| `grpo+alloc` | 2 of 2 | 64 | 0.125 [0.125, 0.125] | fewer than dapo_resample |" in to_dapo
     assert "| 12 ± 0 | 3 ± 0 | 24 ± 0 |" in text.split("### Arms")[1]
+
+
+def _rows(finals: dict[str, list[float]], start: float = 60.0, per_step: dict | None = None) -> pd.DataFrame:
+    """CSV rows of one mix: per arm, one final accuracy per seed (seeds 0, 1, ...), all starting at ``start``."""
+    per_step = per_step or {}
+    return pd.DataFrame(
+        [
+            {
+                "mix": "easy",
+                "arm": arm,
+                "seed": seed,
+                "steps": 10,
+                "target": start + 1,
+                "final_acc": final,
+                "rollouts_per_step": per_step.get(arm, 128.0),
+                "rollouts_cumulative": 10 * per_step.get(arm, 128.0),
+                "rollouts_to_target": math.nan,
+                "raw_acr": 0.5,
+                **dict.fromkeys(("prompts_skipped", "prompts_reselected", "rollouts_skipped"), 0.0),
+                **dict.fromkeys(("always_solved", "never_solved"), 0.25),
+                "acc_0": start,
+                "acc_10": final,
+                "rollouts_0": 0.0,
+                "rollouts_10": 10 * per_step.get(arm, 128.0),
+            }
+            for arm, values in finals.items()
+            for seed, final in enumerate(values)
+        ]
+    )
+
+
+def test_the_no_training_row_is_the_step_0_accuracy_at_no_rollouts(saved):
+    rows = saved.no_training_rows(_rows({"grpo": [61.0, 62.0, 63.0]}, start=60.0))
+    assert list(rows["arm"]) == ["no training"] * 3 and list(rows["seed"]) == [0, 1, 2]
+    assert (rows["final_acc"] == 60.0).all() and (rows["acc_10"] == 60.0).all()
+    assert (rows[["rollouts_per_step", "rollouts_cumulative", "rollouts_10"]] == 0).all().all()
+    assert rows["rollouts_to_target"].isna().all()  # the target is above the start: never reached
+
+
+def test_the_gate_passes_only_where_grpo_beats_not_training_and_scales_the_margin(saved):
+    # Gains +2, +3, +4 over the start: mean 3, s.e. 1/sqrt(3), t = 5.2 on 2 df, p ~ 0.018.
+    learned = saved.learning_gate(_rows({"grpo": [62.0, 63.0, 64.0]}), alpha=0.05, fraction=0.2)
+    assert learned["passed"] and learned["mean"] == pytest.approx(3.0) and learned["margin"] == pytest.approx(0.6)
+    flat = saved.learning_gate(_rows({"grpo": [59.0, 61.0, 60.5]}), alpha=0.05, fraction=0.2)
+    assert not flat["passed"] and flat["margin"] is None
+    one = saved.learning_gate(_rows({"grpo": [70.0]}), alpha=0.05, fraction=0.2)
+    assert not one["passed"] and one["n"] == 1
+
+
+def test_the_gated_verdicts_use_a_fraction_of_grpos_gain(saved, tmp_path):
+    """grpo gains 3 points; the arm is 0.5 below grpo on every seed but one (−0.4, −0.5, −0.6): non-inferior
+    against the registered 1.5 points, not against 20% of grpo's gain (0.6 points); and not training passes the
+    registered test only where grpo gains less than 1.5."""
+    rows = _rows({"grpo": [62.0, 63.0, 64.0], "grpo+alloc": [61.6, 62.5, 63.4]}, per_step={"grpo+alloc": 64.0})
+    text = saved.report(rows, tmp_path, 1.5, 0.05, "t_", (("grpo+alloc", "grpo"),), ("grpo",), fraction=0.2)
+    gate = text.split("### (a)")[0]
+    assert (
+        "+3.00 ± 0.58 (s.e.)" in gate
+        and "**`grpo` beat not training**: the gated margin is 20% of that gain, 0.60" in gate
+    )
+    assert "against `grpo` (margin −1.5): -3.00 ± 0.58 (s.e.), one-sided p = 0.9" in gate and "**inconclusive**" in gate
+    section = text.split("### (a)")[1].split("### (b)")[0]
+    assert "**non-inferior**" in section  # registered: −0.5 ± 0.06 against −1.5
+    assert "- gated (margin −0.60, 20% of `grpo`'s gain over not training): one-sided p = " in section
+    assert section.rstrip().endswith("**inconclusive**; **saves rollouts**")
+    assert "- gated: `grpo` beat not training on this mix: the verdicts above stand" in text
+    assert (tmp_path / "t_easy_accuracy_per_rollout.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match=r"--margin-fraction 1.5 is invalid: .* between 0 and 1"):
+        saved.main(["report", str(tmp_path / "none.csv"), "--margin-fraction", "1.5"])
+
+
+DOCS = BENCHMARKS.parent / "docs"
+
+
+@pytest.mark.parametrize(
+    ("study", "easy_gain", "hard_gain", "untrained_p"),
+    [("rollouts_saved", 0.21, 2.55, 0.0159), ("rollout_allocation", -0.74, 2.42, 0.0045)],
+)
+def test_the_committed_studies_grpo_barely_learned_and_not_training_passes_on_the_easy_mix(
+    saved, study, easy_gain, hard_gain, untrained_p, tmp_path
+):
+    """What README and docs/results.md quote, recomputed from the committed per-seed CSVs: grpo's gain over not
+    training per mix, the gate, and not training passing the registered 1.5-point test on the easy mix."""
+    table = pd.read_csv(DOCS / "results" / f"{study}.csv")
+    easy, hard = (table[table["mix"] == mix] for mix in ("easy", "hard"))
+    easy_gate, hard_gate = (saved.learning_gate(frame, 0.05, 0.2) for frame in (easy, hard))
+    assert round(easy_gate["mean"], 2) == easy_gain and not easy_gate["passed"]
+    assert round(hard_gate["mean"], 2) == hard_gain and hard_gate["passed"]
+    easy_section = saved.gate_section(easy, 1.5, 0.05, 0.2)
+    assert f"one-sided p = {untrained_p:.4f}: **non-inferior**: not training passes it too" in easy_section
+    assert "**inconclusive**" in saved.gate_section(hard, 1.5, 0.05, 0.2).splitlines()[-1]
+    docs = " ".join((DOCS / "results.md").read_text().split())
+    readme = " ".join((BENCHMARKS.parent / "README.md").read_text().split())
+    for page in (docs, readme):
+        assert f"{easy_gain:+.1f}".replace("-", "−") in page and f"{hard_gain:+.1f}" in page
