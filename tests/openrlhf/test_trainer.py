@@ -8,11 +8,7 @@ version's is refused), the stall alert's stop (checkpoint, then no more samples)
 worker_process_setup_hook in a real Ray worker. Each step's raw rewards are measured once (counted).
 
 What is stood in for, and why:
-- `vllm` and `flash_attn` cannot be installed on a CPU machine (CUDA builds; vllm would replace
-  torch). Where they are missing, tiny stub packages providing only the names OpenRLHF imports at
-  module level (vllm.SamplingParams, vllm.inputs.TokensPrompt, vllm.utils.random_uuid,
-  flash_attn.bert_padding.*, flash_attn.utils.distributed.all_gather) are put on sys.path while
-  OpenRLHF is imported, and removed afterwards. None of them is called by the code under test.
+- `vllm` and `flash_attn`: import-only stubs (conftest.py).
 - vLLM engines and DeepSpeed model actors need GPUs: generation is served by an object whose
   `.remote()` calls return `ray.put` results, the model forward of make_experience is skipped
   (experiences carry zero KL), and the actor group that saves checkpoints records its client states.
@@ -40,53 +36,10 @@ pytestmark = pytest.mark.openrlhf
 if importlib.util.find_spec("openrlhf") is None:
     pytest.skip("openrlhf is not installed (make setup installs it with --no-deps)", allow_module_level=True)
 
-STUBS = {
-    "vllm/__init__.py": "class SamplingParams:\n    def __init__(self, **kw):\n        self.__dict__.update(kw)\n",
-    "vllm/inputs.py": "TokensPrompt = dict\n",
-    "vllm/utils.py": "import uuid\n\n\ndef random_uuid():\n    return uuid.uuid4().hex\n",
-    "flash_attn/__init__.py": "",
-    "flash_attn/bert_padding.py": "index_first_axis = pad_input = rearrange = unpad_input = None\n",
-    "flash_attn/utils/__init__.py": "",
-    "flash_attn/utils/distributed.py": "all_gather = None\n",
-}
 GROUP_SIZE = 4
 # Six prompts x 4 answers: two mixed, one all-correct, two all-wrong, one non-binary mixed.
 REWARDS = torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0], [0.5, 0.25, 1, 0], [0, 0, 0, 0]])
 COLLAPSED = torch.tensor([False, True, True, False, False, True])
-
-
-@pytest.fixture(scope="module")
-def openrlhf(tmp_path_factory):
-    """OpenRLHF's trainer modules, imported with stubs for the GPU-only packages, adapter installed."""
-    stub_dir = tmp_path_factory.mktemp("gpu_only_stubs")
-    stubbed = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
-    for path, text in STUBS.items():
-        if path.split("/")[0] in stubbed:
-            (stub_dir / path).parent.mkdir(parents=True, exist_ok=True)
-            (stub_dir / path).write_text(text)
-    sys.path.insert(0, str(stub_dir))
-    try:
-        from openrlhf.trainer import ppo_trainer
-        from openrlhf.trainer.ppo_utils import experience_maker, samples_generator
-        from openrlhf.trainer.ppo_utils.experience import Experience
-        from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
-
-        from verl_avspo.openrlhf import install
-
-        install()
-    finally:
-        sys.path.remove(str(stub_dir))
-    yield SimpleNamespace(
-        em=experience_maker,
-        sg=samples_generator,
-        pt=ppo_trainer,
-        Experience=Experience,
-        FixedKLController=FixedKLController,
-        stub_dir=str(stub_dir),
-    )
-    for name in list(sys.modules):
-        if name.split(".")[0] in stubbed:
-            del sys.modules[name]
 
 
 def make_args(estimator="group_norm", tmp_path=None, **overrides):

@@ -39,6 +39,7 @@ from verl_avspo.openrlhf.advantage_step import (
 )
 from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf, trainer_modules
 from verl_avspo.openrlhf.flags import UsageError, parse_number, split_prompt_skip_arguments, split_settings_arguments
+from verl_avspo.openrlhf.surface import OPENRLHF_EPSILON, OPENRLHF_GROUP_ESTIMATORS
 
 __all__ = ["WORKER_SETUP_HOOK", "choose_estimator", "runtime_env_hook", "main"]
 
@@ -46,8 +47,6 @@ WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _ASYNC_FLAG = "--train.async_enable"
 _GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
-# The estimators for which OpenRLHF asserts n_samples_per_prompt > 1 (train_ppo_ray.py).
-OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 _SKIP_SPELLING = SkipSpelling(
     skip=PROMPT_SKIP_FLAGS,
     estimator=_ESTIMATOR_FLAG,
@@ -57,8 +56,6 @@ _SKIP_SPELLING = SkipSpelling(
     true="true",
     false="false",
 )
-# OpenRLHF's group_norm divides by (std + 1e-9); the same epsilon makes untouched groups identical.
-OPENRLHF_EPSILON = 1e-9
 
 USAGE = f"""usage: python -m verl_avspo.openrlhf <openrlhf.cli.train_ppo_ray arguments> [--avspo.KEY VALUE ...]
                                  [--acr.KEY VALUE ...] [--prompts.skip.KEY VALUE ...]

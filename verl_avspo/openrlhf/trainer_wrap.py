@@ -49,13 +49,14 @@ from verl_avspo.openrlhf.advantage_step import (
     acr_settings_from_env,
     settings_from_env,
 )
-from verl_avspo.openrlhf.compat import PASS_THROUGH, check_openrlhf, trainer_modules
+from verl_avspo.openrlhf.compat import check_openrlhf, trainer_modules
 from verl_avspo.openrlhf.generation import (
     GENERATOR_WRAPPERS,
     PROMPT_DRAW_WRAPPER,
     attach_tracker,
     stop_generation,
 )
+from verl_avspo.openrlhf.surface import PASS_THROUGH
 
 __all__ = ["STATE_KEY", "CLIENT_STATES_FILE", "METRICS_ATTR", "install", "worker_setup"]
 
