@@ -92,9 +92,9 @@ def _literal(text: str) -> dict[str, float] | None:
 def _segments(text: str) -> Iterator[tuple[int, str]]:
     """(line number, piece) of ``text`` split at newlines and at the ``\\r`` of redrawn progress bars,
     without ANSI codes and Ray's repeat notes."""
+    text = _REPEATED.sub("", _ANSI.sub("", text))
     for number, line in enumerate(text.split("\n"), 1):
-        for piece in line.split("\r"):
-            piece = _REPEATED.sub("", _ANSI.sub("", piece))
+        for piece in line.split("\r") if "\r" in line else (line,):
             if piece.strip():
                 yield number, piece
 

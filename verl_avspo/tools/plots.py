@@ -59,7 +59,7 @@ def plot_metrics(
     if smooth < 1:
         raise ValueError(f"smooth={smooth} is invalid: expected a window of at least 1 step")
     column_labels = dict(column_labels or {})
-    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    figure = Figure(figsize=(10, 4.5))  # fixed margins: a layout engine draws every figure twice
     axes = figure.add_subplot()
     colours = [f"C{i}" for i in range(10)] + ["black", "olive", "navy", "maroon", "teal", "gold"]
     drawn = 0
@@ -94,7 +94,10 @@ def plot_metrics(
         y, x = points
         axes.set_ylim(y - max(abs(y) * 0.5, 0.5), y + max(abs(y) * 0.5, 0.5))
         axes.set_xlim(x - max(x * 0.5, 1), x + max(x * 0.5, 1))
-    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    legend = axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    # Room on the right for the legend: its handles and its longest label (about 0.0068 of the width a character).
+    longest = max(len(text.get_text()) for text in legend.get_texts())
+    figure.subplots_adjust(left=0.07, bottom=0.12, top=0.91, right=max(0.45, 0.9 - 0.0068 * longest))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as temporary:

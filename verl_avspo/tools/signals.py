@@ -73,10 +73,10 @@ class Trend:
 
 def _mann_kendall(values: np.ndarray) -> tuple[float, float]:
     """Kendall's tau of ``values`` against their order, and the two-sided p-value of the Mann-Kendall
-    test (normal approximation, with the variance corrected for ties)."""
+    test (normal approximation, with the variance corrected for ties). Each row against the later ones,
+    row by row: O(n) memory for the thousands of rows of a console log."""
     n = len(values)
-    signs = np.sign(values[None, :] - values[:, None])[np.triu_indices(n, 1)]
-    s = float(signs.sum())
+    s = float(sum(np.sign(values[i + 1 :] - values[i]).sum() for i in range(n - 1)))
     _, ties = np.unique(values, return_counts=True)
     variance = (n * (n - 1) * (2 * n + 5) - float(np.sum(ties * (ties - 1) * (2 * ties + 5)))) / 18
     tau = s / (n * (n - 1) / 2)

@@ -1,0 +1,86 @@
+"""How long ``verl-avspo report`` takes on one log, beside ``rldoctor diagnose`` where it is installed.
+
+    .venv/bin/python benchmarks/bench_report.py                       # the synthetic shapes below
+    .venv/bin/python benchmarks/bench_report.py --logs a.log b.json   # your logs too
+    .venv/bin/python benchmarks/bench_report.py --rldoctor /tmp/rld/bin/rldoctor
+
+Each command runs as a user runs it, a fresh process (imports, reading, the findings, the figures and
+summary.md), ``--repeats`` times; the table gives the median wall time in seconds and the exit status
+when it is not 0. The synthetic logs are the shapes of ``tests/tools/fixtures/wild_logs.py`` at the sizes
+of real runs: a verl console log of 2600 steps, TRL's printed dicts over 1200 steps, a Tinker
+``metrics.jsonl`` of 200 steps and a verl file log of 500 steps. ``rldoctor`` (``pip install rldoctor``
+into a separate environment, not this one) is timed on the same files where given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shapes(folder: Path) -> dict[str, Path]:
+    spec = importlib.util.spec_from_file_location("wild_logs", ROOT / "tests" / "tools" / "fixtures" / "wild_logs.py")
+    shapes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shapes)
+    verl_file = folder / "verl_file.jsonl"
+    with verl_file.open("w") as stream:
+        for step in range(1, 501):
+            rate = 0.2 + 0.6 * step / 500
+            data = {"acr/rate": rate, "acr/all_correct": rate / 2, "acr/all_wrong": rate / 2}
+            data |= {"critic/score/mean": 0.3, "response_length/clip_ratio": 0.05, "actor/grad_norm": 0.3}
+            stream.write(f'{{"step": {step}, "data": {data}}}\n'.replace("'", '"'))
+    return {
+        "verl console, 2600 steps": shapes.verl_console(folder / "verl_console.log", 2600, 3000, collapse_from=1000),
+        "TRL printed dicts, 1200 steps / 600 rows": shapes.trl_console(folder / "trl_console.log", 1200, 2),
+        "Tinker metrics.jsonl, 200 steps": shapes.tinker_metrics(folder / "metrics.jsonl", 200),
+        "verl file log, 500 steps": verl_file,
+    }
+
+
+def _time(command: list[str], repeats: int) -> tuple[float, int]:
+    times, status = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        status = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), status
+
+
+def _cell(seconds: float, status: int) -> str:
+    return f"{seconds:.2f}" + ("" if status == 0 else f" (exit {status})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--logs", nargs="*", default=[], help="more logs to time (each alone)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per command; the median is shown")
+    parser.add_argument("--rldoctor", default=shutil.which("rldoctor"), help="rldoctor's command, if installed")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as folder:
+        logs = _shapes(Path(folder)) | {Path(log).name: Path(log) for log in args.logs}
+        load = os.getloadavg()[0]
+        print(f"{os.cpu_count()} CPUs, load average {load:.1f} at the start (other jobs slow every figure alike)\n")
+        print("| log | verl-avspo report (s) | rldoctor diagnose (s) |")
+        print("|---|---|---|")
+        for name, log in logs.items():
+            ours = _time(
+                [sys.executable, "-m", "verl_avspo.cli", "report", str(log), "--out", str(Path(folder) / "out")],
+                args.repeats,
+            )
+            theirs = _time([args.rldoctor, "diagnose", str(log)], args.repeats) if args.rldoctor else None
+            print(f"| {name} | {_cell(*ours)} | {'not installed' if theirs is None else _cell(*theirs)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
