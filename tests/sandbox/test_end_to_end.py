@@ -493,6 +493,23 @@ def test_an_epochs_run_too_short_is_refused_before_training_with_a_fix_it_accept
     assert not out.exists()
 
 
+def test_the_summary_says_how_often_each_prompt_of_the_set_was_seen():
+    from verl_avspo.sandbox.config import SandboxConfig
+    from verl_avspo.sandbox.setup_text import _prompts_text
+
+    def text(**settings) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the library warns below 5 epochs; the command refuses
+            return _prompts_text(SandboxConfig(levels="2+2,3+2", **settings))
+
+    assert "each prompt seen 5 times by an estimator that draws 16 prompts a step (80 draws" in text(
+        steps=5, train_set=16
+    )
+    assert "each prompt seen at least 3 times" in text(steps=10, train_set=48)  # 160 draws over 48
+    # Fewer draws than prompts: not "at least 0 times".
+    assert "only 16 of its prompts seen, once each, by an estimator" in text(steps=1, train_set=64)
+
+
 def test_the_fingerprint_says_whether_it_matches_a_documented_machine(torch_settings, monkeypatch, capsys):
     from verl_avspo.sandbox import fingerprint, fingerprint_match
 

@@ -508,7 +508,7 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
         SandboxConfig(train_set=192)  # 960 draws: each prompt 5 times
     with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
         main(["sandbox", "--train-set", "8"])
-    from verl_avspo.sandbox.cli import _prompts_text
+    from verl_avspo.sandbox.setup_text import _prompts_text
 
     assert "a fixed training set of 128 prompts" in _prompts_text(SandboxConfig(train_set=128))
     assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(train_set=128))  # 960 draws / 128

@@ -69,18 +69,22 @@ def _alloc_text(config, estimators) -> str:
 
 
 def _prompts_text(config) -> str:
-    """Where the steps' prompts come from: the whole pools, or a fixed set in epochs."""
+    """Where the steps' prompts come from: the whole pools, or a fixed set in epochs (with how often an
+    estimator that draws ``prompts_per_step`` prompts a step sees each)."""
     if config.train_set is None:
         return "Each step draws its prompts with replacement from the levels' training pools."
     draws = config.steps * config.prompts_per_step
-    fewest, most = draws // config.train_set, -(-draws // config.train_set)
-    visits = f"{fewest} times" if fewest == most else f"{fewest} or {most} times"
+    if draws < config.train_set:
+        visits = f"only {draws} of its prompts seen, once each,"
+    elif draws % config.train_set:
+        visits = f"each prompt seen at least {draws // config.train_set} times"
+    else:
+        visits = f"each prompt seen {draws // config.train_set} times"
     return (
         f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels), drawn in "
-        f"epochs without replacement, each prompt seen {visits} by an estimator that draws "
-        f"{config.prompts_per_step} prompts a step ({draws} draws; more by one that re-samples or skips). "
-        "`prompts/always_solved` and `prompts/never_solved` are the shares of the set that were all-correct or "
-        "all-wrong on every visit."
+        f"epochs without replacement, {visits} by an estimator that draws {config.prompts_per_step} prompts a step "
+        f"({draws} draws; more by one that re-samples or skips). `prompts/always_solved` and `prompts/never_solved` "
+        "are the shares of the set that were all-correct or all-wrong on every visit."
     )
 
 
