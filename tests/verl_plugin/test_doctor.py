@@ -119,8 +119,21 @@ def test_doctor_fails_our_mode_with_the_legacy_trainer():
         ),
         # A bad value of ours.
         (
-            ["+algorithm.prompts.allocation.enable=True", "+algorithm.prompts.allocation.budget_share=0"],
+            [
+                "trainer.v1.trainer_mode=avspo_sync",
+                "+algorithm.prompts.allocation.enable=True",
+                "+algorithm.prompts.allocation.budget_share=0",
+            ],
             "algorithm.prompts.allocation.budget_share=0 is invalid: expected a finite number > 0.0.",
+        ),
+        # The allocator on stock main_ppo without our trainer mode: verl's own trainer would ignore it.
+        (
+            [
+                "algorithm.adv_estimator=grpo",
+                "actor_rollout_ref.rollout.n=8",
+                "+algorithm.prompts.allocation.enable=True",
+            ],
+            "algorithm.prompts.allocation.enable=True, but no verl-avspo trainer runs in this process",
         ),
         # Another override stock main_ppo's Hydra refuses.
         (["trainer.save_freqq=1"], "stock main_ppo's Hydra would refuse these overrides: Could not override"),

@@ -18,8 +18,9 @@ rollouts, within a per-step rollout budget:
   p(1-p), and so the expected gradient signal per group, is largest (Knapsack RL, arXiv 2509.25849;
   VIP, arXiv 2602.01601; Reinforce-Ada, arXiv 2510.04996), in proportion to p(1-p).
 
-The budget is ``budget_share`` x (candidates x G): 1.0 spends what a uniform GRPO step would, so the
-pilots' savings buy larger groups; below 1 the step also saves. The first pass plus a reserve for the
+The budget is ``budget_share`` x (candidates x G), a bound, not an amount spent: at 1.0 a step spends no more
+than a uniform GRPO step would; the pilots' savings buy larger groups only for prompts near p = 1/2, and are
+not spent where there are none; below 1 the step also saves. The first pass plus a reserve for the
 pilots expected to be extended (``extend_rate`` x pilots x (G - pilot_size), the rate an exponential
 average of the share of pilots extended so far) stays within the budget. When it does not fit,
 prompts are dropped in order of least expected signal: pilots first (longest streak first), then full

@@ -222,6 +222,8 @@ def _stock_route(overrides: Sequence[str] = ()) -> str:
     from verl_avspo.verl_plugin.checks import ConfigCheckError, check_config
     from verl_avspo.verl_plugin.checks.checkpoint_folder import resume_state_problems
     from verl_avspo.verl_plugin.checks.extern import extern_object_problems
+    from verl_avspo.verl_plugin.prompt_identity import resolve_prompts
+    from verl_avspo.verl_plugin.run_state import before_rollout_problem
     from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, MODE_OVERRIDE, MODES
 
     missing = [mode for mode in MODES if mode not in trainer_base.TRAINER_REGISTRY]
@@ -240,6 +242,11 @@ def _stock_route(overrides: Sequence[str] = ()) -> str:
     except ConfigCheckError as err:
         problems = err.problems
     problems += extern_object_problems(config) + resume_state_problems(config)
+    if not names_mode:  # verl's own trainer runs, which never skips or allocates
+        try:
+            problems += filter(None, [before_rollout_problem(resolve_prompts(config.algorithm))])
+        except ValueError:
+            pass  # a bad algorithm.prompts value: check_config named it
     if problems:
         raise RuntimeError(" ".join(problems) if len(problems) == 1 else str(ConfigCheckError(problems)))
     return f"{ready}; your overrides compose with verl's config and pass verl-avspo's checks"

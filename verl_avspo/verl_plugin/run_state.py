@@ -42,6 +42,7 @@ from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
 __all__ = [
     "VERL_ADVICE",
     "WITHOUT_OUR_TRAINER_FIX",
+    "before_rollout_problem",
     "run_settings",
     "start_run",
     "advantage_stage",
@@ -126,7 +127,7 @@ WITHOUT_OUR_TRAINER_FIX = (
 )
 
 
-def _before_rollout_problem(prompts: PromptsConfig) -> str | None:
+def before_rollout_problem(prompts: PromptsConfig) -> str | None:
     """Why the ``algorithm.prompts`` settings that act before the rollout (skipping, the allocator) cannot run
     where the estimator is called without our trainer (after the rollout), with the fix; None if none is on."""
     on = [
@@ -159,7 +160,7 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
         fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
         fits = fits and tracker.prompt_identity == prompt_key_setting(algorithm_config)
     if not fits:
-        problem = _before_rollout_problem(resolve_prompts(algorithm_config))
+        problem = before_rollout_problem(resolve_prompts(algorithm_config))
         if problem:
             raise ValueError(problem)
         logger.warning(
