@@ -545,3 +545,28 @@ def test_the_fingerprint_says_whether_it_matches_a_documented_machine(torch_sett
     )
     assert main(["sandbox", "--fingerprint", "--steps", "7"]) == 0
     assert "default settings only" in capsys.readouterr().out
+
+
+def test_the_verdicts_call_fewer_rollouts_a_saving_only_where_grpo_beat_not_training():
+    from verl_avspo.sandbox.summary import learning_verdict, no_training_runs, verdicts
+
+    def runs(finals, per_step, start=0.5):
+        return [
+            {"acc_mean": final, "start_acc_mean": start, "acr": 0.5, "acr_effective": 0.25}
+            | {"rollouts_per_step": per_step, "rollouts_total": 10 * per_step}
+            for final in finals
+        ]
+
+    learned = {"grpo": runs([0.60, 0.61, 0.62], 128), "grpo+alloc": runs([0.60, 0.60, 0.61], 64)}
+    assert [run["acc_mean"] for run in no_training_runs(learned)] == [0.5] * 3
+    gate, passed = learning_verdict(learned)
+    assert passed and "against 50.0% for the warmed-up policy not trained" in gate and "learned here" in gate
+    (alloc,) = verdicts(learned, dropped={"grpo+alloc": "collapsed pilots"}, learned=passed)
+    assert "It generated 640 rollouts (64.0 a step), 0.50× `grpo`'s 1280." in alloc
+    assert "(its collapsed pilots were dropped, not given a signal)" in alloc
+    flat = {"grpo": runs([0.49, 0.51, 0.50], 128), "grpo+alloc": runs([0.50, 0.50, 0.50], 64)}
+    gate, passed = learning_verdict(flat)
+    assert not passed and "`grpo` did not beat not training (within twice the standard error)" in gate
+    assert "not training matches it too, at none" in gate
+    (alloc,) = verdicts(flat, learned=passed)
+    assert "0.50× `grpo`'s 1280; `grpo` did not beat not training here, so this is no saving at its accuracy." in alloc
