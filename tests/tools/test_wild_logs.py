@@ -66,8 +66,29 @@ def test_trainer_printed_dicts_take_the_progress_bar_step(tmp_path, as_strings):
 def test_printed_dicts_without_a_progress_bar_are_numbered_in_order_with_a_warning(tmp_path):
     path = tmp_path / "nobar.log"
     path.write_text("".join(str({"loss": 0.1, "reward": 0.1 * i, "epoch": i}) + "\n" for i in range(1, 4)))
-    with pytest.warns(UserWarning, match="without a training progress bar"):
+    with pytest.warns(UserWarning, match=r"3 printed log dict\(s\) had no new training progress bar count"):
         assert read_run(path).index.tolist() == [1, 2, 3]
+
+
+def test_printed_dicts_with_nan_broken_lines_and_a_sparse_progress_bar(tmp_path):
+    path = tmp_path / "unsloth.log"
+    first = "{'loss': 0.0, 'grad_norm': nan, 'reward': -3.5, 'epoch': 0.0}"
+    broken = (
+        "{'loss': 0.0, 'grad_norm': 0.2, 'completions/max_terminated_len\ngth': 578.0, 'reward': -2.0, 'epoch': 0.1}"
+    )
+    path.write_text(
+        f"  0%|   | 0/20 [00:00<?, ?it/s]\n{first}\n{broken}\n{first}\n 10%|#  | 10/20 [00:10<00:10]\n{first}\n"
+    )
+    with pytest.warns(UserWarning, match=r"3 printed log dict\(s\) had no new training progress bar count"):
+        frame = read_run(path)
+    assert frame.index.tolist() == [1, 2, 3, 10] and frame.loc[2, "reward"] == -2.0
+    assert frame["grad_norm"].isna().sum() == 3 and frame.loc[2, "completions/max_terminated_length"] == 578.0
+
+
+def test_a_custom_loops_key_value_progress_lines(tmp_path):
+    frame = read_run(wild_logs.custom_progress(tmp_path / "run.log"))
+    assert frame.index.tolist() == list(range(1, 21)) and frame.loc[3, "acc"] == 0.0 and frame.loc[4, "acc"] == 0.25
+    assert diagnose("run", frame).values["score_metric"] == "reward"
 
 
 def test_openrlhf_console_lines(tmp_path):

@@ -9,11 +9,14 @@ Three shapes are read, wherever they sit among a run's other output (Ray actor p
 - verl's ``console`` logger: ``step:N - key:value - key:value ...`` per step (its validation at step 0
   too); numpy scalars printed as ``np.float64(0.5)`` are read as numbers;
 - the Hugging Face Trainer's printed log dicts (TRL's trainers): ``{'loss': 0.1, 'reward': 0.5, ...}``,
-  values as numbers or, in recent transformers, as strings (``'0.5'``). The dicts carry no step: each
-  takes the training progress bar's count printed before it (``10/300 [...]``), or, with no progress bar,
-  its position among the dicts (said in a warning). The dict that sums up training (``train_runtime``)
-  is left out; an evaluation dict (``eval_*``) joins the step before it;
-- OpenRLHF's ``Global step N: {...}`` and ``global_step N, eval_metrics: {...}`` lines.
+  values as numbers or, in recent transformers, as strings (``'0.5'``), ``nan`` too, a dict broken
+  across lines joined. The dicts carry no step: each takes the training progress bar's count printed
+  before it (``10/300 [...]``), or, where no new count was printed (tqdm redraws sparsely in a file),
+  the step after the dict before it (said in a warning). The dict that sums up training
+  (``train_runtime``) is left out; an evaluation dict (``eval_*``) joins the step before it;
+- OpenRLHF's ``Global step N: {...}`` and ``global_step N, eval_metrics: {...}`` lines;
+- a custom loop's progress lines: two or more ``key=value`` pairs (``acc=62.5%`` read as 0.625) with a
+  step, ``N/M`` (also a progress bar's postfix) or ``step N``: ``  3/100 | loss=-0.5 | reward=0.25``.
 
 A run cut off mid-line (killed while printing) keeps every complete line, with a warning; the planned
 number of steps (the training progress bar's total) is kept in ``attrs["planned_steps"]``.
@@ -39,7 +42,16 @@ _DICT = re.compile(r"\{'[^{}]*\}")
 _BAR = re.compile(r"(\d+)/(\d+) \[")
 # numpy scalars and tensors as numpy 2 and torch print them: np.float64(0.5), tensor(0.5, device='cuda:0').
 _WRAPPED = re.compile(r"\b(?:np\.\w+|numpy\.\w+|tensor)\(([-+.\w]+)(?:,[^()]*)?\)")
-_MARKERS = re.compile(r"step:\d+ - \S|\{'[\w/@.-]+': |Global step \d+: \{")
+_KEY_VALUE = re.compile(r"(?<![\w/.-])([A-Za-z_][\w/.@-]*)=(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(%?)(?![\w.])")
+_STEP_TOKEN = re.compile(r"\bstep[\s=:]+(\d+)\b|(?<![\w./])(\d+)/(\d+)(?![\w./])", re.IGNORECASE)
+_LONGEST_DICT = 20_000  # characters a printed dict broken across lines may span before it is given up
+# nan and inf as Python prints them (a grad_norm of nan): quoted, so that literal_eval reads the dict.
+_NOT_FINITE = re.compile(r"(?<=: )(-?(?:nan|inf))(?=[,}])")
+_MARKERS = re.compile(
+    r"step:\d+ - \S|\{'[\w/@.-]+': |Global step \d+: \{"
+    r"|(?:\bstep[\s=:]+\d+|(?<![\w./])\d+/\d+(?![\w./]))\b.*?[A-Za-z_][\w/.@-]*=-?[\d.]+.*?[A-Za-z_][\w/.@-]*=-?[\d.]",
+    re.IGNORECASE,
+)
 
 
 def holds_console_metrics(text: str) -> bool:
@@ -68,7 +80,7 @@ def _literal(text: str) -> dict[str, float] | None:
     """The numbers of a printed Python dict (numpy and torch scalars unwrapped, numbers printed as strings
     read as numbers: recent transformers prints its floats so); None when it is no dict or holds none."""
     try:
-        value = ast.literal_eval(_WRAPPED.sub(r"\1", text))
+        value = ast.literal_eval(_NOT_FINITE.sub(r"'\1'", _WRAPPED.sub(r"\1", text)))
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     if not isinstance(value, dict):
@@ -99,6 +111,16 @@ def _segments(text: str) -> Iterator[tuple[int, str]]:
                 yield number, piece
 
 
+def _key_values(piece: str) -> tuple[int, dict[str, float]] | None:
+    """(step, metrics) of a custom loop's progress line (two or more ``key=value`` and a step), else None."""
+    pairs = _KEY_VALUE.findall(piece)
+    step = _STEP_TOKEN.search(piece)
+    if len(pairs) < 2 or step is None:
+        return None
+    values = {key: float(value) / (100 if percent else 1) for key, value, percent in pairs}
+    return int(step[1] or step[2]), values
+
+
 class ConsoleRecords(NamedTuple):
     """What :func:`read_console` found: the metric records ``(where, step, metrics)`` in order, the
     problems met (a line cut off) and the steps the training progress bar planned (None without one)."""
@@ -121,8 +143,15 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
     bars: list[tuple[int, int]] = []  # (count, total) of every progress bar, in order
     records: list[tuple[str, int | None, dict[str, Any], int]] = []  # step None: a Trainer dict, stepped below
     problems: list[str] = []
+    pending = ""  # a printed dict broken across lines, joined until it closes
     for number, piece in _segments(text):
         where = f"{path}:{number}"
+        if pending:
+            piece, pending = pending + piece, ""
+        opened = piece.rfind("{'")
+        if opened >= 0 and "}" not in piece[opened:] and len(piece) - opened < _LONGEST_DICT:
+            pending = piece[opened:]
+            continue
         if cut and number == last_line:
             if _MARKERS.search(piece):
                 problems.append(f"{where} (the last line is cut off: the run stopped while printing it)")
@@ -133,10 +162,10 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
         elif (match := _OPENRLHF.search(piece)) is not None:
             if (data := _literal(match[2])) is not None:
                 records.append((where, int(match[1]), data, len(bars)))
-        else:
-            for found in _DICT.findall(piece):
-                if (data := _literal(found)) is not None and "train_runtime" not in data:
-                    records.append((where, None, data, len(bars)))
+        elif found := [data for text in _DICT.findall(piece) if (data := _literal(text)) is not None]:
+            records += [(where, None, data, len(bars)) for data in found if "train_runtime" not in data]
+        elif (stepped := _key_values(piece)) is not None:
+            records.append((where, *stepped, len(bars)))
     if any(step is not None for _, step, _, _ in records):  # verl's or OpenRLHF's lines: dicts are other output
         records = [record for record in records if record[1] is not None]
     if not records:
@@ -148,23 +177,24 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
     training = totals.most_common(1)[0][0] if totals else None
     counts = [count if total == training else None for count, total in bars]
     stepped: list[tuple[str, int, dict[str, Any]]] = []
-    ordinal, unstepped = 0, False
+    previous, counted = 0, 0  # the last training dict's step; dicts numbered by order, not by a bar
     for where, step, data, seen in records:
         if step is None:
             evaluation = all(str(key).startswith("eval_") or key == "epoch" for key in data)
             bar = next((count for count in reversed(counts[:seen]) if count is not None), None)
-            if bar is None:
-                unstepped = True
-                ordinal += not evaluation
-                step = max(ordinal, 1)
-            else:
-                step = bar
+            if evaluation:
+                step = max(previous, bar or 0, 1)
+            elif bar is not None and bar > previous:
+                step = previous = bar
+            else:  # no bar printed since the last dict (tqdm redraws sparsely in a file): the next step
+                step = previous = previous + 1
+                counted += 1
             data = {key: value for key, value in data.items() if key != "epoch"}
         stepped.append((where, step, data))
-    if unstepped:
+    if counted:
         warnings.warn(
-            f"{path}: printed log dicts without a training progress bar before them: numbered 1, 2, ... in order "
-            "(multiply by logging_steps for training steps)",
+            f"{path}: {counted} printed log dict(s) had no new training progress bar count before them: numbered "
+            "by their order after the last count (with logging_steps > 1 their steps are approximate)",
             stacklevel=3,
         )
     return ConsoleRecords(stepped, problems, training)
