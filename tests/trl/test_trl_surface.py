@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'verl-avspo[trl]')")
 
 import trl  # noqa: E402
 
