@@ -50,9 +50,10 @@ test-core: $(STAMP)
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
 
-# The CPU sandbox: GRPO vs AVSPO on a tiny LM (summary.md and plots in runs/sandbox).
+# The CPU sandbox: GRPO vs AVSPO on a tiny LM (summary.md and plots in runs/sandbox). runs/sandbox is the demo's
+# own folder, so a second `make demo` replaces the first (--force); `verl-avspo sandbox` alone refuses to.
 demo: $(STAMP)
-	$(BIN)/verl-avspo sandbox --out runs/sandbox
+	$(BIN)/verl-avspo sandbox --out runs/sandbox --force
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantage.py
