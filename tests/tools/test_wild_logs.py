@@ -34,7 +34,7 @@ def test_verl_console_log_reads_through_ray_prefixes_colours_and_progress_bars(t
     frame = read_run(wild_logs.verl_console(tmp_path / "train.log", steps=30, collapse_from=13))
     assert frame.index.tolist() == list(range(31))  # step 0: the validation before training
     assert frame.loc[0, "val-core/gsm8k/acc/mean@1"] == 0.25  # np.float64(0.25)
-    assert frame.loc[5, "critic/score/mean"] == pytest.approx(0.25) and frame.attrs["planned_steps"] == 30
+    assert frame.loc[5, "critic/score/mean"] == pytest.approx(0.25) and "planned_steps" not in frame.attrs
     diagnosis = diagnose("train", frame)
     assert diagnosis.values["framework"] == "verl" and diagnosis.steps == 30
     assert "[ALERT] Every group collapsed on 18 of 30 logged rows (critic/score/max == critic/score/min)" in (
@@ -66,7 +66,7 @@ def test_trainer_printed_dicts_take_the_progress_bar_step(tmp_path, as_strings):
 def test_printed_dicts_without_a_progress_bar_are_numbered_in_order_with_a_warning(tmp_path):
     path = tmp_path / "nobar.log"
     path.write_text("".join(str({"loss": 0.1, "reward": 0.1 * i, "epoch": i}) + "\n" for i in range(1, 4)))
-    with pytest.warns(UserWarning, match=r"3 printed log dict\(s\) had no new training progress bar count"):
+    with pytest.warns(UserWarning, match="the 3 dicts are numbered 1, 2, ... in order"):
         assert read_run(path).index.tolist() == [1, 2, 3]
 
 
@@ -79,16 +79,39 @@ def test_printed_dicts_with_nan_broken_lines_and_a_sparse_progress_bar(tmp_path)
     path.write_text(
         f"  0%|   | 0/20 [00:00<?, ?it/s]\n{first}\n{broken}\n{first}\n 10%|#  | 10/20 [00:10<00:10]\n{first}\n"
     )
-    with pytest.warns(UserWarning, match=r"3 printed log dict\(s\) had no new training progress bar count"):
+    with pytest.warns(UserWarning, match="the 4 dicts are numbered 1, 2, ... in order, each a logging step"):
         frame = read_run(path)
-    assert frame.index.tolist() == [1, 2, 3, 10] and frame.loc[2, "reward"] == -2.0
+    assert (
+        frame.index.tolist() == [1, 2, 3, 4] and frame.loc[2, "reward"] == -2.0 and "planned_steps" not in frame.attrs
+    )
     assert frame["grad_norm"].isna().sum() == 3 and frame.loc[2, "completions/max_terminated_length"] == 578.0
 
 
 def test_a_custom_loops_key_value_progress_lines(tmp_path):
     frame = read_run(wild_logs.custom_progress(tmp_path / "run.log"))
     assert frame.index.tolist() == list(range(1, 21)) and frame.loc[3, "acc"] == 0.0 and frame.loc[4, "acc"] == 0.25
-    assert diagnose("run", frame).values["score_metric"] == "reward"
+    diagnosis = diagnose("run", frame)
+    assert diagnosis.values["score_metric"] == "reward" and diagnosis.values["acr_source"] == "reward at 0 or 1"
+    assert "[WARN] Every group collapsed on 6 of 20 logged rows (reward at 0 or 1)" in headlines(diagnosis)
+    assert diagnosis.values["all_wrong"] == pytest.approx(0.3) and diagnosis.values["all_correct"] == 0.0
+
+
+def test_a_reward_at_its_ceiling_is_not_a_gain_problem(tmp_path):
+    path = tmp_path / "solved.jsonl"
+    rewards = [0.9 + 0.01 * i for i in range(8)] + [0.998] * 20
+    path.write_text("".join(json.dumps({"step": i, "reward_mean": r}) + "\n" for i, r in enumerate(rewards, 1)))
+    trend = next(f for f in diagnose("solved", read_run(path)).findings if "Reward" in f.headline)
+    assert trend.severity == "INFO" and trend.headline == "Reward at its ceiling: 0.998 of 1 over the last fifth"
+    path.write_text("".join(json.dumps({"step": i, "reward_mean": r / 2}) + "\n" for i, r in enumerate(rewards, 1)))
+    trend = next(f for f in diagnose("half", read_run(path)).findings if "Gain" in f.headline)
+    assert trend.severity == "WARN" and trend.headline.startswith("Gain stopped")
+
+
+def test_printed_config_dicts_are_not_metrics(tmp_path):
+    path = tmp_path / "crashed.log"  # verl prints its config as dicts, then crashed before step 1
+    path.write_text("(TaskRunner pid=1) {'actor': {'clip_ratio': 0.2, 'entropy_coeff': 0.001}}\nNotImplementedError\n")
+    with pytest.raises(ValueError, match="holds no metrics record"):
+        read_run(path)
 
 
 def test_openrlhf_console_lines(tmp_path):

@@ -15,7 +15,11 @@ Sources, preferred first:
   that step collapsed, so 1 there and 0 elsewhere is a lower bound on ACR per step;
 - verl's ``critic/score/max == critic/score/min`` (the same lower bound, split by the value), unless the run
   used DAPO's dynamic sampling (``train/num_gen_batches``): its scores are logged after the filter drops the
-  collapsed groups, and a step that generated more than one batch is the evidence of collapse left.
+  collapsed groups, and a step that generated more than one batch is the evidence of collapse left;
+- last, in a custom loop's log (no framework's metrics, :func:`~verl_avspo.tools.hosts.framework_of`), a
+  mean reward (:func:`~verl_avspo.tools.stats.score_column`) that stays within [0, 1] and is 0 or 1 on a
+  step: every completion of that step scored the same, every group collapsed (all wrong at 0, all correct
+  at 1; the same lower bound). Such a log has no better measure; a framework's log has its own above.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import re
 from dataclasses import dataclass
 
 import pandas as pd
+
+from verl_avspo.tools.hosts import framework_of
+from verl_avspo.tools.stats import score_column
 
 __all__ = ["KINDS", "SPREADS", "ZERO", "CollapseRate", "collapse_rate"]
 
@@ -197,5 +204,19 @@ def collapse_rate(frame: pd.DataFrame, usable: set[str] | None = None) -> Collap
             all_correct=(equal & (value >= 1 - ZERO)).astype(float),
             all_wrong=(equal & (value <= ZERO)).astype(float),
             columns=("critic/score/max", "critic/score/min"),
+        )
+    score = score_column(frame) if framework_of(frame) == "other" else None
+    values = frame[score].dropna() if score is not None and has(score) else pd.Series(dtype=float)
+    if len(values) and values.min() >= 0 and values.max() <= 1:
+        zero, one = values <= ZERO, values >= 1 - ZERO
+        return CollapseRate(
+            (zero | one).astype(float),
+            f"{score} at 0 or 1",
+            "steps whose mean reward, between 0 and 1 on every step, is 0 or 1: every completion scored the same, "
+            "i.e. every group collapsed (all wrong at 0, all correct at 1; a lower bound on ACR per step)",
+            kind="every_group",
+            all_correct=one.astype(float),
+            all_wrong=zero.astype(float),
+            columns=(score,),
         )
     return None

@@ -25,6 +25,7 @@ number of steps (the training progress bar's total) is kept in ``attrs["planned_
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import warnings
 from collections import Counter
@@ -44,6 +45,8 @@ _BAR = re.compile(r"(\d+)/(\d+) \[")
 _WRAPPED = re.compile(r"\b(?:np\.\w+|numpy\.\w+|tensor)\(([-+.\w]+)(?:,[^()]*)?\)")
 _KEY_VALUE = re.compile(r"(?<![\w/.-])([A-Za-z_][\w/.@-]*)=(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(%?)(?![\w.])")
 _STEP_TOKEN = re.compile(r"\bstep[\s=:]+(\d+)\b|(?<![\w./])(\d+)/(\d+)(?![\w./])", re.IGNORECASE)
+# A printed dict is the Trainer's log when it holds one of its keys (verl also prints its config as dicts).
+_TRAINER_KEYS = frozenset({"loss", "learning_rate", "grad_norm", "epoch", "reward", "train_loss", "eval_loss"})
 _LONGEST_DICT = 20_000  # characters a printed dict broken across lines may span before it is given up
 # nan and inf as Python prints them (a grad_norm of nan): quoted, so that literal_eval reads the dict.
 _NOT_FINITE = re.compile(r"(?<=: )(-?(?:nan|inf))(?=[,}])")
@@ -121,9 +124,51 @@ def _key_values(piece: str) -> tuple[int, dict[str, float]] | None:
     return int(step[1] or step[2]), values
 
 
+def _training_bar(bars: list[tuple[int, int, bool]]) -> tuple[int, bool] | None:
+    """(total, labelled) of the training progress bar: verl's ``Training Progress`` where printed, else the
+    total printed most often (the bars of loading and evaluation are fewer); None without bars."""
+    labelled = [total for _, total, label in bars if label]
+    if labelled:
+        return labelled[-1], True
+    totals = Counter(total for _, total, _ in bars if total > 1)
+    return (totals.most_common(1)[0][0], False) if totals else None
+
+
+def _trainer_steps(
+    records: list[tuple[str, int | None, dict[str, Any], int]], counts: list[int | None]
+) -> tuple[list[tuple[str, int, dict[str, Any]]], int]:
+    """The records with a step each: a printed Trainer dict (step None) takes the training bar's count
+    printed before it when every training dict has a new, higher count; else the dicts are numbered 1, 2,
+    ... in order (an evaluation dict joins the training step before it). Returns the records and how many
+    dicts were numbered by order (0 when the bar gave the steps)."""
+    dicts = [
+        (data, next((c for c in reversed(counts[:seen]) if c is not None), None))
+        for _, step, data, seen in records
+        if step is None
+    ]
+    training = [bar for data, bar in dicts if not _evaluation(data)]
+    by_bar = all(bar is not None for bar in training) and all(b > a for a, b in itertools.pairwise([0, *training]))
+    stepped, previous = [], 0
+    for where, step, data, seen in records:
+        if step is None:
+            bar = next((c for c in reversed(counts[:seen]) if c is not None), None)
+            if _evaluation(data):
+                step = max(previous, 1)
+            else:
+                step = previous = bar if by_bar else previous + 1
+            data = {key: value for key, value in data.items() if key != "epoch"}
+        stepped.append((where, step, data))
+    return stepped, 0 if by_bar else len(training)
+
+
+def _evaluation(data: dict[str, Any]) -> bool:
+    return all(str(key).startswith("eval_") or key == "epoch" for key in data)
+
+
 class ConsoleRecords(NamedTuple):
     """What :func:`read_console` found: the metric records ``(where, step, metrics)`` in order, the
-    problems met (a line cut off) and the steps the training progress bar planned (None without one)."""
+    problems met (a line cut off) and the steps the training progress bar planned when the log ends before
+    them (None otherwise)."""
 
     records: list[tuple[str, int, dict[str, Any]]]
     problems: list[str]
@@ -140,7 +185,7 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
     text = path.read_text(errors="replace") if text is None else text
     cut = not text.endswith("\n")
     last_line = text.count("\n") + 1
-    bars: list[tuple[int, int]] = []  # (count, total) of every progress bar, in order
+    bars: list[tuple[int, int, bool]] = []  # (count, total, verl's training bar) of every progress bar, in order
     records: list[tuple[str, int | None, dict[str, Any], int]] = []  # step None: a Trainer dict, stepped below
     problems: list[str] = []
     pending = ""  # a printed dict broken across lines, joined until it closes
@@ -156,13 +201,14 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
             if _MARKERS.search(piece):
                 problems.append(f"{where} (the last line is cut off: the run stopped while printing it)")
             continue
-        bars.extend((int(count), int(total)) for count, total in _BAR.findall(piece))
+        labelled = "Training Progress" in piece  # verl's own training bar
+        bars.extend((int(count), int(total), labelled) for count, total in _BAR.findall(piece))
         if (match := _VERL.search(piece)) is not None:
             records.append((where, int(match[1]), _pairs(match[2]), len(bars)))
         elif (match := _OPENRLHF.search(piece)) is not None:
             if (data := _literal(match[2])) is not None:
                 records.append((where, int(match[1]), data, len(bars)))
-        elif found := [data for text in _DICT.findall(piece) if (data := _literal(text)) is not None]:
+        elif found := [data for text in _DICT.findall(piece) if (data := _literal(text)) and _TRAINER_KEYS & set(data)]:
             records += [(where, None, data, len(bars)) for data in found if "train_runtime" not in data]
         elif (stepped := _key_values(piece)) is not None:
             records.append((where, *stepped, len(bars)))
@@ -173,28 +219,15 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
             f"{path} holds no metrics record: neither a JSONL log nor a console log (verl's 'step:N - key:value' "
             "lines, the Trainer's printed {'loss': ...} dicts, OpenRLHF's 'Global step N: {...}')"
         )
-    totals = Counter(total for _, total in bars if total > 1)
-    training = totals.most_common(1)[0][0] if totals else None
-    counts = [count if total == training else None for count, total in bars]
-    stepped: list[tuple[str, int, dict[str, Any]]] = []
-    previous, counted = 0, 0  # the last training dict's step; dicts numbered by order, not by a bar
-    for where, step, data, seen in records:
-        if step is None:
-            evaluation = all(str(key).startswith("eval_") or key == "epoch" for key in data)
-            bar = next((count for count in reversed(counts[:seen]) if count is not None), None)
-            if evaluation:
-                step = max(previous, bar or 0, 1)
-            elif bar is not None and bar > previous:
-                step = previous = bar
-            else:  # no bar printed since the last dict (tqdm redraws sparsely in a file): the next step
-                step = previous = previous + 1
-                counted += 1
-            data = {key: value for key, value in data.items() if key != "epoch"}
-        stepped.append((where, step, data))
-    if counted:
+    training = _training_bar(bars)
+    counts = [count if (total, labelled) == training else None for count, total, labelled in bars]
+    stepped, ordered = _trainer_steps(records, counts)
+    if ordered:
         warnings.warn(
-            f"{path}: {counted} printed log dict(s) had no new training progress bar count before them: numbered "
-            "by their order after the last count (with logging_steps > 1 their steps are approximate)",
+            f"{path}: the training progress bar was not printed before every printed log dict (tqdm redraws "
+            f"sparsely in a file): the {ordered} dicts are numbered 1, 2, ... in order, each a logging step",
             stacklevel=3,
         )
-    return ConsoleRecords(stepped, problems, training)
+    final = next((count for count in reversed(counts) if count is not None), None)
+    planned = training[0] if training and not ordered and final is not None and final < training[0] else None
+    return ConsoleRecords(stepped, problems, planned)

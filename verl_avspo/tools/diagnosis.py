@@ -124,7 +124,9 @@ def diagnose(
     if rewards is not None:
         diagnosis.used.add(score)
         rows = int(training[score].notna().sum())
-        diagnosis.findings.append(trend_finding(rewards, score, rows, values.get("mean_acr")))
+        scores = training[score].dropna()
+        ceiling = bool(scores.min() >= 0 and scores.max() <= 1 and rewards.final >= 0.95)
+        diagnosis.findings.append(trend_finding(rewards, score, rows, values.get("mean_acr"), ceiling))
     if collapse is not None and collapse.kind != "regenerated":
         frame_acr = training.assign(**{"acr/rate": collapse.rate})
         if collapse.all_wrong is not None:

@@ -19,11 +19,14 @@ from verl_avspo.tools.stats import StepCoverage, score_column, window_mean
 __all__ = ["avspo_findings", "stall_finding", "trend_finding"]
 
 
-def trend_finding(rewards: Trend, score: str | None, rows: int, collapse: float | None) -> Finding:
+def trend_finding(
+    rewards: Trend, score: str | None, rows: int, collapse: float | None, ceiling: bool = False
+) -> Finding:
     """The reward's trend over the run. A reward that did not rise over 10 rows or more, or rose and then
     stopped (flat over the last third, every row of it after the best), is a WARN (no gain), said as
-    such beside high collapse (mean 0.2 or more). The words follow the numbers: a fall that is not
-    significant is "fell, not significant", never "flat"."""
+    such beside high collapse (mean 0.2 or more), unless it is at its ceiling (``ceiling``: a reward
+    between 0 and 1 whose last fifth averages 0.95 or more: nothing is left to gain on this data). The
+    words follow the numbers: a fall that is not significant is "fell, not significant", never "flat"."""
     direction = rewards.direction
     evidence = [
         f"{score}: first fifth {rewards.first:.3f} → last fifth {rewards.final:.3f} ({rewards.rows} row(s) each); "
@@ -46,6 +49,9 @@ def trend_finding(rewards: Trend, score: str | None, rows: int, collapse: float 
         text = f"No gain: reward {rewards.said}: {rewards.first:.3f} → {rewards.final:.3f}"
     else:
         text = f"Reward {rewards.said}: {rewards.first:.3f} → {rewards.final:.3f}"
+    if no_gain and ceiling:
+        evidence.append("a reward between 0 and 1 at 0.95 or more over the last fifth: the training prompts are solved")
+        return Finding("INFO", f"Reward at its ceiling: {rewards.final:.3f} of 1 over the last fifth", evidence)
     if no_gain and collapse is not None and collapse >= 0.2:
         text += " while collapse is high"
     if no_gain and rewards.best_step < rewards.recent_from:
