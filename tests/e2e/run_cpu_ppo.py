@@ -58,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append(f"trainer.v1.trainer_mode={args.mode}")
     overrides += args.overrides
     print(f"python -m {entry} {' '.join(overrides)}  (+ the harness overrides in verl_cpu/launch.py)")
-    print(f"work folder: {workdir}; console log: {workdir / 'metrics.log'}")
+    print(f"work folder: {run.workdir}; console log: {run.workdir / 'metrics.log'}")
     result = run.launch(entry, overrides)
     if result.returncode != 0:
         print(f"the run failed (exit {result.returncode}); the end of its log:", file=sys.stderr)
-        print((workdir / "metrics.log").read_text()[-4000:], file=sys.stderr)
+        print((run.workdir / "metrics.log").read_text()[-4000:], file=sys.stderr)
         return result.returncode
     print("step  " + "  ".join(f"{column:>17}" for column in COLUMNS))
     for record in run.metrics():
