@@ -51,6 +51,9 @@ def test_a_cut_off_console_log_is_read_as_far_as_it_goes_with_a_warning(tmp_path
     assert frame.index.max() == 10
     said = diagnose("killed", frame).findings[0]
     assert said.severity == "WARN" and "it ends at step 10 of the 30 its progress bar planned" in said.headline
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(["report", str(path), "--out", str(tmp_path / "out"), "--fail-on", "incomplete"]) == 3
 
 
 @pytest.mark.parametrize("as_strings", [True, False])

@@ -94,8 +94,9 @@ _LOG_SUFFIXES = (".jsonl", ".csv")  # --json must not overwrite a log
 # --fail-on NAME: the run property that makes the exit status 3.
 FAIL_CONDITIONS = {
     "stalled": "the stall rule found a stalled window",
-    "incomplete": "the log starts after its first logging step, has gaps, or logged a step twice",
-    "no-acr": "the log holds no collapse measure (acr/rate, frac_reward_zero_std, reward_std, critic/score/max+min)",
+    "incomplete": "the log starts after its first logging step, has gaps, logged a step twice, or ends before the "
+    "steps its progress bar planned",
+    "no-acr": "the log holds no collapse measure (docs/diagnostics.md#what-the-report-reads-collapse-from)",
     "unusable": "a rate column holds no value or values outside [0, 1]",
     "unreadable": "a log file given or found could not be read (the message lists the files)",
 }
@@ -190,7 +191,7 @@ def _holds(condition: str, diagnosis: RunDiagnosis) -> bool:
         return bool(values.get("stalled"))
     if condition == "incomplete":
         coverage = values["coverage"]
-        return bool(coverage["starts_late"] or coverage["gaps"] or coverage["repeated"])
+        return bool(coverage["starts_late"] or coverage["gaps"] or coverage["repeated"] or coverage["ends_early"])
     if condition == "no-acr":
         return values["acr_source"] is None
     if condition == "unusable":
@@ -285,7 +286,8 @@ def _fail_on(value: str) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "--fail-on conditions (exit status 3 when one holds for a run): "
+        f"exit status {UNCHECKED} when --fail-on stalled could not be checked for a run (too short for the rule) "
+        "and no condition held. --fail-on conditions (exit status 3 when one holds for a run): "
         + "; ".join(f"{name}: {meaning}" for name, meaning in FAIL_CONDITIONS.items())
         + f"; 'NAME>X' or 'NAME<X' (quoted in a shell): the run's figure NAME ({', '.join(FAIL_VALUES)}) above or "
         "below X."
@@ -293,7 +295,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "logs",
         nargs="+",
-        help=f"verl JSONL logs, TensorBoard event files, wandb CSV exports, TRL's {TRAINER_STATE}, or dirs",
+        help=f"verl JSONL logs, console logs, TensorBoard event files, wandb CSV exports, TRL's {TRAINER_STATE}, "
+        "or dirs",
     )
     parser.add_argument("--out", default="avspo-report", help="output folder (default: avspo-report)")
     parser.add_argument(
