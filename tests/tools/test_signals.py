@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from verl_avspo.tools.collapse import collapse_rate
+from verl_avspo.tools.collapse_measures import collapse_rate
 from verl_avspo.tools.signals import causes, per_step, trend
 
 

@@ -1,5 +1,5 @@
 """The collapse finding of ``verl-avspo report``: how much of the run collapsed, from the measure the log
-holds (:func:`verl_avspo.tools.collapse.collapse_rate`), of which kind (all correct, all wrong), what to
+holds (:func:`verl_avspo.tools.collapse_measures.collapse_rate`), of which kind (all correct, all wrong), what to
 do, and the paper's MATH-500 fit where the run is a math run (by its own names) or the user asks.
 """
 
@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from verl_avspo.tools.cause_findings import cause_findings
-from verl_avspo.tools.collapse import CollapseRate
+from verl_avspo.tools.collapse_measures import CollapseRate
 from verl_avspo.tools.findings import DOCS, Finding, RunDiagnosis, cell, severity
 from verl_avspo.tools.signals import causes, per_step
 from verl_avspo.tools.stats import EARLY_STEPS, StepCoverage, early_acr, window_mean

@@ -19,8 +19,8 @@ import pandas as pd
 from verl_avspo.core.alert import REWARD_KEY, stall_advice
 from verl_avspo.core.config import AlertConfig
 from verl_avspo.tools.cause_findings import cause_findings
-from verl_avspo.tools.collapse import collapse_rate
 from verl_avspo.tools.collapse_findings import PAPER_FIT, collapse_findings, is_math_run
+from verl_avspo.tools.collapse_measures import collapse_rate
 from verl_avspo.tools.findings import DOCS, Finding, RunDiagnosis
 from verl_avspo.tools.hosts import HOSTS, framework_of
 from verl_avspo.tools.progress_findings import avspo_findings, stall_finding, trend_finding

@@ -11,7 +11,7 @@ import pandas as pd
 
 from verl_avspo.core.alert import ALERT_SIGNALS, REWARD_KEY, describe_rule, stalled_steps, stalled_windows
 from verl_avspo.core.config import AlertConfig
-from verl_avspo.tools.collapse import CollapseRate
+from verl_avspo.tools.collapse_measures import CollapseRate
 from verl_avspo.tools.findings import Finding, RunDiagnosis, cell
 from verl_avspo.tools.signals import Trend, per_step
 from verl_avspo.tools.stats import StepCoverage, score_column, window_mean

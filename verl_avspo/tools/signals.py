@@ -1,4 +1,4 @@
-"""What a run's log says besides collapse (:mod:`verl_avspo.tools.collapse`): the reward's :func:`trend`
+"""What a run's log says besides collapse (:mod:`verl_avspo.tools.collapse_measures`): the reward's :func:`trend`
 over the run and the :func:`causes` of collapse the log shows (docs/diagnostics.md), each cause with
 whether the log ties it to collapse (more of it on the rows where collapse is high), and
 :func:`per_step`, the rows of a log in training steps.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from verl_avspo.tools.collapse import SPREADS, ZERO
+from verl_avspo.tools.collapse_measures import SPREADS, ZERO
 
 __all__ = ["Cause", "Trend", "causes", "per_step", "trend"]
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from verl_avspo.tools.collapse import collapse_rate
+from verl_avspo.tools.collapse_measures import collapse_rate
 from verl_avspo.tools.logs import caught_warnings, merge_frames, not_logs_summary, read_run_logs
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.signals import per_step
