@@ -218,6 +218,19 @@ def test_report_cli_prints_warnings_as_lines_and_names_files_not_read(tmp_path, 
     assert "critic/score/mean" in keys["used"] and "timing_s/step" in keys["not_used"]
 
 
+def test_table_names_every_file_of_a_folder_it_does_not_read(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    wild_logs.tinker_metrics(runs / "tinker.jsonl")
+    wild_logs.dapo_file_log(runs / "dapo.jsonl")
+    (runs / "config.json").write_text("{}")
+    assert cli.main(["table", str(runs)]) == 0  # a file that is no log is named, not an error
+    printed = capsys.readouterr()
+    assert "| tinker |" in printed.out and "| dapo |" in printed.out
+    assert "not a log, not read: 1 file(s), JSON without a step or a log_history: a config?" in printed.err
+    assert "- dapo: no ACR: steps where DAPO's dynamic sampling had to generate again" in printed.out
+
+
 def test_the_coverage_finding_lists_keys_read_and_not_read(tmp_path):
     diagnosis = diagnose("train", read_run(wild_logs.verl_console(tmp_path / "t.log")))
     keys = diagnosis.findings[-1]
