@@ -241,7 +241,11 @@ def test_keys_of_a_part_that_is_off_are_refused_as_doing_nothing():
     with pytest.raises(ValueError, match=r"budget_share=0.5 set while algorithm.prompts.allocation.enable is false"):
         prepare_allocation(config)  # our trainer's start-up on stock main_ppo, where they are given with +
     problems = settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm", f"{skip}.explore=0.2"]))
-    assert any(p.startswith(f"{skip}.explore=0.2 set while {skip}.enable is false") for p in problems.problems)
+    one = (
+        f"{skip}.explore=0.2 set while {skip}.enable is false: it would do nothing. Set {skip}.enable=True, or "
+        "remove it."
+    )
+    assert one in problems.problems
     # Unset (the launcher's YAML declares every key null) or with the part on: nothing to say.
     assert not settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm"])).problems
     assert prepare_allocation(compose_config([*ALLOCATE, f"{section}.pilot_size=4"])) is True

@@ -79,9 +79,10 @@ def idle_keys_problems(config: DictConfig, section: str) -> list[str]:
     idle = [f"{section}.{key}={value}" for key, value in given.items() if key != "enable" and value is not None]
     if not idle:
         return []
+    they, them = ("it", "it") if len(idle) == 1 else ("they", "them")
     return [
-        f"{', '.join(idle)} set while {section}.enable is false: they would do nothing. Set {section}.enable=True, "
-        "or remove them."
+        f"{', '.join(idle)} set while {section}.enable is false: {they} would do nothing. Set {section}.enable=True, "
+        f"or remove {them}."
     ]
 
 
