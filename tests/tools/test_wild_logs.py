@@ -134,6 +134,19 @@ def test_tinker_group_fractions_are_collapse_split_into_good_and_bad(tmp_path):
     assert not any("Paper's fit" in h for h in headlines(diagnosis))  # not a math run
 
 
+@pytest.mark.parametrize(
+    ("lengths", "cut"), [([900, 1500, 2600, 4096, 4096, 4096, 4096, 4096], True), ([5] * 7 + [4.9], False)]
+)
+def test_lengths_that_run_up_to_one_maximum_and_stay_are_the_cap(tmp_path, lengths, cut):
+    # Tinker logs no cut ratio: completions that all reach the cap show as a mean length stuck at its maximum;
+    # answers that are always short do not.
+    path = tmp_path / "metrics.jsonl"
+    records = [{"step": i, "env/all/reward/total": 0.2, "env/all/ac_tokens_per_turn": n} for i, n in enumerate(lengths)]
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    said = [f.headline for f in diagnose("run", read_run(path)).findings if "length cap" in f.headline]
+    assert said == (["62% of completions cut at the length cap on average (100% over the last fifth)"] if cut else [])
+
+
 def test_dapo_regeneration_is_collapse_evidence_not_an_acr_of_zero(tmp_path):
     path = wild_logs.dapo_file_log(tmp_path / "dapo.jsonl")
     diagnosis = diagnose("dapo", read_run(path))

@@ -113,6 +113,8 @@ def trend(series: pd.Series | None) -> Trend | None:
 
 # Fractions of completions cut at the length cap: TRL's, verl's.
 _TRUNCATION = ("completions/clipped_ratio", "response_length/clip_ratio")
+# Mean completion lengths: TRL's, verl's, Tinker's (tokens per turn of single-turn episodes).
+_MEAN_LENGTHS = ("completions/mean_length", "response_length/mean", "env/all/ac_tokens_per_turn")
 # Fractions of tokens whose PPO ratio was clipped: verl's, TRL's.
 _CLIP_FRACTION = ("actor/pg_clipfrac", "clip_ratio/region_mean")
 
@@ -156,17 +158,28 @@ def _fifth(series: pd.Series) -> pd.Series:
 
 def _truncation(frame: pd.DataFrame, collapsed: pd.Series) -> Cause | None:
     """Completions cut at the length cap (TRL's ``completions/clipped_ratio``, verl's
-    ``response_length/clip_ratio``; else a mean length within 5% of TRL's ``completions/max_length``):
-    ALERT from half of them (overall or over the last fifth), WARN from a tenth, INFO from 5%."""
+    ``response_length/clip_ratio``; else a mean length within 5% of TRL's ``completions/max_length``; else,
+    with no cap logged, rows whose mean length equals the run's longest, on 3 rows or more, after a first
+    fifth below 80% of it: lengths that ran up to one maximum and stayed there are every completion at that
+    length, the cap): ALERT from half of them (overall or over the last fifth), WARN from a tenth, INFO
+    from 5%."""
     column = next((c for c in _TRUNCATION if c in frame and frame[c].notna().any()), None)
-    lengths = next((c for c in ("completions/mean_length", "response_length/mean") if c in frame), None)
+    lengths = next((c for c in _MEAN_LENGTHS if c in frame and frame[c].notna().any()), None)
     if column is None:
-        if lengths is None or "completions/max_length" not in frame:
+        if lengths is None:
             return None
-        pair = frame[[lengths, "completions/max_length"]].dropna()
-        cap = float(pair["completions/max_length"].max())
-        ratio = (pair[lengths] >= 0.95 * cap).astype(float) if cap > 0 else pd.Series(dtype=float)
-        measured = f"rows with {lengths} within 5% of the longest completion ({cap:.0f})"
+        if "completions/max_length" in frame:
+            pair = frame[[lengths, "completions/max_length"]].dropna()
+            cap = float(pair["completions/max_length"].max())
+            ratio = (pair[lengths] >= 0.95 * cap).astype(float) if cap > 0 else pd.Series(dtype=float)
+            measured = f"rows with {lengths} within 5% of the longest completion ({cap:.0f})"
+        else:  # no cap logged: lengths that ran up to one longest mean and stayed there on 3 rows or more
+            mean = frame[lengths].dropna()
+            at_cap = mean == mean.max()
+            if at_cap.sum() < 3 or float(mean.iloc[: max(1, len(mean) // 5)].mean()) >= 0.8 * float(mean.max()):
+                return None  # a length that hardly varied (short answers) says nothing about a cap
+            ratio = at_cap.astype(float)
+            measured = f"rows whose {lengths} is {mean.max():.0f}, the longest of the run (every completion that long)"
     else:
         ratio = frame[column].dropna()
         measured = column
