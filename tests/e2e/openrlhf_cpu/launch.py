@@ -105,6 +105,7 @@ class TinyRun:
 
     @classmethod
     def prepare(cls, workdir: Path, num_prompts: int = 8) -> TinyRun:
+        workdir = workdir.resolve()  # the job runs inside it: a path relative to the caller's would miss
         workdir.mkdir(parents=True, exist_ok=True)
         model, tokenizer = assets.build_model(workdir)
         for file in tokenizer.iterdir():  # OpenRLHF reads the tokenizer from the model's folder
