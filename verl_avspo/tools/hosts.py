@@ -47,7 +47,7 @@ HOSTS = {
         "clip": "lower the actor's learning rate or the number of epochs per batch",
     },
     "other": {
-        "label": "JSONL",
+        "label": "custom loop's",
         "how": "log the fraction of groups whose rewards are all equal as acr/rate, and its all-correct and "
         "all-wrong parts as acr/all_correct and acr/all_wrong (docs/diagnostics.md)",
         "try_avspo": "try AVSPO: verl_avspo.core.estimators (docs/method.md)",
