@@ -2,7 +2,8 @@
 verl's file-logger JSONL (also what the CPU sandbox writes, :func:`write_record`) or a custom loop's
 flat ``{"step": N, <metric>: value}`` JSONL, TensorBoard event files, wandb CSV exports and a Hugging
 Face Trainer's ``trainer_state.json`` (TRL's trainers; its ``logging_steps`` kept in
-``attrs["logging_steps"]``) or a bare ``log_history`` list.
+``attrs["logging_steps"]``) or a bare ``log_history`` list (a columnar ``{"step": [...], ...}`` JSON too),
+and a run's console output (:func:`read_text_log`, through :mod:`verl_avspo.tools.console_logs`).
 Finding the logs of a run, naming runs and merging a run's files is :mod:`verl_avspo.tools.logs`,
 which re-exports the public names here.
 

@@ -3,8 +3,8 @@
 
 Each file is read by its format (:mod:`verl_avspo.tools.log_formats`, whose public names are
 re-exported here): verl's ``trainer.logger=[file]`` JSONL (``{"step": N, "data": {...}}`` per line,
-also the CPU sandbox's; a custom loop's flat ``{"step": N, <metric>: value}`` lines too), TensorBoard
-event files (verl's, OpenRLHF's and the Hugging Face Trainer's
+also the CPU sandbox's; a custom loop's flat ``{"step": N, <metric>: value}`` lines too), console output
+(:mod:`verl_avspo.tools.console_logs`), TensorBoard event files (verl's, OpenRLHF's and the Hugging Face Trainer's
 ``tensorboard`` loggers), wandb CSV exports (a run's history, or a chart panel's CSV of one or more
 runs) and a Hugging Face Trainer's ``trainer_state.json`` (TRL's trainers: its ``log_history``, in a
 checkpoint folder or the output folder, or a bare ``log_history`` list saved from a notebook). The
@@ -12,7 +12,9 @@ checkpoint folder or the output folder, or a bare ``log_history`` list saved fro
 wandb and TensorBoard callbacks put before training metrics is dropped from ours (``train/acr/rate``
 is read as ``acr/rate``) and from TRL's reward metrics (:data:`UNPREFIXED`). Every reader returns one
 frame per run: one row per step, one column per metric. A run's successive files (TensorBoard files,
-the attempts of a resumed run) that log the same step keep the last value, with a warning.
+the attempts of a resumed run) that log the same step keep the last value, with a warning. In a
+directory every file is accounted for: read as a log, or listed with the reason it is not one
+(:func:`read_run_logs`'s ``skipped``); a file that reads alone reads in a directory.
 """
 
 from __future__ import annotations
