@@ -169,9 +169,9 @@ def write_report(
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        f"exit status {UNCHECKED} when --fail-on stalled could not be checked for a run (too short for the rule, or no collapse "
-        "measure) "
-        "and no condition held. --fail-on conditions (exit status 3 when one holds for a run): "
+        f"exit status {UNCHECKED} when --fail-on stalled could not be checked for a run (too short for the rule, "
+        "or no collapse measure) and no condition held. --fail-on conditions (exit status 3 when one holds for a "
+        "run): "
         + "; ".join(f"{name}: {meaning}" for name, meaning in FAIL_CONDITIONS.items())
         + f"; 'NAME>X' or 'NAME<X' (quoted in a shell): the run's figure NAME ({', '.join(FAIL_VALUES)}) above or "
         "below X."
