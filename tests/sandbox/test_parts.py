@@ -31,10 +31,26 @@ def test_levels_and_held_out_split():
     assert len(small.prompts) == 20  # at most a fifth of the 100 problems of 1+1
     assert len(large.prompts) == 50
     assert all(eval(p[:-1]) == int(a) for p, a in zip(large.prompts, large.answers, strict=True))
-    train = task.sample(4000, torch.Generator().manual_seed(0))
-    assert not set(train.prompts) & set(small.prompts + large.prompts)  # never train on a held-out problem
-    assert set(train.level.tolist()) == {0, 1}
+    train = task.sample(20_000, torch.Generator().manual_seed(0))  # every problem of each pool, in all likelihood
+    warm_up = task.sample_warm_up(20_000, torch.Generator().manual_seed(0))
+    held_out = set(small.prompts + large.prompts)
+    assert not set(train.prompts) & held_out  # never train on a held-out problem
+    assert not set(warm_up.prompts) & held_out  # nor warm up on one
+    assert not set(train.prompts) & set(warm_up.prompts)  # the RL prompts are new to the warmed-up policy
+    assert set(train.level.tolist()) == set(warm_up.level.tolist()) == {0, 1}
+    # 1+1: 100 problems, 20 held out, half of the other 80 for the warm-up; 2*1: 900, 50, then 425 and 425.
+    assert [len({p for p, lv in zip(train.prompts, train.level.tolist(), strict=True) if lv == i}) for i in (0, 1)] == [
+        40,
+        425,
+    ]
+    assert len({p for p, lv in zip(warm_up.prompts, warm_up.level.tolist(), strict=True) if lv == 0}) == 40
     assert task.max_answer_chars == 3  # 99*9 = 891
+    assert len(ArithmeticTask(parse_levels("1+1"), 8, warm_up_share=0.25).training_set(69, torch.Generator()).prompts)
+    with pytest.raises(ValueError, match=r"train_set=70 is too large.*has 69 training problems"):
+        ArithmeticTask(parse_levels("1+1"), 8, warm_up_share=0.25).training_set(70, torch.Generator())
+    for share in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"warm_up_share={share} is invalid.*strictly between 0 and 1"):
+            SandboxConfig(warm_up_share=share)
 
 
 def test_bad_levels_are_named():
@@ -236,6 +252,24 @@ def test_log_probs_are_those_the_sampler_sampled_from(temperature):
             torch.testing.assert_close(log_probs[rows, t], expected[rows])
     if temperature != 1.0:
         assert not torch.allclose(response_log_probs(model, rollout), log_probs, atol=1e-3)
+
+
+def test_the_cached_sampler_decodes_as_full_forward_passes_do():
+    # The sampler's KV cache must give each token the logits a full forward pass over the prompt and the
+    # tokens so far gives (response_logits): greedy decoding picks their argmax at every response position,
+    # on left-padded prompts of several lengths, with a warmed-up-like (non-uniform) random model.
+    from verl_avspo.sandbox.config import PolicyConfig
+    from verl_avspo.sandbox.policy import CharTokenizer, build_model, response_logits, sample
+
+    tokenizer = CharTokenizer()
+    model = build_model(PolicyConfig(sft_steps=0, seed=3), tokenizer).eval()
+    prompts = ["1+2=", "12+34=", "99*9=", "123+45="]
+    greedy = sample(model, tokenizer, prompts, 6, None)
+    with torch.no_grad():
+        full = response_logits(model, greedy)
+    rows = greedy.response_mask.bool()
+    assert torch.equal(full.argmax(dim=-1)[rows], greedy.response_ids[rows])
+    assert greedy.response_ids.shape[1] > 1  # more than one token was decoded from the cache
 
 
 def test_the_sampler_draws_from_the_tempered_distribution_with_its_own_generator():
@@ -498,14 +532,15 @@ def test_the_skip_rules_refills_come_from_the_current_epoch():
 def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epochs():
     with pytest.raises(ValueError, match=r"train_set=8 is invalid: a step draws prompts_per_step=16 .* at least 16"):
         SandboxConfig(train_set=8)
-    # 1+1 keeps 80 of its 100 problems for training (a fifth held out): 100 prompts over 1 level is too many.
-    with pytest.raises(ValueError, match=r"train_set=100 is too large .* level 1\+1 would give 100 prompts but has 80"):
-        SandboxConfig(levels="1+1", train_set=100)
-    with pytest.warns(UserWarning, match=r"steps=60 x prompts_per_step=16 = 960 .* each prompt 3 time.*<= 192"):
-        SandboxConfig(train_set=256)
+    # 1+1 keeps 40 of its 100 problems for RL (a fifth held out, half the rest for the warm-up): 41 prompts
+    # over 1 level are too many.
+    with pytest.raises(ValueError, match=r"train_set=41 is too large .* level 1\+1 would give 41 prompts but has 40"):
+        SandboxConfig(levels="1+1", train_set=41)
+    with pytest.warns(UserWarning, match=r"steps=20 x prompts_per_step=16 = 320 .* each prompt 2 time.*<= 64"):
+        SandboxConfig(steps=20, train_set=128)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        SandboxConfig(train_set=192)  # 960 draws: each prompt 5 times
+        SandboxConfig(steps=20, train_set=64)  # 320 draws: each prompt 5 times
     with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
         main(["sandbox", "--train-set", "8"])
     from verl_avspo.sandbox.setup_text import _prompts_text

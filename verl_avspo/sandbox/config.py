@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass, field
 
-from verl_avspo.sandbox.task import check_training_set, parse_levels
+from verl_avspo.sandbox.task import check_training_set, check_warm_up_share, parse_levels
 
 __all__ = ["ARCHITECTURES", "MIN_EPOCHS", "PolicyConfig", "SandboxConfig"]
 
@@ -58,19 +58,24 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """Everything a sandbox run depends on besides the estimator and the seed."""
+    """Everything a sandbox run depends on besides the estimator and the seed. The defaults are the
+    calibrated instrument (docs/sandbox_calibration.md): 150 steps of 16 prompts x 16 answers, 200
+    held-out problems per level where a level has them, evaluated every 10 steps."""
 
     levels: str = "1+1,2+1,2+2,2*1"
-    steps: int = 60
+    steps: int = 150
     prompts_per_step: int = 16
-    group_size: int = 8
+    group_size: int = 16
     temperature: float = 1.0
     lr: float = 2e-4
     clip_ratio: float = 0.2
     mini_batches: int = 2
     grad_clip: float = 1.0
-    eval_every: int = 5
-    eval_size: int = 64
+    eval_every: int = 10
+    eval_size: int = 200
+    # The share of each level's non-held-out problems kept for the supervised warm-up; RL trains on
+    # the rest, so its prompts are new to the warmed-up policy (task.ArithmeticTask).
+    warm_up_share: float = 0.5
     pass_k: int = 8
     loss_agg_mode: str = "token-mean"
     # dapo_resample: at most this many batches of prompts_per_step prompt groups per step, as verl's
@@ -86,6 +91,7 @@ class SandboxConfig:
 
     def __post_init__(self):
         parse_levels(self.levels)
+        check_warm_up_share(self.warm_up_share)
         positive = ("steps", "prompts_per_step", "mini_batches", "eval_every", "eval_size", "pass_k")
         for name in positive:
             if getattr(self, name) < 1:
@@ -121,7 +127,7 @@ class SandboxConfig:
                 f"train_set={self.train_set} is invalid: a step draws prompts_per_step={self.prompts_per_step} "
                 f"distinct prompts from the set, so use at least {self.prompts_per_step}"
             )
-        check_training_set(parse_levels(self.levels), self.train_set, self.eval_size)
+        check_training_set(parse_levels(self.levels), self.train_set, self.eval_size, self.warm_up_share)
         draws = self.steps * self.prompts_per_step
         if draws // self.train_set < MIN_EPOCHS:
             warnings.warn(

@@ -110,9 +110,10 @@ def _share_among_identical(rewards: torch.Tensor, rollout) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model, tokenizer: CharTokenizer, task: ArithmeticTask, pass_k: int, seed: int) -> dict[str, float]:
-    """Greedy accuracy and pass@k (k samples at temperature 1.0, any correct) per level on the
-    held-out sets. Draws from its own generator, seeded by ``seed`` at every evaluation, so that
-    evaluating never shifts the training samples."""
+    """Greedy accuracy, pass@k (k samples at temperature 1.0, any correct) and mean@k (the share of
+    those k samples that are correct: sampled accuracy) per level on the held-out sets. Draws from its
+    own generator, seeded by ``seed`` at every evaluation, so that evaluating never shifts the training
+    samples."""
     metrics = {}
     max_new_tokens = task.max_answer_chars + 1
     generator = torch.Generator().manual_seed(seed)
@@ -125,7 +126,11 @@ def evaluate(model, tokenizer: CharTokenizer, task: ArithmeticTask, pass_k: int,
         hits = exact_match(texts, problems.answers * pass_k).view(pass_k, -1)
         metrics[f"eval/acc_level_{index + 1}"] = correct.mean().item()
         metrics[f"eval/pass@{pass_k}_level_{index + 1}"] = hits.amax(dim=0).mean().item()
-    metrics["eval/acc_mean"] = float(np.mean([metrics[f"eval/acc_level_{i + 1}"] for i in range(len(task.levels))]))
+        metrics[f"eval/mean@{pass_k}_level_{index + 1}"] = hits.mean().item()
+    for name in ("acc", f"mean@{pass_k}"):
+        metrics[f"eval/{name}_mean"] = float(
+            np.mean([metrics[f"eval/{name}_level_{i + 1}"] for i in range(len(task.levels))])
+        )
     return metrics
 
 
@@ -140,7 +145,7 @@ def train(
     """One RL run of ``config.steps`` steps; writes its metrics to ``log_path`` (JSONL).
     ``on_rollout(step, model, batch)`` sees each step's training batch before the update (the
     fingerprint hashes it)."""
-    task = ArithmeticTask(parse_levels(config.levels), config.eval_size)
+    task = ArithmeticTask(parse_levels(config.levels), config.eval_size, config.warm_up_share)
     model, tokenizer = warm_policy(config.policy, task, cache_dir)
     # The run's random streams, independent of the warm-up (built or loaded from the cache) and of
     # torch's global generator: the prompts and the update order, and the sampled tokens.

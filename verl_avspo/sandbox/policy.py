@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -177,21 +178,27 @@ def sample(
 ) -> Rollout:
     """One response per prompt, token by token (:func:`next_tokens`): greedy when ``generator`` is
     None, otherwise drawn from ``generator`` at ``temperature``. A response ends at its ``<eos>``;
-    the positions after it hold ``<pad>``, as ``generate`` pads them."""
+    the positions after it hold ``<pad>``, as ``generate`` pads them. The prompts' keys and values are
+    computed once and cached (the model's own KV cache, as ``generate`` does), so each new token costs one
+    position of forward pass."""
     prompt_ids, prompt_mask = tokenizer.encode_prompts(prompts)
-    ids, mask = prompt_ids, prompt_mask
+    # Left padding: each row's positions count from its first prompt token, as in response_logits.
+    inputs, mask, position_ids = prompt_ids, prompt_mask, (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache, tokens = None, []
     finished = torch.zeros(len(prompts), dtype=torch.bool)
     for _ in range(max_new_tokens):
-        # Left padding: each row's positions count from its first prompt token, as in response_logits.
-        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, -1]
-        token = next_tokens(logits, generator, temperature).masked_fill(finished, tokenizer.pad_id)
+        output = model(
+            input_ids=inputs, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True
+        )
+        cache = output.past_key_values
+        token = next_tokens(output.logits[:, -1], generator, temperature).masked_fill(finished, tokenizer.pad_id)
         finished |= token == tokenizer.eos_id
-        ids = torch.cat([ids, token.unsqueeze(1)], dim=1)
-        mask = torch.cat([mask, torch.ones_like(token).unsqueeze(1)], dim=1)
+        tokens.append(token)
+        inputs, position_ids = token.unsqueeze(1), position_ids[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(inputs)], dim=1)
         if finished.all():
             break
-    response_ids = ids[:, prompt_ids.shape[1] :]
+    response_ids = torch.stack(tokens, dim=1)
     is_eos = (response_ids == tokenizer.eos_id).long()
     # Tokens after the first <eos> are padding.
     response_mask = (is_eos.cumsum(dim=1) - is_eos == 0).long()
@@ -232,6 +239,7 @@ def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokeni
         # The held-out split decides the training pools: a model warmed up with a smaller split
         # has trained on problems that a larger one evaluates on.
         "eval_size": task.eval_size,
+        "warm_up_share": task.warm_up_share,
         "alphabet": tokenizer.alphabet,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -245,15 +253,21 @@ def _cache_key(config: PolicyConfig, task: ArithmeticTask, tokenizer: CharTokeni
 
 
 def supervised_warm_up(
-    model: transformers.PreTrainedModel, tokenizer: CharTokenizer, task: ArithmeticTask, config: PolicyConfig
+    model: transformers.PreTrainedModel,
+    tokenizer: CharTokenizer,
+    task: ArithmeticTask,
+    config: PolicyConfig,
+    after_step: Callable[[int], None] | None = None,
 ) -> None:
-    """Teacher-forced next-token training on the training pools, loss on answer tokens only: a
-    short run leaves a partial skill, good on easy levels and poor on hard ones."""
+    """Teacher-forced next-token training on the warm-up pools (disjoint from the RL training pools and
+    the held-out sets), loss on answer tokens only: a short run leaves a partial skill, good on easy
+    levels and poor on hard ones. ``after_step(step)`` is called after each step (1-based); it may
+    evaluate the model (benchmarks/sandbox_calibration.py's warm-up curve) but must leave it in train mode."""
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.01)
     model.train()
-    for _ in tqdm(range(config.sft_steps), desc="SFT warm-up", leave=False):
-        problems = task.sample(config.sft_batch_size, generator)
+    for step in tqdm(range(1, config.sft_steps + 1), desc="SFT warm-up", leave=False):
+        problems = task.sample_warm_up(config.sft_batch_size, generator)
         prompt_ids, prompt_mask = tokenizer.encode_prompts(problems.prompts)
         response_ids, response_mask = tokenizer.encode_responses(problems.answers)
         log_probs = response_log_probs(model, Rollout(prompt_ids, prompt_mask, response_ids, response_mask))
@@ -261,6 +275,8 @@ def supervised_warm_up(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if after_step is not None:
+            after_step(step)
 
 
 def warm_policy(

@@ -2,9 +2,10 @@
 
 A *level* is written ``"<digits><op><digits>"``: ``"1+1"`` adds two 1-digit numbers, ``"2*1"``
 multiplies a 2-digit number by a 1-digit one. Each level's problem space is enumerated, shuffled
-with a fixed seed and split once into a held-out evaluation set and a training pool, so no
-evaluation problem is ever trained on. A prompt is ``"12+34="`` and the expected response is
-``"46"`` followed by end-of-sequence.
+with a fixed seed and split once into three disjoint parts: a held-out evaluation set, a warm-up
+pool (the supervised warm-up's problems) and the RL training pool, so no evaluation problem is ever
+trained on and the RL prompts are new to the warmed-up policy, as a pretrained LLM's RL prompts are.
+A prompt is ``"12+34="`` and the expected response is ``"46"`` followed by end-of-sequence.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "ArithmeticTask",
     "parse_levels",
     "training_pool_size",
+    "check_warm_up_share",
     "level_shares",
     "check_training_set",
     "exact_match",
@@ -63,10 +65,30 @@ def _numbers_with_digits(digits: int) -> torch.Tensor:
     return torch.arange(low, 10**digits)
 
 
-def training_pool_size(level: Level, eval_size: int) -> int:
-    """How many of ``level``'s problems are left for training once ``eval_size`` are held out (at
-    most a fifth of the level, :class:`ArithmeticTask`)."""
-    return level.num_problems - min(eval_size, level.num_problems // 5)
+def held_out_size(level: Level, eval_size: int) -> int:
+    """How many of ``level``'s problems are held out for evaluation: ``eval_size``, at most a fifth of the level."""
+    return min(eval_size, level.num_problems // 5)
+
+
+def warm_up_pool_size(level: Level, eval_size: int, warm_up_share: float) -> int:
+    """How many of ``level``'s problems the supervised warm-up draws from: ``warm_up_share`` of those not
+    held out, rounded down."""
+    return int(warm_up_share * (level.num_problems - held_out_size(level, eval_size)))
+
+
+def training_pool_size(level: Level, eval_size: int, warm_up_share: float) -> int:
+    """How many of ``level``'s problems are left for RL training once ``eval_size`` are held out (at
+    most a fifth of the level) and ``warm_up_share`` of the rest is kept for the warm-up (:class:`ArithmeticTask`)."""
+    return level.num_problems - held_out_size(level, eval_size) - warm_up_pool_size(level, eval_size, warm_up_share)
+
+
+def check_warm_up_share(warm_up_share: float) -> None:
+    """Raise ValueError unless 0 < ``warm_up_share`` < 1: both the warm-up and RL need problems of their own."""
+    if not 0 < warm_up_share < 1:
+        raise ValueError(
+            f"warm_up_share={warm_up_share} is invalid: the share of each level's non-held-out problems kept for the "
+            "supervised warm-up must lie strictly between 0 and 1 (the rest is the RL training pool), e.g. 0.5"
+        )
 
 
 def level_shares(size: int, num_levels: int) -> list[int]:
@@ -75,11 +97,11 @@ def level_shares(size: int, num_levels: int) -> list[int]:
     return [size // num_levels + (index < size % num_levels) for index in range(num_levels)]
 
 
-def check_training_set(levels: tuple[Level, ...], size: int, eval_size: int) -> None:
+def check_training_set(levels: tuple[Level, ...], size: int, eval_size: int, warm_up_share: float) -> None:
     """Raise ValueError when a level's training pool is smaller than its :func:`level_shares` of a
     fixed training set of ``size`` prompts."""
     for level, share in zip(levels, level_shares(size, len(levels)), strict=True):
-        pool = training_pool_size(level, eval_size)
+        pool = training_pool_size(level, eval_size, warm_up_share)
         if share > pool:
             names = ",".join(level.name for level in levels)
             raise ValueError(
@@ -142,28 +164,35 @@ def _render(level: Level, a: torch.Tensor, b: torch.Tensor) -> tuple[list[str], 
 
 
 class ArithmeticTask:
-    """Training pools and held-out evaluation sets for a tuple of levels.
+    """Held-out evaluation sets, warm-up pools and RL training pools for a tuple of levels, disjoint.
 
     Args:
         levels: the difficulty levels; training prompts are drawn uniformly over levels.
         eval_size: held-out problems per level (at most a fifth of a level's problem space, so
-            the training pool keeps most of a small level).
+            the training pools keep most of a small level).
+        warm_up_share: the share of each level's other problems kept for the supervised warm-up
+            (:meth:`sample_warm_up`); RL trains on the rest (:meth:`sample`, :meth:`training_set`).
     """
 
-    def __init__(self, levels: tuple[Level, ...], eval_size: int):
+    def __init__(self, levels: tuple[Level, ...], eval_size: int, warm_up_share: float = 0.5):
         if eval_size < 1:
             raise ValueError(f"eval_size={eval_size} is invalid: need at least 1 held-out problem per level")
+        check_warm_up_share(warm_up_share)
         self.levels = levels
         self.eval_size = eval_size
+        self.warm_up_share = warm_up_share
         split = torch.Generator().manual_seed(_SPLIT_SEED)
         self._train: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._warm_up: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._eval: list[Problems] = []
         for index, level in enumerate(levels):
             a, b = level.operands()
             order = torch.randperm(a.numel(), generator=split)
-            held_out = level.num_problems - training_pool_size(level, eval_size)
-            test, train = order[:held_out], order[held_out:]
+            held_out = held_out_size(level, eval_size)
+            warm_up = held_out + warm_up_pool_size(level, eval_size, warm_up_share)
+            test, warm, train = order[:held_out], order[held_out:warm_up], order[warm_up:]
             self._train.append((a[train], b[train]))
+            self._warm_up.append((a[warm], b[warm]))
             prompts, answers = _render(level, a[test], b[test])
             self._eval.append(Problems(prompts, answers, torch.full((held_out,), index)))
 
@@ -176,10 +205,17 @@ class ArithmeticTask:
         return self._eval[level_index]
 
     def sample(self, num_prompts: int, generator: torch.Generator) -> Problems:
-        """``num_prompts`` training problems, each from a uniformly drawn level."""
+        """``num_prompts`` RL training problems, each from a uniformly drawn level."""
+        return self._draw(self._train, num_prompts, generator)
+
+    def sample_warm_up(self, num_prompts: int, generator: torch.Generator) -> Problems:
+        """``num_prompts`` problems of the warm-up pools, each from a uniformly drawn level."""
+        return self._draw(self._warm_up, num_prompts, generator)
+
+    def _draw(self, pools: list[tuple[torch.Tensor, torch.Tensor]], num_prompts: int, generator) -> Problems:
         level = torch.randint(len(self.levels), (num_prompts,), generator=generator)
         prompts, answers = [""] * num_prompts, [""] * num_prompts
-        for index, (a, b) in enumerate(self._train):
+        for index, (a, b) in enumerate(pools):
             rows = (level == index).nonzero().squeeze(1)
             pick = torch.randint(a.numel(), (rows.numel(),), generator=generator)
             level_prompts, level_answers = _render(self.levels[index], a[pick], b[pick])
@@ -191,7 +227,7 @@ class ArithmeticTask:
         """A fixed training set of ``size`` distinct problems, drawn without replacement from the
         training pools, :func:`level_shares` of it from each level, in level order
         (:func:`check_training_set`)."""
-        check_training_set(self.levels, size, self.eval_size)
+        check_training_set(self.levels, size, self.eval_size, self.warm_up_share)
         parts = []
         for index, ((a, b), share) in enumerate(zip(self._train, level_shares(size, len(self.levels)), strict=True)):
             pick = torch.randperm(a.numel(), generator=generator)[:share]
