@@ -186,7 +186,7 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
     cut = not text.endswith("\n")
     last_line = text.count("\n") + 1
     bars: list[tuple[int, int, bool]] = []  # (count, total, verl's training bar) of every progress bar, in order
-    records: list[tuple[str, int | None, dict[str, Any], int]] = []  # step None: a Trainer dict, stepped below
+    records: list[tuple] = []  # (shape, where, step, metrics, bars seen); step None: a Trainer dict, stepped below
     problems: list[str] = []
     pending = ""  # a printed dict broken across lines, joined until it closes
     for number, piece in _segments(text):
@@ -204,20 +204,23 @@ def read_console(path: str | Path, text: str | None = None) -> ConsoleRecords:
         labelled = "Training Progress" in piece  # verl's own training bar
         bars.extend((int(count), int(total), labelled) for count, total in _BAR.findall(piece))
         if (match := _VERL.search(piece)) is not None:
-            records.append((where, int(match[1]), _pairs(match[2]), len(bars)))
+            found = [(0, int(match[1]), _pairs(match[2]))]
         elif (match := _OPENRLHF.search(piece)) is not None:
-            if (data := _literal(match[2])) is not None:
-                records.append((where, int(match[1]), data, len(bars)))
-        elif found := [data for text in _DICT.findall(piece) if (data := _literal(text)) and _TRAINER_KEYS & set(data)]:
-            records += [(where, None, data, len(bars)) for data in found if "train_runtime" not in data]
-        elif (stepped := _key_values(piece)) is not None:
-            records.append((where, *stepped, len(bars)))
-    if any(step is not None for _, step, _, _ in records):  # verl's or OpenRLHF's lines: dicts are other output
-        records = [record for record in records if record[1] is not None]
+            found = [(0, int(match[1]), data)] if (data := _literal(match[2])) is not None else []
+        elif dicts := [data for text in _DICT.findall(piece) if (data := _literal(text)) and _TRAINER_KEYS & set(data)]:
+            found = [(1, None, data) for data in dicts if "train_runtime" not in data]
+        else:
+            found = [(2, *stepped)] if (stepped := _key_values(piece)) is not None else []
+        records += [(shape, where, step, data, len(bars)) for shape, step, data in found]
+    # One shape per log, the most specific found: verl's or OpenRLHF's lines, else the Trainer's dicts, else
+    # key=value lines (the other shapes are then other output: verl's printed config, vLLM's key=value notes).
+    first = min((record[0] for record in records), default=None)
+    records = [record[1:] for record in records if record[0] == first]
     if not records:
         raise ValueError(
             f"{path} holds no metrics record: neither a JSONL log nor a console log (verl's 'step:N - key:value' "
-            "lines, the Trainer's printed {'loss': ...} dicts, OpenRLHF's 'Global step N: {...}')"
+            "lines, the Trainer's printed {'loss': ...} dicts, OpenRLHF's 'Global step N: {...}', a custom loop's "
+            "'N/M | key=value' lines)"
         )
     training = _training_bar(bars)
     counts = [count if (total, labelled) == training else None for count, total, labelled in bars]
