@@ -52,7 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, default=defaults.steps, help=f"RL steps per run (default {defaults.steps})"
     )
     parser.add_argument(
-        "--seeds", type=int, default=5, help="seeds per estimator: --seed-start .. --seed-start+S-1 (default 5)"
+        "--seeds", type=int, default=3, help="seeds per estimator: --seed-start .. --seed-start+S-1 (default 3)"
     )
     parser.add_argument(
         "--seed-start",
