@@ -79,6 +79,63 @@ def test_a_foreign_avspo_registration_is_refused():
         core_algos.ADV_ESTIMATOR_REGISTRY["avspo"] = saved
 
 
+def test_a_foreign_dcpo_loss_is_refused_and_left_in_place():
+    """verl's register_policy_loss replaces a name silently: we ask verl's getter first and never overwrite."""
+    from verl.trainer.ppo import core_algos
+
+    from verl_avspo.verl_plugin import register
+
+    saved = core_algos.get_policy_loss_fn("dcpo")
+    try:
+        core_algos.POLICY_LOSS_REGISTRY["dcpo"] = len
+        with pytest.raises(ValueError, match="policy loss 'dcpo' is already registered by builtins"):
+            register.register()
+        assert core_algos.get_policy_loss_fn("dcpo") is len
+    finally:
+        core_algos.POLICY_LOSS_REGISTRY["dcpo"] = saved
+
+
+RELOAD = """
+import importlib, sys
+import verl
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1 import trainer_base
+from verl_avspo.verl_plugin import estimators, register, dcpo_loss, trainer_v1
+
+writes = []
+for registry in (core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.POLICY_LOSS_REGISTRY, trainer_base.TRAINER_REGISTRY):
+    class Watched(dict):
+        def __setitem__(self, key, value, _w=writes):
+            _w.append(key); dict.__setitem__(self, key, value)
+        def __delitem__(self, key, _w=writes):
+            _w.append("del " + key); dict.__delitem__(self, key)
+    watched = Watched(registry)
+    for module, name in ((core_algos, "ADV_ESTIMATOR_REGISTRY"), (core_algos, "POLICY_LOSS_REGISTRY"),
+                         (trainer_base, "TRAINER_REGISTRY")):
+        if getattr(module, name) is registry:
+            setattr(module, name, watched)
+before = (core_algos.get_adv_estimator_fn("avspo"), core_algos.get_policy_loss_fn("dcpo"),
+          trainer_base.get_trainer_cls("avspo_sync"))
+old_class = trainer_v1.AVSPOTrainerSync
+for module in (estimators, dcpo_loss, register, trainer_v1):
+    importlib.reload(module)
+register.register()
+after = (core_algos.get_adv_estimator_fn("avspo"), core_algos.get_policy_loss_fn("dcpo"),
+         trainer_base.get_trainer_cls("avspo_sync"))
+print(writes, all(a is b for a, b in zip(before, after)), trainer_v1.AVSPOTrainerSync is not old_class,
+      trainer_v1.V1_TRAINERS["avspo_sync"] is old_class)
+"""
+
+
+def test_a_reload_registers_nothing_again_and_deletes_nothing():
+    """Our modules reloaded (new function and class objects): verl's three registries are neither written nor
+    deleted from (each registry watched), and still hold this process's first registrations."""
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""}
+    result = subprocess.run([sys.executable, "-c", RELOAD], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[] True True True"
+
+
 def test_through_verl_compute_advantage_on_dataproto():
     from verl.trainer.ppo.ray_trainer import compute_advantage
 

@@ -37,6 +37,7 @@ from verl.trainer.ppo import core_algos
 from verl_avspo.verl_plugin import trainer_modes, trl_guard
 from verl_avspo.verl_plugin.dcpo_loss import compute_dcpo_policy_loss
 from verl_avspo.verl_plugin.estimators import AVSPO, DCPO, compute_avspo_advantage, compute_dcpo_advantage
+from verl_avspo.verl_plugin.registries import is_ours, registered
 
 __all__ = ["NAME", "DCPO_NAME", "register", "register_trainers_with_v1"]
 
@@ -47,26 +48,28 @@ DCPO_NAME = DCPO
 
 
 def _register_adv_est(name: str, fn: Any) -> None:
-    current = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
-    if current is fn:
-        return
-    if current is not None and getattr(current, "__module__", None) == fn.__module__:
-        del core_algos.ADV_ESTIMATOR_REGISTRY[name]  # our own function from before a reload
-    core_algos.register_adv_est(name)(fn)
+    """``register_adv_est(name)(fn)`` unless ours is registered already (once per process, a reload included).
+    verl refuses another's function under the name (``ValueError``)."""
+    if not is_ours(registered(core_algos.get_adv_estimator_fn, name), fn):
+        core_algos.register_adv_est(name)(fn)
 
 
 def register() -> None:
-    """Register ``avspo``, ``dcpo`` and the ``dcpo`` policy loss in verl's registries. Safe to call
-    again, for example after a test cleared a registry or after this module was reloaded."""
+    """Register ``avspo``, ``dcpo`` and the ``dcpo`` policy loss in verl's registries, through verl's
+    ``register_adv_est`` and ``register_policy_loss`` only, once per process: a name that holds ours already
+    (this module or the estimators' reloaded included) is left as it is. Safe to call again, for example after
+    a test cleared a registry."""
     _register_adv_est(NAME, compute_avspo_advantage)
     _register_adv_est(DCPO_NAME, compute_dcpo_advantage)
-    current_loss = core_algos.POLICY_LOSS_REGISTRY.get(DCPO_NAME)
-    if current_loss is not None and getattr(current_loss, "__module__", None) != compute_dcpo_policy_loss.__module__:
+    current_loss = registered(core_algos.get_policy_loss_fn, DCPO_NAME)
+    if current_loss is None:
+        core_algos.register_policy_loss(DCPO_NAME)(compute_dcpo_policy_loss)
+    elif not is_ours(current_loss, compute_dcpo_policy_loss):
+        # verl's register_policy_loss replaces a name without a word: ask first.
         raise ValueError(
             f"policy loss {DCPO_NAME!r} is already registered by {current_loss.__module__}; verl-avspo will not "
             "replace it. Remove the other registration or use its loss_mode."
         )
-    core_algos.register_policy_loss(DCPO_NAME)(compute_dcpo_policy_loss)
 
 
 _V1_PACKAGE = "verl.trainer.ppo.v1"

@@ -42,6 +42,7 @@ from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
 from verl_avspo.verl_plugin.file_log import install_resumed_file_logger
 from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
+from verl_avspo.verl_plugin.registries import is_ours, registered
 from verl_avspo.verl_plugin.rollout_allocation import AllocationHooksV1, prepare_allocation
 from verl_avspo.verl_plugin.trainer import ACRTrainerMixin
 from verl_avspo.verl_plugin.trainer_modes import our_mode
@@ -131,11 +132,12 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, Basel
 
 
 def _register(name: str, cls: type) -> type:
-    """``register_trainer(name)(cls)``, replacing our own class of an earlier import of this module (a reload)
-    but never another's: verl refuses to re-register a name to another class."""
-    current = trainer_base.TRAINER_REGISTRY.get(name)
-    if current is not None and current is not cls and current.__module__ == cls.__module__:
-        del trainer_base.TRAINER_REGISTRY[name]
+    """``register_trainer(name)(cls)``, once per process: where ours is registered already (an earlier import
+    of this module, before a reload) that class stays and is returned. verl refuses another's class under the
+    name (``ValueError``)."""
+    current = registered(trainer_base.get_trainer_cls, name)
+    if is_ours(current, cls):
+        return current
     return trainer_base.register_trainer(name)(cls)
 
 
@@ -159,7 +161,8 @@ class AVSPOTrainerSeparateAsync(ACRTrainerV1Mixin, PPOTrainerSeparateAsync):
     verl_mode = "separate_async"
 
 
-# Our mode name -> our trainer for it, each registered in verl's TRAINER_REGISTRY.
+# Our mode name -> our trainer for it, as registered in verl's trainer registry (the class of this process's first
+# import of this module: a reload registers nothing again).
 V1_TRAINERS = {
     our_mode(cls.verl_mode): _register(our_mode(cls.verl_mode), cls)
     for cls in (AVSPOTrainerSync, AVSPOTrainerColocateAsync, AVSPOTrainerSeparateAsync)
