@@ -207,40 +207,68 @@ def test_entry_point_imports_nothing_beyond_core_algos():
     assert {"verl_avspo.verl_plugin.register", "verl_avspo.core.advantage"} <= with_plugin
 
 
-def test_stock_main_ppo_refuses_our_mode_with_the_legacy_trainer():
-    """verl's legacy trainer never reads trainer.v1.trainer_mode: stock main_ppo's process ends at `import verl`,
-    before Hydra composes its config, naming the setting and the fix (verl's loader does not swallow SystemExit)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", "trainer.v1.trainer_mode=avspo_sync", "trainer.use_v1=False"],
-        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""},
-        capture_output=True,
-        text=True,
-        timeout=180,
+ARGV = """
+import sys
+
+readers = []
+
+
+class Watched(list):
+    # Records the file of whoever reads the command line (any way a list is read).
+    def _read(self):
+        readers.append(sys._getframe(2).f_code.co_filename)
+
+    for name in ("__getitem__", "__iter__", "__len__", "__contains__", "__bool__", "index", "count", "copy"):
+        def method(self, *args, _name=name):
+            self._read()
+            return getattr(list, _name)(self, *args)
+        locals()[name] = method
+
+
+bad = ["/env/lib/python3.12/site-packages/verl/trainer/main_ppo.py", "trainer.v1.trainer_mode=avspo_sync",
+       "trainer.use_v1=False"]
+sys.argv = Watched(bad)
+sys.orig_argv = Watched(["python", "-m", "verl.trainer.main_ppo", *bad[1:]])
+import verl
+import verl_avspo.verl_plugin
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+get_adv_estimator_fn("avspo")
+print(sorted({reader for reader in readers if "verl_avspo" in reader}))
+"""
+
+
+def test_import_verl_reads_no_command_line_and_raises_nothing():
+    """The entry point only registers: `import verl` with stock main_ppo's command line naming our mode with the
+    legacy trainer neither raises nor has any module of ours read sys.argv or sys.orig_argv (the refusal is where
+    verl hands us the config: the launcher, doctor, our estimator's first call)."""
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""}
+    result = subprocess.run([sys.executable, "-c", ARGV], env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_our_estimator_refuses_our_mode_with_the_legacy_trainer_at_its_first_call():
+    """verl's legacy trainer hands the estimator config.algorithm, a node of the run's config: the estimator reads
+    the trainer's settings relative to it and refuses our mode with trainer.use_v1=False, with the fix."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    run_state.reset()
+    data = outcome_data(*outcome_batch(torch.tensor([1.0, 1.0, 0.0, 1.0]), length=2), group_uids([2, 2], "q"))
+    run = OmegaConf.create(
+        {"algorithm": {"adv_estimator": "avspo"}, "trainer": {"use_v1": False, "v1": {"trainer_mode": "avspo_sync"}}}
     )
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last == (
-        "verl-avspo: trainer.v1.trainer_mode=avspo_sync is a V1 trainer, and trainer.use_v1=False runs verl's legacy "
-        "trainer, which never reads it: the run would log no acr/*, save no run state and give no stall alert. Set "
+    with pytest.raises(ValueError) as refused:
+        compute_advantage(data, "avspo", config=run.algorithm)
+    assert str(refused.value) == (
+        "trainer.v1.trainer_mode=avspo_sync is a V1 trainer, and trainer.use_v1=False runs verl's legacy trainer, "
+        "which never reads it: the run would log no acr/*, save no run state and give no stall alert. Set "
         "trainer.use_v1=True."
     )
-    assert "ray init kwargs" not in result.stdout  # stopped before verl's own run started
-
-
-def test_only_stock_main_ppo_with_our_mode_and_the_legacy_trainer_is_refused():
-    from verl_avspo.verl_plugin.trainer_modes import refuse_legacy_mode
-
-    stock = "/env/lib/python3.12/site-packages/verl/trainer/main_ppo.py"
-    ours = "trainer.v1.trainer_mode=avspo_separate_async"
-    with pytest.raises(SystemExit, match="trainer.use_v1=False runs verl's legacy trainer"):
-        refuse_legacy_mode([stock, "++trainer.use_v1='false'", ours])
-    with pytest.raises(SystemExit, match="trainer.use_v1=False runs verl's legacy trainer"):  # while -m imports verl
-        refuse_legacy_mode(["-m", ours, "trainer.use_v1=0"], ["python", "-u", "-m", "verl.trainer.main_ppo"])
-    refuse_legacy_mode(["-m", ours, "trainer.use_v1=False"], ["python", "-m", "verl_avspo.main_ppo"])  # launcher
-    refuse_legacy_mode([stock, ours, "trainer.use_v1=True"])  # the V1 trainer: ours runs
-    refuse_legacy_mode([stock, "trainer.v1.trainer_mode=sync", "trainer.use_v1=False"])  # verl's mode: as verl has it
-    refuse_legacy_mode(["/env/bin/verl-avspo", "doctor", ours, "trainer.use_v1=False"], [])  # doctor reports it
-    refuse_legacy_mode(["/env/lib/python3.12/site-packages/ray/_private/workers/default_worker.py"])  # a worker
+    # verl's own mode with the legacy trainer, and our mode with V1 (where verl built our trainer), are not refused.
+    for use_v1, mode in ((False, "sync"), (True, "avspo_sync")):
+        run.trainer.use_v1, run.trainer.v1.trainer_mode = use_v1, mode
+        compute_advantage(data, "avspo", config=run.algorithm)
+    run_state.reset()
 
 
 def test_the_entry_point_registers_our_trainers_only_once_verls_v1_package_is_imported():

@@ -16,9 +16,9 @@ process that is (:class:`_AfterV1Import`). verl's TaskRunner imports it just bef
 trains (a worker, the legacy trainer's) never loads our trainers.
 
 It also installs :mod:`verl_avspo.verl_plugin.trl_guard` (stdlib only), so that verl 0.9.1 trains in an
-environment whose TRL has no value-head class. In stock ``main_ppo``'s own process it refuses our trainer mode
-named with ``trainer.use_v1=False``, which verl would ignore without a word
-(:func:`verl_avspo.verl_plugin.trainer_modes.refuse_legacy_mode`: it reads the command line only).
+environment whose TRL has no value-head class. It reads no command line: our trainer mode named with
+``trainer.use_v1=False`` is refused where verl hands us the config (the launcher, ``verl-avspo doctor``, our
+estimator's first call: :func:`verl_avspo.verl_plugin.run_state.tracker_for`).
 
 The estimators are :mod:`verl_avspo.verl_plugin.estimators`, the run state they share
 :mod:`verl_avspo.verl_plugin.run_state`, the loss :mod:`verl_avspo.verl_plugin.dcpo_loss`.
@@ -34,7 +34,7 @@ from typing import Any
 
 from verl.trainer.ppo import core_algos
 
-from verl_avspo.verl_plugin import trainer_modes, trl_guard
+from verl_avspo.verl_plugin import trl_guard
 from verl_avspo.verl_plugin.dcpo_loss import compute_dcpo_policy_loss
 from verl_avspo.verl_plugin.estimators import AVSPO, DCPO, compute_avspo_advantage, compute_dcpo_advantage
 from verl_avspo.verl_plugin.registries import is_ours, registered
@@ -124,4 +124,3 @@ def register_trainers_with_v1() -> None:
 trl_guard.install()  # first: a registration that fails must not leave verl unable to train next to TRL
 register()
 register_trainers_with_v1()
-trainer_modes.refuse_legacy_mode()

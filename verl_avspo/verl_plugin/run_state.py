@@ -10,7 +10,9 @@ Only where verl's ``compute_advantage`` runs with no trainer of ours around it (
 trainer mode, verl's legacy trainer, a direct call) does the estimator fall back to a tracker of this process,
 started at its first call for the settings it is called with: it lives as long as the process, is not
 checkpointed, and says so once, with the fix for each of verl's trainers. There prompt skipping and the rollout
-allocator, which act before the rollout, are refused (:func:`tracker_for`).
+allocator, which act before the rollout, are refused, and so is our trainer mode named with verl's legacy
+trainer, which never reads it (:func:`tracker_for`: verl's ``config.algorithm`` is a node of the run's config,
+so the trainer's settings are read relative to it).
 
 Imports nothing from verl.
 """
@@ -25,6 +27,9 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
+
 from verl_avspo.core.acr_config import ACR_SECTION
 from verl_avspo.core.alert import stall_advice
 from verl_avspo.core.baseline_settings import dcpo_settings
@@ -37,12 +42,13 @@ from verl_avspo.verl_plugin.prompt_identity import (
     prompt_key_setting,
     resolve_prompts,
 )
-from verl_avspo.verl_plugin.trainer_modes import MODE_OVERRIDE
+from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, MODE_OVERRIDE, is_ours, legacy_mode_problem
 
 __all__ = [
     "VERL_ADVICE",
     "WITHOUT_OUR_TRAINER_FIX",
     "before_rollout_problem",
+    "legacy_trainer_problem",
     "run_settings",
     "start_run",
     "advantage_stage",
@@ -145,6 +151,21 @@ def before_rollout_problem(prompts: PromptsConfig) -> str | None:
     )
 
 
+def legacy_trainer_problem(algorithm_config: Any) -> str | None:
+    """:func:`~verl_avspo.verl_plugin.trainer_modes.legacy_mode_problem` when the run whose ``config.algorithm``
+    verl hands the estimator names our trainer mode with ``trainer.use_v1`` false (verl's legacy trainer, which
+    reads the flag as ``if config.trainer.use_v1:``); None otherwise, or where the node has no run config above
+    it (a direct call)."""
+    if not isinstance(algorithm_config, DictConfig):
+        return None
+    try:
+        mode = OmegaConf.select(algorithm_config, f"..{MODE_KEY}")
+        use_v1 = OmegaConf.select(algorithm_config, "..trainer.use_v1", default=True)
+    except ConfigKeyError:  # the node is a config's root: no trainer settings to read
+        return None
+    return legacy_mode_problem(mode) if is_ours(mode) and not use_v1 else None
+
+
 def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
     """The tracker for ``estimator`` called with verl's ``config.algorithm``: the one of the trainer whose
     :func:`advantage_stage` is running; else this process's fallback, started now when there is none or it
@@ -160,7 +181,7 @@ def tracker_for(algorithm_config: Any, estimator: str) -> RunTracker:
         fits = fits and tracker.dcpo == dcpo_settings(algorithm_config)
         fits = fits and tracker.prompt_identity == prompt_key_setting(algorithm_config)
     if not fits:
-        problem = before_rollout_problem(resolve_prompts(algorithm_config))
+        problem = legacy_trainer_problem(algorithm_config) or before_rollout_problem(resolve_prompts(algorithm_config))
         if problem:
             raise ValueError(problem)
         logger.warning(
