@@ -872,7 +872,9 @@ def test_data_files_are_read_as_far_as_their_schema_and_sources(tmp_path, capsys
     assert "Not checked: the data_source values against reward.custom_reward_function.path=" in capsys.readouterr().out
 
 
-def test_verls_default_reward_dispatch_is_read_from_its_source():
+def test_which_data_sources_verls_default_reward_scores_is_asked_of_verl():
+    """By calling verl's default_compute_score (its NotImplementedError for a source it does not score), not by
+    reading its source."""
     from verl.utils.reward_score import default_compute_score
 
     from verl_avspo.verl_plugin.rewards import scores_source, verl_scores_source

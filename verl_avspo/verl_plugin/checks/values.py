@@ -36,10 +36,12 @@ _READ_HERE = (
 def _walk_booleans(node: DictConfig, prefix: str) -> list[str]:
     keys = []
     for name in node.keys():
-        child, key = node._get_node(name), f"{prefix}{name}"
+        if OmegaConf.is_interpolation(node, name) or OmegaConf.is_missing(node, name):
+            continue  # a default taken from elsewhere is not a boolean default of its own
+        child, key = node[name], f"{prefix}{name}"
         if isinstance(child, DictConfig):
             keys += _walk_booleans(child, f"{key}.")
-        elif not child._is_interpolation() and isinstance(child._value(), bool):
+        elif isinstance(child, bool):
             keys.append(key)
     return keys
 
