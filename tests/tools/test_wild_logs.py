@@ -2,9 +2,11 @@
 ``fixtures/wild_logs.py``): console logs (verl's ``step:N`` lines through Ray with ANSI colours, the
 Trainer's printed dicts of older and recent transformers between ``\\r`` progress bars, OpenRLHF's
 ``Global step N``), a cut-off console log, every file of a folder accounted for, Tinker's group fractions,
-group counts, DAPO's regeneration, custom reward and step names, the coverage section, a headline that
-agrees with its numbers, the paper's fit only for math runs, no raw Python warnings, and reading logs
-without torch or verl imported."""
+group counts, DAPO's regeneration, custom reward and step names, a custom loop's exact-zero loss as
+collapse where a zero is exceptional in its log (and not where it is the norm, only the first step's, or a
+small loss's), "gain stopped" on the shapes of logs 5, 7 and N9 (not on a rise that goes on), the coverage
+section, a headline that agrees with its numbers, the paper's fit only for math runs, no raw Python
+warnings, and reading logs without torch or verl imported."""
 
 import importlib.util
 import json
@@ -13,6 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from verl_avspo import cli
@@ -95,9 +98,103 @@ def test_a_custom_loops_key_value_progress_lines(tmp_path):
     frame = read_run(wild_logs.custom_progress(tmp_path / "run.log"))
     assert frame.index.tolist() == list(range(1, 21)) and frame.loc[3, "acc"] == 0.0 and frame.loc[4, "acc"] == 0.25
     diagnosis = diagnose("run", frame)
-    assert diagnosis.values["score_metric"] == "reward" and diagnosis.values["acr_source"] == "reward at 0 or 1"
-    assert "[WARN] Every group collapsed on 6 of 20 logged rows (reward at 0 or 1)" in headlines(diagnosis)
+    source = "reward at 0 or 1, or loss == 0"  # its loss is 0 exactly where its reward is
+    assert diagnosis.values["score_metric"] == "reward" and diagnosis.values["acr_source"] == source
+    assert f"[WARN] Every group collapsed on 6 of 20 logged rows ({source})" in headlines(diagnosis)
     assert diagnosis.values["all_wrong"] == pytest.approx(0.3) and diagnosis.values["all_correct"] == 0.0
+
+
+def _zero_loss_steps(rng: np.random.Generator, steps: int = 100) -> tuple[list[float], list[float]]:
+    """N10's shape: loss exactly 0 on 55 of 100 steps, at a mean reward of 0.1, 0.3 or 0.5 (every group
+    collapsed, some all correct); elsewhere a loss between 0.07 and 7 in size and a reward in 80ths."""
+    zero = np.zeros(steps, dtype=bool)
+    zero[rng.choice(np.arange(2, steps), 55, replace=False)] = True
+    losses = np.where(zero, 0.0, rng.choice([-1, 1], steps) * rng.uniform(0.07, 7.0, steps))
+    rewards = np.where(zero, rng.choice([0.1, 0.3, 0.5], steps), rng.integers(7, 36, steps) / 80)
+    return losses.tolist(), rewards.tolist()
+
+
+def test_an_exact_zero_loss_is_collapse_where_it_is_exceptional_in_the_log(tmp_path):
+    losses, rewards = _zero_loss_steps(np.random.default_rng(0))
+    diagnosis = diagnose("grpo_100_math", read_run(wild_logs.custom_losses(tmp_path / "math.log", losses, rewards)))
+    source = "reward at 0 or 1, or loss == 0"
+    assert diagnosis.values["acr_source"] == source and diagnosis.values["mean_acr"] == pytest.approx(0.55)
+    assert f"[ALERT] Every group collapsed on 55 of 100 logged rows ({source})" in headlines(diagnosis)
+    # a reward of 0.3 on a collapsed step is groups of both kinds: the split is not claimed
+    assert diagnosis.values["all_correct"] is None and diagnosis.values["all_wrong"] is None
+    assert {"loss", "reward"} <= diagnosis.used
+    assert any(h.startswith("[WARN] No gain") and h.endswith("while collapse is high") for h in headlines(diagnosis))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "zero on every step",  # a group-mean loss on-policy with no KL term: 0 by construction
+        "rounding",  # about 0 by construction, logged with 4 decimals
+        "first step only",  # ratio 1 and KL 0 on the first step of any loop
+        "a growing KL",  # 0 until the KL term grows, passing near 0
+        "too few others",  # 4 values to judge the loss's spread by
+    ],
+)
+def test_an_exact_zero_loss_is_not_collapse_where_zero_is_the_norm(tmp_path, case):
+    steps = 40
+    rewards = [0.25 + 0.005 * (step % 7) for step in range(steps)]
+    losses = {
+        "zero on every step": [0.0] * steps,
+        "rounding": [[0.0, 0.0001, -0.0001, 0.0002][step % 4] for step in range(steps)],
+        "first step only": [0.0] + [(-1) ** step * 1.5 for step in range(1, steps)],
+        "a growing KL": [round(1e-5 * step**2, 4) for step in range(steps)],
+        "too few others": [0.0] * (steps - 4) + [1.5] * 4,
+    }[case]
+    diagnosis = diagnose("run", read_run(wild_logs.custom_losses(tmp_path / "run.log", losses, rewards)))
+    assert diagnosis.values["acr_source"] == "reward at 0 or 1" and diagnosis.values["mean_acr"] == 0.0
+    assert "loss" not in diagnosis.used
+
+
+def test_a_frameworks_log_keeps_its_own_collapse_measure_beside_a_zero_loss(tmp_path):
+    path = tmp_path / "trl.jsonl"  # TRL's loss is 0 by construction: its reward_std says where groups collapsed
+    rows = [
+        {"step": step, "loss": 0.0 if step % 2 else 1.5, "reward": 0.5, "reward_std": 0.0 if step == 3 else 0.3}
+        for step in range(1, 21)
+    ]
+    path.write_text("".join(json.dumps(row | {"completions/mean_length": 100.0}) + "\n" for row in rows))
+    assert diagnose("trl", read_run(path)).values["acr_source"] == "reward_std == 0"
+
+
+def _gain_shapes(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    """The reward of logs 5 (a slow rise over two thirds of 200 rows every 5 steps, then flat), 7 (flat, a
+    jump at two thirds of 300 rows every 2 steps, flat after) and N9 (8 completions a step: a rise over the
+    first third of 100 steps, then flat): each shape's mean, its rows drawn around it, its logging interval."""
+    five = np.r_[np.linspace(0.34, 0.40, 134), np.full(66, 0.40)]
+    seven = np.r_[np.full(200, 4.3), np.full(100, 4.8)]
+    nine = np.r_[np.linspace(0.15, 0.35, 35), np.full(65, 0.35)]
+    return {
+        "5": (five, five + rng.normal(0, 0.03, 200), 5),
+        "7": (seven, seven + rng.normal(0, 0.5, 300), 2),
+        "N9": (nine, rng.binomial(8, nine) / 8, 1),
+    }
+
+
+def _reward_log(path: Path, rewards: np.ndarray, every: int) -> Path:
+    path.write_text("".join(json.dumps({"step": every * i, "reward_mean": r}) + "\n" for i, r in enumerate(rewards, 1)))
+    return path
+
+
+@pytest.mark.parametrize("shape", ["5", "7", "N9"])
+def test_gain_stopped_on_a_rise_whose_last_third_has_no_trend(tmp_path, shape):
+    mean, rewards, every = _gain_shapes(np.random.default_rng(0))[shape]
+    diagnosis = diagnose("run", read_run(_reward_log(tmp_path / "run.jsonl", rewards, every)))
+    trend = next(f for f in diagnosis.findings if f.headline.startswith(("Gain", "No gain", "Reward")))
+    assert trend.severity == "WARN" and trend.headline.startswith("Gain stopped")
+    assert diagnosis.values["trend"]["direction"] == "rose" and diagnosis.values["trend"]["recent_p_value"] >= 0.05
+    # the same noise around a rise that goes on through the last third
+    rising = rewards - mean + np.linspace(mean[0], mean[0] + 10 * (rewards - mean).std(), len(mean))
+    trend = next(
+        f
+        for f in diagnose("run", read_run(_reward_log(tmp_path / "on.jsonl", rising, every))).findings
+        if f.headline.startswith(("Gain", "No gain", "Reward"))
+    )
+    assert trend.severity == "INFO" and trend.headline.startswith("Reward rose")
 
 
 def test_a_reward_at_its_ceiling_is_not_a_gain_problem(tmp_path):

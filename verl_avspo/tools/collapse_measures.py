@@ -19,7 +19,10 @@ Sources, preferred first:
 - last, in a custom loop's log (no framework's metrics, :func:`~verl_avspo.tools.hosts.framework_of`), a
   mean reward (:func:`~verl_avspo.tools.stats.score_column`) that stays within [0, 1] and is 0 or 1 on a
   step: every completion of that step scored the same, every group collapsed (all wrong at 0, all correct
-  at 1; the same lower bound). Such a log has no better measure; a framework's log has its own above.
+  at 1; the same lower bound); and a policy loss exactly 0 on a step after the first, where a zero loss is
+  exceptional in that log (:func:`_zero_loss`): every advantage of the step was 0. Such a log has no better
+  measure; a framework's log has its own above (TRL's loss is about 0 on every step by construction with
+  one iteration and no KL term, and 0 on its first).
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ _TINKER = re.compile(r"^(?P<prefix>.*)by_group/frac_(?P<part>all_good|all_bad|mi
 _SKIPPED = re.compile(r"^(?P<prefix>.*?)(?:n_|num_)?(?:skipped|filtered|zero_std|zero_adv|degenerate)_groups$")
 _GROUPS = ("n_groups", "num_groups", "total_groups", "groups")
 _REGENERATED = ("train/num_gen_batches", "num_gen_batches")
+# A custom loop's policy loss (under a framework's names the log is that framework's, with its own
+# measure), and how far from 0 its values must stay for an exact 0 to be exceptional: 100 times the
+# 4-decimal rounding the Hugging Face Trainer logs a loss with.
+_LOSSES = ("loss", "pg_loss")
+_CLEAR_LOSS = 0.01
 # What each kind of source measures: ``rate``, the fraction of groups per step; ``every_group``, 1 at
 # the steps where every group collapsed (a lower bound on ACR per step); ``regenerated``, 1 at the steps
 # where DAPO's filter had to generate again (collapse evidence, no rate).
@@ -205,18 +213,62 @@ def collapse_rate(frame: pd.DataFrame, usable: set[str] | None = None) -> Collap
             all_wrong=(equal & (value <= ZERO)).astype(float),
             columns=("critic/score/max", "critic/score/min"),
         )
-    score = score_column(frame) if framework_of(frame) == "other" else None
-    values = frame[score].dropna() if score is not None and has(score) else pd.Series(dtype=float)
-    if len(values) and values.min() >= 0 and values.max() <= 1:
-        zero, one = values <= ZERO, values >= 1 - ZERO
-        return CollapseRate(
-            (zero | one).astype(float),
-            f"{score} at 0 or 1",
-            "steps whose mean reward, between 0 and 1 on every step, is 0 or 1: every completion scored the same, "
-            "i.e. every group collapsed (all wrong at 0, all correct at 1; a lower bound on ACR per step)",
-            kind="every_group",
-            all_correct=one.astype(float),
-            all_wrong=zero.astype(float),
-            columns=(score,),
+    return _custom_loop(frame, has) if framework_of(frame) == "other" else None
+
+
+def _zero_loss(frame: pd.DataFrame, has) -> pd.Series | None:
+    """The rows of a custom loop's log whose policy loss (:data:`_LOSSES`) is exactly 0, where that is
+    exceptional in the log, else None. A step whose advantages are all 0 (every group collapsed) has a
+    policy-gradient loss of exactly 0; a loss that is about 0 on every step by construction (a group-mean
+    loss on-policy with no KL term) or that passes near 0 (a KL term growing from 0) is no such evidence.
+    So a zero counts only where the log's other values stay clear of 0: 5 rows or more, and 95% of them,
+    at :data:`_CLEAR_LOSS` or more in absolute value (an exact 0 among them is then not a small loss
+    rounded). The first row never counts (its ratio is 1 and its KL 0 in any loop)."""
+    column = next((name for name in _LOSSES if has(name)), None)
+    if column is None:
+        return None
+    loss = frame[column].dropna()
+    zero = (loss.abs() <= ZERO) & (loss.index != loss.index[0])
+    clear = loss[~zero].iloc[1:].abs() >= _CLEAR_LOSS
+    if not zero.any() or clear.sum() < 5 or clear.mean() < 0.95:
+        return None
+    return zero.rename(column)
+
+
+def _custom_loop(frame: pd.DataFrame, has) -> CollapseRate | None:
+    """A custom loop's whole-step collapse: its mean reward at 0 or 1 (where it stays within [0, 1]) or its
+    policy loss exactly 0 (:func:`_zero_loss`); split into all correct and all wrong where the reward tells
+    them apart on every step counted."""
+    score = score_column(frame)
+    reward = frame[score].dropna() if score is not None and has(score) else pd.Series(dtype=float)
+    if len(reward) and (reward.min() < 0 or reward.max() > 1):
+        reward = pd.Series(dtype=float)  # not a share of completions scored right: at 0 or 1 says nothing
+    zero_loss = _zero_loss(frame, has)
+    if reward.empty and zero_loss is None:
+        return None
+    rows = reward.index if zero_loss is None else reward.index.union(zero_loss.index)
+    wrong = (reward <= ZERO).reindex(rows, fill_value=False)
+    correct = (reward >= 1 - ZERO).reindex(rows, fill_value=False)
+    lost = pd.Series(False, index=rows) if zero_loss is None else zero_loss.reindex(rows, fill_value=False)
+    split = len(reward) > 0 and not (lost & ~(wrong | correct)).any()
+    sources, meanings = [], []
+    if len(reward):
+        sources.append(f"{score} at 0 or 1")
+        meanings.append(
+            "whose mean reward, between 0 and 1 on every step, is 0 or 1: every completion scored the same (all "
+            "wrong at 0, all correct at 1)"
         )
-    return None
+    if zero_loss is not None:
+        sources.append(f"{zero_loss.name} == 0")
+        meanings.append(f"whose {zero_loss.name} is exactly 0, its other values clear of 0 (every advantage was 0)")
+    return CollapseRate(
+        (wrong | correct | lost).astype(float),
+        ", or ".join(sources),
+        f"steps {', or '.join(meanings)}: every group collapsed (a lower bound on ACR per step"
+        + ("" if split or reward.empty else "; all correct and all wrong not told apart where only the loss shows it")
+        + ")",
+        kind="every_group",
+        all_correct=correct.astype(float) if split else None,
+        all_wrong=wrong.astype(float) if split else None,
+        columns=((score,) if len(reward) else ()) + (() if zero_loss is None else (zero_loss.name,)),
+    )
