@@ -4,16 +4,17 @@ V1 trainers (``trainer.v1.trainer_mode=avspo_sync`` and the other modes of
 
 This module is the ``verl.plugins`` entry point, so every ``import verl`` in every process (the
 launcher, the TaskRunner actor, each FSDP and vLLM worker) imports it. It therefore imports only
-``verl.trainer.ppo.core_algos`` from verl, and does no work beyond registration and that check. That the actor
+``verl.trainer.ppo.core_algos`` from verl, and does no work beyond registration. That the actor
 workers import it too is what makes ``actor_rollout_ref.actor.policy_loss.loss_mode=dcpo``
 resolvable there (verl looks the loss up inside the worker, in ``workers/utils/losses.py``).
 
 Our trainers need verl's ``verl.trainer.ppo.v1`` (TransferQueue, the agent loop: tens of seconds of imports),
 which most processes never load. So the entry point does not import them: it asks Python to run
 :mod:`verl_avspo.verl_plugin.trainer_v1` right after ``verl.trainer.ppo.v1`` is first imported, in whatever
-process that is (:class:`_AfterV1Import`). verl's TaskRunner imports it just before it looks the mode up
-(``verl/trainer/main_ppo.py:139-141``), so our names are there when verl reads them, and a process that never
-trains (a worker, the legacy trainer's) never loads our trainers.
+process that is (:func:`verl_avspo.verl_plugin.after_import.after_import`, the wing's one import hook).
+verl's TaskRunner imports it just before it looks the mode up (``verl/trainer/main_ppo.py:139-141``), so
+our names are there when verl reads them, and a process that never trains (a worker, the legacy trainer's)
+never loads our trainers.
 
 It also installs :mod:`verl_avspo.verl_plugin.trl_guard` (stdlib only), so that verl 0.9.1 trains in an
 environment whose TRL has no value-head class. It reads no command line: our trainer mode named with
@@ -27,7 +28,6 @@ The estimators are :mod:`verl_avspo.verl_plugin.estimators`, the run state they 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import sys
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 from verl.trainer.ppo import core_algos
 
 from verl_avspo.verl_plugin import trl_guard
+from verl_avspo.verl_plugin.after_import import after_import
 from verl_avspo.verl_plugin.dcpo_loss import compute_dcpo_policy_loss
 from verl_avspo.verl_plugin.estimators import AVSPO, DCPO, compute_avspo_advantage, compute_dcpo_advantage
 from verl_avspo.verl_plugin.registries import is_ours, registered
@@ -76,7 +77,7 @@ _V1_PACKAGE = "verl.trainer.ppo.v1"
 _TRAINERS = "verl_avspo.verl_plugin.trainer_v1"
 
 
-def _register_trainers() -> None:
+def _register_trainers(_package: Any = None) -> None:
     """Import our trainers (they register themselves); a failure is logged, not raised, so that verl's own
     trainers still run, and a run that names our mode is told why verl does not know it."""
     try:
@@ -91,34 +92,9 @@ def _register_trainers() -> None:
         logger.warning("verl-avspo: our V1 trainers (trainer.v1.trainer_mode=avspo_*) are not registered: %r", err)
 
 
-class _AfterV1Import:
-    """A ``sys.meta_path`` finder for verl's ``verl.trainer.ppo.v1`` only: it finds the package as Python would
-    and has its loader run :func:`_register_trainers` once the package has run. Removes itself at first use."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
-        if fullname != _V1_PACKAGE:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_package = spec.loader.exec_module
-
-        def exec_then_register(module: Any) -> None:
-            exec_package(module)
-            _register_trainers()
-
-        spec.loader.exec_module = exec_then_register
-        return spec
-
-
 def register_trainers_with_v1() -> None:
     """Have our trainers registered when verl's V1 package is imported, or now if it already is."""
-    if _V1_PACKAGE in sys.modules:
-        _register_trainers()
-    elif not any(isinstance(finder, _AfterV1Import) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterV1Import())
+    after_import(_V1_PACKAGE, _register_trainers)
 
 
 trl_guard.install()  # first: a registration that fails must not leave verl unable to train next to TRL

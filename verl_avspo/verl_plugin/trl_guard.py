@@ -8,9 +8,9 @@ actor init. Upstream, ``patches/02-trl-value-head-import.patch`` moves that impo
 value-head model is built; this module is the same fix for an unpatched verl, installed by the
 ``verl.plugins`` entry point (:mod:`verl_avspo.verl_plugin.register`) in every verl process.
 
-:func:`install` puts a finder on ``sys.meta_path`` that changes two verl modules right after they
-execute, and only when they still have the code in question (so a verl with patch 02 is left as it
-is):
+:func:`install` has two verl modules changed right after they execute (the wing's one import hook,
+:mod:`verl_avspo.verl_plugin.after_import`), and only when they still have the code in question (so a verl
+with patch 02 is left as it is):
 
 - ``monkey_patch.is_trl_available`` answers "is TRL importable *and* has the class", so the
   ``state_dict`` patch is skipped when the class does not exist (no model of that class can be
@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+from verl_avspo.verl_plugin.after_import import after_import
 
 __all__ = ["VALUE_HEAD", "GuardState", "install", "state", "trl_without_value_head"]
 
@@ -128,58 +130,27 @@ def _guard_model_utils(module: ModuleType) -> bool:
 
 GUARDS: dict[str, Callable[[ModuleType], bool]] = {MONKEY_PATCH: _guard_monkey_patch, MODEL_UTILS: _guard_model_utils}
 _guarded: set[str] = set()
+_installed = False
 
 
-class _GuardingLoader:
-    """The module's own loader, with the guard applied right after the module executes."""
-
-    def __init__(self, loader: Any, guard: Callable[[ModuleType], bool]):
-        self._loader = loader
-        self._guard = guard
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        if self._guard(module):
-            _guarded.add(module.__name__)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks and inspect
-        return getattr(self._loader, name)
-
-
-class _GuardingFinder:
-    """A ``sys.meta_path`` finder that hands the two guarded modules to :class:`_GuardingLoader`."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
-        guard = GUARDS.get(fullname)
-        if guard is None:
-            return None
-        for finder in sys.meta_path:
-            find_spec = getattr(finder, "find_spec", None)
-            if finder is self or find_spec is None:
-                continue
-            spec = find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _GuardingLoader(spec.loader, guard)
-                return spec
-        return None
+def _guard(module: ModuleType) -> None:
+    if GUARDS[module.__name__](module):
+        _guarded.add(module.__name__)
 
 
 def install() -> bool:
     """Install the guard in this process when TRL is importable; ``True`` if it is installed (now or
-    before). Modules already imported are guarded at once. Imports neither TRL nor the verl modules."""
-    if any(isinstance(finder, _GuardingFinder) for finder in sys.meta_path):
+    before). Modules already imported are guarded at once, the others right after they run (the wing's one
+    import hook, :func:`~verl_avspo.verl_plugin.after_import.after_import`). Imports neither TRL nor the verl
+    modules."""
+    global _installed
+    if _installed:
         return True
     if importlib.util.find_spec("trl") is None:
         return False
-    sys.meta_path.insert(0, _GuardingFinder())
-    for name, guard in GUARDS.items():
-        module = sys.modules.get(name)
-        if module is not None and guard(module):
-            _guarded.add(name)
+    _installed = True
+    for name in GUARDS:
+        after_import(name, _guard)
     return True
 
 
@@ -196,5 +167,4 @@ class GuardState:
 
 
 def state(check_trl: bool = False) -> GuardState:
-    installed = any(isinstance(finder, _GuardingFinder) for finder in sys.meta_path)
-    return GuardState(installed, tuple(sorted(_guarded)), trl_without_value_head() if check_trl else None)
+    return GuardState(_installed, tuple(sorted(_guarded)), trl_without_value_head() if check_trl else None)
