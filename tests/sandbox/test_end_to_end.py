@@ -24,6 +24,7 @@ pytestmark = pytest.mark.verl
 ESTIMATORS = "grpo,avspo:paper_code,dapo,dcpo,intuitor,rent"
 LABELS = ("grpo", "avspo-paper_code", "dapo", "dcpo", "intuitor", "rent")
 TINY = ["--steps", "4", "--seeds", "1", "--sft-steps", "20", "--eval-size", "8", "--eval-every", "2"]
+TINY += ["--group-size", "8"]  # the rollout counts below are of 16 prompts x 8 answers
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,7 @@ def test_same_seed_same_metrics(comparison, tmp_path):
     from verl_avspo.sandbox.estimators import parse_estimators
     from verl_avspo.sandbox.loop import train
 
-    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    config = SandboxConfig(group_size=8, steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
     (avspo,) = parse_estimators("avspo")
     logs = [tmp_path / f"{name}.jsonl" for name in ("a", "b", "other_seed")]
     for path, seed in zip(logs, (0, 0, 1), strict=True):
@@ -192,7 +193,13 @@ def test_dapo_resample_trains_on_full_batches_and_counts_every_rollout(torch_set
 
     # 200 warm-up steps: about half the groups collapse, so re-sampling has work to do.
     config = SandboxConfig(
-        levels="1+1,2+1,1*1", steps=4, eval_every=2, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=200)
+        group_size=8,
+        levels="1+1,2+1,1*1",
+        steps=4,
+        eval_every=2,
+        eval_size=8,
+        max_gen_batches=4,
+        policy=PolicyConfig(sft_steps=200),
     )
     frames = {}
     for spec in parse_estimators("grpo,dapo_resample"):
@@ -222,7 +229,13 @@ def test_dapo_resample_at_its_cap_with_nothing_kept_makes_no_update(torch_settin
 
     # No warm-up and 3-digit sums: every answer is wrong, every group collapses, one batch allowed.
     config = SandboxConfig(
-        levels="3+2", steps=2, eval_every=2, eval_size=8, max_gen_batches=1, policy=PolicyConfig(sft_steps=0)
+        group_size=8,
+        levels="3+2",
+        steps=2,
+        eval_every=2,
+        eval_size=8,
+        max_gen_batches=1,
+        policy=PolicyConfig(sft_steps=0),
     )
     (spec,) = parse_estimators("dapo_resample")
     train(config, spec, 0, tmp_path / "capped.jsonl")
@@ -237,8 +250,10 @@ def test_skip_rolls_out_a_full_batch_and_counts_what_it_skipped(torch_settings, 
     from verl_avspo.sandbox.estimators import parse_estimators
     from verl_avspo.sandbox.loop import train
 
-    # 80 training problems and a barely warmed-up policy: most groups are all-wrong, and prompts come back.
-    config = SandboxConfig(levels="1+1", steps=4, eval_every=4, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    # 46 RL training problems and a barely warmed-up policy: most groups are all-wrong, and prompts come back.
+    config = SandboxConfig(
+        group_size=8, levels="1+1", steps=4, eval_every=4, eval_size=8, policy=PolicyConfig(sft_steps=20)
+    )
     (spec,) = parse_estimators("grpo+skip")
     train(config, spec, 0, tmp_path / "skip.jsonl", tmp_path / "cache")
     steps = read_metrics(tmp_path / "skip.jsonl").loc[1:]
@@ -259,7 +274,13 @@ def test_dapo_resample_with_skip_leaves_skipped_places_open_and_saves_their_roll
 
     # As above: most groups all-wrong, prompts come back; DAPO draws up to 4 batches a step.
     config = SandboxConfig(
-        levels="1+1", steps=4, eval_every=4, eval_size=8, max_gen_batches=4, policy=PolicyConfig(sft_steps=20)
+        group_size=8,
+        levels="1+1",
+        steps=4,
+        eval_every=4,
+        eval_size=8,
+        max_gen_batches=4,
+        policy=PolicyConfig(sft_steps=20),
     )
     (spec,) = parse_estimators("dapo_resample+skip")
     train(config, spec, 0, tmp_path / "dapo_skip.jsonl", tmp_path / "cache")
@@ -281,7 +302,7 @@ def test_alloc_pilots_extends_and_counts_every_rollout_it_generated(torch_settin
 
     # 16 prompts seen every step, a barely warmed-up policy: most groups all-wrong, so pilots from step 2 on.
     config = SandboxConfig(
-        levels="1+1", steps=6, eval_every=6, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
+        group_size=8, levels="1+1", steps=6, eval_every=6, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
     )
     (spec,) = parse_estimators("grpo+alloc")
     batches = {}
@@ -330,7 +351,7 @@ def test_same_seed_same_prompts_for_every_estimator(comparison, tmp_path, monkey
         return problems
 
     monkeypatch.setattr(ArithmeticTask, "sample", spy)
-    config = SandboxConfig(steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
+    config = SandboxConfig(group_size=8, steps=3, eval_every=3, eval_size=8, policy=PolicyConfig(sft_steps=20))
     for spec in parse_estimators("grpo,dapo"):
         drawn.append([])
         train(config, spec, 0, tmp_path / f"{spec.label}.jsonl", comparison / "cache")
@@ -392,7 +413,13 @@ def test_the_epochs_mode_visits_each_prompt_of_its_set_at_least_five_times(torch
     from verl_avspo.sandbox.loop import train
 
     config = SandboxConfig(
-        levels="1+1,2+1", steps=5, eval_every=5, eval_size=8, train_set=16, policy=PolicyConfig(sft_steps=20)
+        group_size=8,
+        levels="1+1,2+1",
+        steps=5,
+        eval_every=5,
+        eval_size=8,
+        train_set=16,
+        policy=PolicyConfig(sft_steps=20),
     )
     visits = Counter()
     (spec,) = parse_estimators("grpo")
