@@ -1,7 +1,7 @@
 """A resumed run keeps its metrics log (verl_plugin.file_log): the rows up to the resumed step are kept and a
-crashed attempt's later ones dropped (a torn last line with a warning), verl's own FileLogger then appends
-after them; the resumed step is found as verl's _load_checkpoint finds the folder; a fresh run truncates
-as verl's does."""
+crashed attempt's later ones dropped (a torn last line with a warning), read by our trainer at start-up and
+written into verl's own FileLogger (not replaced) when verl's fit builds its Tracking, before the first row;
+the resumed step is found as verl's _load_checkpoint finds the folder; a fresh run truncates as verl's does."""
 
 import json
 import logging
@@ -57,17 +57,33 @@ def test_the_resumed_step_is_found_as_verl_finds_its_folder(tmp_path):
 
 
 @pytest.mark.parametrize("resumed", [None, 3])
-def test_verls_tracking_keeps_the_history_on_a_resume_only(tmp_path, monkeypatch, resumed):
+def test_our_trainer_keeps_the_history_in_verls_own_file_logger_on_a_resume_only(tmp_path, monkeypatch, resumed):
+    """Our trainer reads the kept rows at start-up; verl's fit builds its Tracking (verl's own FileLogger, which
+    truncates the file) and assigns it to the trainer's `logger`, which writes them back before the first row."""
+    from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
+
     path = tmp_path / "metrics.jsonl"
     write_log(path, (1, 2, 3, 4))  # a crashed attempt that got to step 4 after its step-3 checkpoint
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
-    monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)  # restored after the test
-    monkeypatch.setattr(file_log.ResumedFileLogger, "resumed_step", resumed)
     monkeypatch.setattr(file_log, "resumed_step", lambda trainer: resumed)
-    file_log.install_resumed_file_logger(OmegaConf.create({"trainer": {}}))
-    logger = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["file"])
-    logger.log({"acr/rate": 0.9}, step=(resumed or 0) + 1)
-    logger.logger["file"].finish()
+    trainer = object.__new__(AVSPOTrainerSync)  # verl's __init__ needs workers; only the log's part runs here
+    config = {"logger": ["console", "file"], "project_name": "p", "experiment_name": "e"}
+    trainer._read_log_history(OmegaConf.create({"trainer": config}))
+    trainer.logger = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["file"])  # as fit does
+    trainer.logger.log({"acr/rate": 0.9}, step=(resumed or 0) + 1)
+    trainer.logger.logger["file"].finish()
     frame = read_metrics(path)
     assert frame.index.tolist() == ([1, 2, 3, 4] if resumed else [1])
     assert frame["acr/rate"].iloc[-1] == 0.9  # the crashed attempt's step 4 was dropped, the new one appended
+    assert tracking.FileLogger.__module__ == "verl.utils.tracking"  # verl's own, not replaced
+
+
+def test_without_verls_file_logger_nothing_is_read_or_written(tmp_path, monkeypatch):
+    from verl_avspo.verl_plugin.trainer_v1 import AVSPOTrainerSync
+
+    monkeypatch.setattr(file_log, "resumed_step", lambda trainer: 3)
+    monkeypatch.setattr(file_log, "kept_rows", lambda *args: pytest.fail("read a log no logger writes"))
+    trainer = object.__new__(AVSPOTrainerSync)
+    trainer._read_log_history(OmegaConf.create({"trainer": {"logger": ["console"], "project_name": "p"}}))
+    trainer.logger = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["console"])
+    assert "file" not in trainer.logger.logger

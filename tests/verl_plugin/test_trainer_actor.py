@@ -51,8 +51,9 @@ def inspect(runner):
         "mode_seen_by_verl": (runner.trainer.trainer_mode, runner.config.trainer.v1.trainer_mode),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
         "settings_preset": runner.trainer.tracker.avspo.preset,
-        # a resumed run keeps its file log: verl's Tracking builds ours in this process
-        "file_logger": tracking.FileLogger.__name__,
+        # a resumed run keeps its file log through our trainer (file_log.ResumedLogHistory): verl's FileLogger is
+        # not replaced in this process
+        "file_logger": f"{tracking.FileLogger.__module__}.{tracking.FileLogger.__name__}",
     }
 
 
@@ -66,6 +67,6 @@ def test_verls_own_task_runner_builds_our_trainer_from_our_mode_name(tmp_path):
         "mode_seen_by_verl": ("sync", "sync"),
         "avspo_registered": True,
         "settings_preset": "paper",
-        "file_logger": "ResumedFileLogger",
+        "file_logger": "verl.utils.tracking.FileLogger",
     }
     ray.kill(runner)

@@ -2,10 +2,11 @@
 
 verl 0.9.1's ``FileLogger`` opens ``VERL_FILE_LOGGER_PATH`` (or ``<root>/<project>/<experiment>.jsonl``)
 with ``"wb"`` (``verl/utils/tracking.py:541``), so a resumed run's log starts at the resumed step and
-every earlier row is lost. Our trainer installs :class:`ResumedFileLogger` in its process before verl builds
-its ``Tracking``: on a resume it keeps the rows with step <= the resumed
-step (the rows a crashed attempt wrote after it are dropped, since they are logged again) and appends
-after them; a fresh run behaves as verl's. Stock ``main_ppo`` without our trainer keeps verl's logger.
+every earlier row is lost. Our trainer (:class:`ResumedLogHistory`) reads, at start-up, the rows with step <=
+the resumed step (the rows a crashed attempt wrote after it are dropped, since they are logged again) and
+writes them into verl's file logger as soon as verl's ``fit`` has built its ``Tracking``, before the first
+row is logged; a fresh run behaves as verl's. verl's ``FileLogger`` is not replaced; stock ``main_ppo``
+without our trainer keeps verl's behaviour.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import os
 import re
 from typing import Any
 
-from verl.utils import tracking
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from verl_avspo.core.log_record import parse_record
 
-__all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "install_resumed_file_logger"]
+__all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "ResumedLogHistory"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,23 +74,39 @@ def kept_rows(path: str, last_step: int) -> bytes:
     return b"".join(kept)
 
 
-class ResumedFileLogger(tracking.FileLogger):
-    """verl's ``FileLogger`` that keeps the rows up to :attr:`resumed_step` of the file it reopens."""
+class ResumedLogHistory:
+    """Mixed into our V1 trainer: verl's ``fit`` builds its ``Tracking`` and assigns it to ``self.logger``; this
+    class's ``logger`` property takes that assignment and writes the rows of the log kept from before the resume
+    (read at start-up by :meth:`_read_log_history`, before verl's ``FileLogger`` truncates the file) into the
+    file logger's open file, before verl logs anything. verl's ``FileLogger`` itself is left as it is."""
 
-    resumed_step: int | None = None
+    _log_history: bytes = b""
+    _resumed_step: int | None = None
 
-    def __init__(self, project_name: str, experiment_name: str):
-        history = b""
-        if self.resumed_step is not None:
-            history = kept_rows(file_log_path(project_name, experiment_name), self.resumed_step)
-        super().__init__(project_name, experiment_name)
-        if history:
-            self.fp.write(history)
-            logger.info("kept %d log rows up to step %d in %s", history.count(b"\n"), self.resumed_step, self.filepath)
+    def _read_log_history(self, config: Any) -> None:
+        """At our trainer's start-up: the rows up to the step this run resumes from, of the log verl's
+        ``FileLogger`` will reopen (none for a fresh run, or without verl's ``file`` logger)."""
+        self._resumed_step = resumed_step(config.trainer)
+        trainer = config.trainer
+        if self._resumed_step is not None and "file" in trainer.get("logger", ()):  # verl's test of its backends
+            path = file_log_path(trainer.project_name, trainer.experiment_name)
+            self._log_history = kept_rows(path, self._resumed_step)
 
+    @property
+    def logger(self) -> Any:
+        """verl's ``Tracking`` of this run (set by verl's ``fit``)."""
+        try:
+            return self.__dict__["logger"]
+        except KeyError:
+            raise AttributeError("logger") from None
 
-def install_resumed_file_logger(config: Any) -> None:
-    """Make verl's ``Tracking`` in this process keep the log's history on resume. Call inside the
-    TaskRunner actor, before the trainer is built."""
-    ResumedFileLogger.resumed_step = resumed_step(config.trainer)
-    tracking.FileLogger = ResumedFileLogger
+    @logger.setter
+    def logger(self, tracking: Any) -> None:
+        self.__dict__["logger"] = tracking
+        file_logger = getattr(tracking, "logger", {}).get("file")
+        history, self._log_history = self._log_history, b""
+        if history and file_logger is not None:
+            file_logger.fp.write(history)
+            logger.info(
+                "kept %d log rows up to step %d in %s", history.count(b"\n"), self._resumed_step, file_logger.filepath
+            )

@@ -321,12 +321,18 @@ SURFACE = (
     ),
     # Logging and checkpoints.
     Touch(
-        f"{TRACKING}:FileLogger",
+        f"{TRAINER}.logger",
+        "file_log.py (ResumedLogHistory, in our trainer)",
+        "verl's FileLogger truncates its file on open and has no append setting, so a resumed run would lose its "
+        "log: our trainer takes fit's assignment of its Tracking and writes the kept rows first",
+        set_by="fit",
+    ),
+    Touch(
+        f"{TRACKING}:Tracking.logger",
         "file_log.py",
-        "it truncates its file on open, so a resumed run would lose its log: our trainer's process builds "
-        "ResumedFileLogger instead (Tracking looks FileLogger up by its module name; no logger setting)",
-        call=(2, ()),
-        probe=_code_holds(f"{TRACKING}:Tracking.__init__", names=("FileLogger",)),
+        "the backends by name, where the file logger is found ('file')",
+        set_by="__init__",
+        probe=_code_holds(f"{TRACKING}:Tracking.__init__", "file", names=("FileLogger",)),
     ),
     Touch(
         f"{TRACKING}:FileLogger.fp",
@@ -334,6 +340,12 @@ SURFACE = (
         "the open log file the kept history is written to, where verl's path rule (copied in file_log_path) puts it",
         set_by="__init__",
         probe=_probe_file_logger_path,
+    ),
+    Touch(
+        f"{TRACKING}:FileLogger.filepath",
+        "file_log.py",
+        "named in the log line that says what was kept",
+        set_by="__init__",
     ),
     Touch(
         f"{CHECKPOINTS}:get_checkpoint_tracker_filename",
