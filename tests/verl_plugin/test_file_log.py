@@ -68,7 +68,7 @@ def test_our_trainer_keeps_the_history_in_verls_own_file_logger_on_a_resume_only
     monkeypatch.setattr(file_log, "resumed_step", lambda trainer: resumed)
     trainer = object.__new__(AVSPOTrainerSync)  # verl's __init__ needs workers; only the log's part runs here
     config = {"logger": ["console", "file"], "project_name": "p", "experiment_name": "e"}
-    trainer._read_log_history(OmegaConf.create({"trainer": config}))
+    trainer._log_history = file_log.log_history(OmegaConf.create({"trainer": config}))  # as __init__ does
     trainer.logger = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["file"])  # as fit does
     trainer.logger.log({"acr/rate": 0.9}, step=(resumed or 0) + 1)
     trainer.logger.logger["file"].finish()
@@ -84,6 +84,6 @@ def test_without_verls_file_logger_nothing_is_read_or_written(tmp_path, monkeypa
     monkeypatch.setattr(file_log, "resumed_step", lambda trainer: 3)
     monkeypatch.setattr(file_log, "kept_rows", lambda *args: pytest.fail("read a log no logger writes"))
     trainer = object.__new__(AVSPOTrainerSync)
-    trainer._read_log_history(OmegaConf.create({"trainer": {"logger": ["console"], "project_name": "p"}}))
+    trainer._log_history = file_log.log_history(OmegaConf.create({"trainer": {"logger": ["console"]}}))
     trainer.logger = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["console"])
     assert "file" not in trainer.logger.logger

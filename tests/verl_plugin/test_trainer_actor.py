@@ -51,7 +51,7 @@ def inspect(runner):
         "mode_seen_by_verl": (runner.trainer.trainer_mode, runner.config.trainer.v1.trainer_mode),
         "avspo_registered": "avspo" in core_algos.ADV_ESTIMATOR_REGISTRY,
         "settings_preset": runner.trainer.tracker.avspo.preset,
-        # a resumed run keeps its file log through our trainer (file_log.ResumedLogHistory): verl's FileLogger is
+        # a resumed run keeps its file log through our trainer (its logger property): verl's FileLogger is
         # not replaced in this process
         "file_logger": f"{tracking.FileLogger.__module__}.{tracking.FileLogger.__name__}",
     }

@@ -2,11 +2,11 @@
 
 verl 0.9.1's ``FileLogger`` opens ``VERL_FILE_LOGGER_PATH`` (or ``<root>/<project>/<experiment>.jsonl``)
 with ``"wb"`` (``verl/utils/tracking.py:541``), so a resumed run's log starts at the resumed step and
-every earlier row is lost. Our trainer (:class:`ResumedLogHistory`) reads, at start-up, the rows with step <=
-the resumed step (the rows a crashed attempt wrote after it are dropped, since they are logged again) and
-writes them into verl's file logger as soon as verl's ``fit`` has built its ``Tracking``, before the first
-row is logged; a fresh run behaves as verl's. verl's ``FileLogger`` is not replaced; stock ``main_ppo``
-without our trainer keeps verl's behaviour.
+every earlier row is lost. Our trainer (``ACRTrainerV1Mixin.logger``) reads, at start-up, the rows with
+step <= the resumed step (:func:`log_history`; the rows a crashed attempt wrote after it are dropped, since
+they are logged again) and writes them into verl's file logger as soon as verl's ``fit`` has built its
+``Tracking``, before the first row is logged (:func:`write_log_history`); a fresh run behaves as verl's.
+verl's ``FileLogger`` is not replaced; stock ``main_ppo`` without our trainer keeps verl's behaviour.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from verl_avspo.core.log_record import parse_record
 
-__all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "ResumedLogHistory"]
+__all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "log_history", "write_log_history"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,39 +74,20 @@ def kept_rows(path: str, last_step: int) -> bytes:
     return b"".join(kept)
 
 
-class ResumedLogHistory:
-    """Mixed into our V1 trainer: verl's ``fit`` builds its ``Tracking`` and assigns it to ``self.logger``; this
-    class's ``logger`` property takes that assignment and writes the rows of the log kept from before the resume
-    (read at start-up by :meth:`_read_log_history`, before verl's ``FileLogger`` truncates the file) into the
-    file logger's open file, before verl logs anything. verl's ``FileLogger`` itself is left as it is."""
+def log_history(config: Any) -> bytes:
+    """At our trainer's start-up, before verl's ``FileLogger`` reopens (truncates) the log: the rows up to the step
+    this run resumes from (none for a fresh run, or without verl's ``file`` logger)."""
+    trainer = config.trainer
+    step = resumed_step(trainer)
+    if step is None or "file" not in trainer.get("logger", ()):  # verl's own test of its backends
+        return b""
+    return kept_rows(file_log_path(trainer.project_name, trainer.experiment_name), step)
 
-    _log_history: bytes = b""
-    _resumed_step: int | None = None
 
-    def _read_log_history(self, config: Any) -> None:
-        """At our trainer's start-up: the rows up to the step this run resumes from, of the log verl's
-        ``FileLogger`` will reopen (none for a fresh run, or without verl's ``file`` logger)."""
-        self._resumed_step = resumed_step(config.trainer)
-        trainer = config.trainer
-        if self._resumed_step is not None and "file" in trainer.get("logger", ()):  # verl's test of its backends
-            path = file_log_path(trainer.project_name, trainer.experiment_name)
-            self._log_history = kept_rows(path, self._resumed_step)
-
-    @property
-    def logger(self) -> Any:
-        """verl's ``Tracking`` of this run (set by verl's ``fit``)."""
-        try:
-            return self.__dict__["logger"]
-        except KeyError:
-            raise AttributeError("logger") from None
-
-    @logger.setter
-    def logger(self, tracking: Any) -> None:
-        self.__dict__["logger"] = tracking
-        file_logger = getattr(tracking, "logger", {}).get("file")
-        history, self._log_history = self._log_history, b""
-        if history and file_logger is not None:
-            file_logger.fp.write(history)
-            logger.info(
-                "kept %d log rows up to step %d in %s", history.count(b"\n"), self._resumed_step, file_logger.filepath
-            )
+def write_log_history(tracking: Any, history: bytes) -> None:
+    """Write ``history`` (:func:`log_history`) into the file logger of verl's ``tracking`` (just built by verl's
+    ``fit``, before it logs anything); nothing without one."""
+    file_logger = getattr(tracking, "logger", {}).get("file")
+    if history and file_logger is not None:
+        file_logger.fp.write(history)
+        logger.info("kept %d log rows of the resumed run in %s", history.count(b"\n"), file_logger.filepath)

@@ -322,7 +322,7 @@ SURFACE = (
     # Logging and checkpoints.
     Touch(
         f"{TRAINER}.logger",
-        "file_log.py (ResumedLogHistory, in our trainer)",
+        "trainer_v1.py, file_log.py",
         "verl's FileLogger truncates its file on open and has no append setting, so a resumed run would lose its "
         "log: our trainer takes fit's assignment of its Tracking and writes the kept rows first",
         set_by="fit",

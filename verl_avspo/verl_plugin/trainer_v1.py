@@ -40,7 +40,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_avspo.verl_plugin import run_state
 from verl_avspo.verl_plugin.baseline_hooks import BaselineHooksV1
-from verl_avspo.verl_plugin.file_log import ResumedLogHistory
+from verl_avspo.verl_plugin.file_log import log_history, write_log_history
 from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
 from verl_avspo.verl_plugin.registries import is_ours, registered
 from verl_avspo.verl_plugin.rollout_allocation import AllocationHooksV1, prepare_allocation
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 ACR_TIMING_KEY = "timing_s/acr"
 
 
-class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, BaselineHooksV1, ResumedLogHistory):
+class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, BaselineHooksV1):
     """What our V1 trainer adds to verl's (any mode). Mixed in before verl's trainer class; the run's
     :class:`ACRTrainerMixin` first, so its ``__init__`` runs verl's and then sets what the hooks read."""
 
@@ -73,8 +73,24 @@ class ACRTrainerV1Mixin(ACRTrainerMixin, PromptHooksV1, AllocationHooksV1, Basel
         # verl compares the mode string literally from here on (module docstring): show it its own name.
         config.trainer.v1.trainer_mode = self.verl_mode
         prepare_allocation(config)  # before verl's TaskRunner builds the agent loop manager
-        self._read_log_history(config)  # before verl's FileLogger reopens the log (in fit)
+        self._log_history = log_history(config)  # before verl's FileLogger reopens (truncates) the log, in fit
         super().__init__(config)
+
+    @property
+    def logger(self):
+        """verl's ``Tracking`` of this run, which verl's ``fit`` builds and assigns here."""
+        try:
+            return self.__dict__["logger"]
+        except KeyError:
+            raise AttributeError("logger") from None
+
+    @logger.setter
+    def logger(self, tracking) -> None:
+        """verl's ``fit`` assigns its new ``Tracking``: a resumed run's kept log rows go into its file logger
+        before verl logs anything (verl's ``FileLogger`` truncated the file: :mod:`.file_log`)."""
+        self.__dict__["logger"] = tracking
+        history, self._log_history = getattr(self, "_log_history", b""), b""
+        write_log_history(tracking, history)
 
     def _compute_advantage(self, batch, metrics: dict):
         """verl's advantage stage with the step's collapse measured around it: the raw scores of the
