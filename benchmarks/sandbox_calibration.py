@@ -185,12 +185,14 @@ def report(csv: Path) -> str:
     for name, runs in table.groupby("setting", sort=False):
         n = len(runs)
         gain = runs["gain"].mean()
-        low = paired_t(runs["gain"].to_numpy())["ci_low"] if n > 1 else float("nan")
+        # A single seed has no interval and no spread.
+        low = f" ({paired_t(runs['gain'].to_numpy())['ci_low']:+.1f})" if n > 1 else ""
+        spread = f"{runs['final'].std(ddof=1):.1f}" if n > 1 else "–"
         half = (runs["acc_half"] - runs["acc_0"]).mean() / gain if gain else float("nan")
-        seeds = f"{runs['seed'].min()}–{runs['seed'].max()} ({n})"
+        seeds = f"{runs['seed'].min()}–{runs['seed'].max()} ({n})" if n > 1 else f"{runs['seed'].min()}"
         lines.append(
-            f"| {name} | {seeds} | {runs['acc_0'].mean():.1f} | {runs['final'].mean():.1f} | {gain:+.1f} ({low:+.1f}) "
-            f"| {half:.2f} | {runs['final'].std(ddof=1) if n > 1 else float('nan'):.1f} | {runs['acr'].mean():.2f} "
+            f"| {name} | {seeds} | {runs['acc_0'].mean():.1f} | {runs['final'].mean():.1f} | {gain:+.1f}{low} "
+            f"| {half:.2f} | {spread} | {runs['acr'].mean():.2f} "
             f"| {runs['mean8_0'].mean():.1f}→{runs['mean8_final'].mean():.1f} | {runs['seconds'].median():.0f} |"
         )
     return "\n".join(lines)

@@ -546,7 +546,7 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
     from verl_avspo.sandbox.setup_text import _prompts_text
 
     assert "a fixed training set of 128 prompts" in _prompts_text(SandboxConfig(train_set=128))
-    assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(train_set=128))  # 960 draws / 128
+    assert "each prompt seen at least 7 times" in _prompts_text(SandboxConfig(steps=60, train_set=128))  # 960 / 128
     assert "with replacement" in _prompts_text(SandboxConfig())
 
 
