@@ -324,7 +324,8 @@ SURFACE = (
         f"{TRAINER}.logger",
         "trainer_v1.py, file_log.py",
         "verl's FileLogger truncates its file on open and has no append setting, so a resumed run would lose its "
-        "log: our trainer takes fit's assignment of its Tracking and writes the kept rows first",
+        "log: our trainer takes fit's assignment of its Tracking and writes the kept rows first (patches/01 "
+        "proposes the resume upstream)",
         set_by="fit",
     ),
     Touch(
