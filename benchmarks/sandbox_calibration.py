@@ -93,6 +93,8 @@ SETTINGS: dict[str, dict] = {
         "lr": 1e-4,
         "policy": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 512},
     },
+    # Groups of 16 at half the rate: slower, to keep rising past half-way.
+    "demo_disjoint_150_g16_lr1e-4": {"eval_size": 200, "steps": 150, "eval_every": 10, "group_size": 16, "lr": 1e-4},
     # The warm-up probe (``warm-up``): the rule levels alone, greedy accuracy, mean@8 and pass@8 along it.
     "rules4_probe": {"levels": "2+2,3+2,3+3,2*1", "eval_size": 200, "policy": {"sft_steps": 1500}},
 }
