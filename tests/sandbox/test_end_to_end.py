@@ -6,6 +6,7 @@ checked on their own runs. The summary's no-training row, its rollouts columns, 
 --out protected by --force; an epochs run too short refused before training; --fingerprint's verdict
 against the documented machines."""
 
+import functools
 import json
 import math
 import re
@@ -142,6 +143,7 @@ def test_dcpo_runs_verls_registered_estimator_and_loss_keyed_by_problem_text(com
     def record_loss(name):
         loss = get_policy_loss_fn(name)
 
+        @functools.wraps(loss)  # still our loss to verl_avspo's registration, which asks this getter what dcpo holds
         def call(*args, **kwargs):
             losses.append((name, kwargs["config"].clip_ratio_c))
             return loss(*args, **kwargs)
