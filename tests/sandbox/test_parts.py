@@ -541,6 +541,11 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SandboxConfig(steps=20, train_set=64)  # 320 draws: each prompt 5 times
+    # 4 steps x 16 = 64 draws: a set of 64 // 5 = 12 cannot fill a step, so only the steps are advised; the
+    # warning points at the caller's line, not at the dataclass's generated __init__ ("<string>").
+    with pytest.warns(UserWarning, match=r"fewer than 5 epochs: use steps >= 20$") as caught:
+        SandboxConfig(steps=4, train_set=64)
+    assert caught[0].filename == __file__
     with pytest.raises(SystemExit, match=r"train_set=8 is invalid"):
         main(["sandbox", "--train-set", "8"])
     from verl_avspo.sandbox.setup_text import _prompts_text

@@ -130,12 +130,14 @@ class SandboxConfig:
         check_training_set(parse_levels(self.levels), self.train_set, self.eval_size, self.warm_up_share)
         draws = self.steps * self.prompts_per_step
         if draws // self.train_set < MIN_EPOCHS:
+            fixes = [f"steps >= {-(-MIN_EPOCHS * self.train_set // self.prompts_per_step)}"]
+            if draws // MIN_EPOCHS >= self.prompts_per_step:  # a smaller set must still fill a step
+                fixes.insert(0, f"train_set <= {draws // MIN_EPOCHS}")
             warnings.warn(
                 f"train_set={self.train_set} with steps={self.steps} x prompts_per_step={self.prompts_per_step} = "
                 f"{draws} prompt draws visits each prompt {draws // self.train_set} time(s) at least, fewer than "
-                f"{MIN_EPOCHS} epochs: use train_set <= {draws // MIN_EPOCHS} or steps >= "
-                f"{-(-MIN_EPOCHS * self.train_set // self.prompts_per_step)}",
-                stacklevel=3,
+                f"{MIN_EPOCHS} epochs: use {' or '.join(fixes)}",
+                stacklevel=4,  # past this method, __post_init__ and the dataclass's generated __init__
             )
 
     def to_dict(self) -> dict:
