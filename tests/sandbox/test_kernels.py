@@ -17,6 +17,7 @@ import pytest
 import torch
 import transformers
 
+from verl_avspo.sandbox import fingerprint_match
 from verl_avspo.sandbox.kernels import PINNED_KERNELS
 
 pytestmark = pytest.mark.verl
@@ -112,7 +113,6 @@ def test_the_command_pins_the_kernels_before_torch_loads():
 
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "sandbox_calibration.md"  # the page that quotes the default settings' fingerprint
 QUOTED = re.compile(r"sandbox fingerprint: (weights \w+, samples \w+) \(torch (\S+), transformers (\S+)\)")
 
 
@@ -120,12 +120,17 @@ QUOTED = re.compile(r"sandbox fingerprint: (weights \w+, samples \w+) \(torch (\
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="the pinned path needs a CPU with AVX2"
 )
 def test_the_fingerprint_is_the_one_the_docs_quote_whatever_the_kernels_and_threads():
-    quoted = QUOTED.search(DOCS.read_text())
-    assert quoted, f"{DOCS} quotes no `sandbox fingerprint: ...` line"
-    for page in ("docs/reproduction.md",):  # the pages that quote the hashes again
-        assert quoted[1] in " ".join((ROOT / page).read_text().split()), f"{page} does not quote {quoted[1]}"
-    if quoted.groups()[1:] != (torch.__version__, transformers.__version__):
-        pytest.skip(f"the docs quote the fingerprint of torch {quoted[2]} and transformers {quoted[3]}")
+    # The documented fingerprint has one home, sandbox.fingerprint_match (tests/sandbox/test_end_to_end.py checks
+    # docs/results.md against it); the other pages that quote it quote the same.
+    documented = fingerprint_match.DOCUMENTED_FINGERPRINT
+    (reference, *_) = documented.weights
+    line = f"weights {reference}, samples {documented.samples}"
+    for page in ("docs/sandbox_calibration.md", "docs/reproduction.md"):
+        assert line in " ".join((ROOT / page).read_text().split()), f"{page} does not quote {line}"
+    if (documented.torch, documented.transformers) != (torch.__version__, transformers.__version__):
+        pytest.skip(
+            f"the docs quote the fingerprint of torch {documented.torch} and transformers {documented.transformers}"
+        )
     command = [sys.executable, "-m", "verl_avspo.cli", "sandbox", "--fingerprint"]
     runs = _run_all(
         {
@@ -141,6 +146,6 @@ def test_the_fingerprint_is_the_one_the_docs_quote_whatever_the_kernels_and_thre
     # otherwise on another vendor's CPU (docs/results.md says what each case means), so a difference
     # there is reported, not failed: an AMD EPYC without AVX-512 prints other weights and the same samples.
     weights, samples = printed["as installed"][1].split(", ")
-    assert samples == quoted[1].split(", ")[1], f"{printed['as installed'][0]} against the docs' {quoted[0]}"
-    if weights != quoted[1].split(", ")[0]:
+    assert samples == f"samples {documented.samples}", f"{printed['as installed'][0]} against the docs' {line}"
+    if weights.removeprefix("weights ") not in documented.weights:
         warnings.warn(f"this CPU rounds the weights otherwise: {printed['as installed'][0]}", stacklevel=1)
