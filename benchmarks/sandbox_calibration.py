@@ -33,6 +33,7 @@ pin_kernels()  # before torch loads, as the `verl-avspo sandbox` command does
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from paired_test import paired_t  # noqa: E402
+from rollouts_saved_report import LAST_EVALUATIONS  # noqa: E402
 
 from verl_avspo.core.files import write_text  # noqa: E402
 from verl_avspo.sandbox.config import SandboxConfig  # noqa: E402
@@ -41,6 +42,7 @@ from verl_avspo.sandbox.loop import evaluate, train  # noqa: E402
 from verl_avspo.sandbox.policy import CharTokenizer, build_model, supervised_warm_up  # noqa: E402
 from verl_avspo.sandbox.task import ArithmeticTask, parse_levels  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
+from verl_avspo.tools.stats import window_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "results" / "sandbox_calibration.csv"
@@ -120,14 +122,15 @@ def measure(frame: pd.DataFrame, steps: int) -> dict[str, float]:
     evals = frame.dropna(subset=["eval/acc_mean"])
     acc = evals["eval/acc_mean"] * 100
     half = acc.index[acc.index >= steps / 2][0]
+    final = window_mean(acc, LAST_EVALUATIONS)  # the studies' final accuracy (rollouts_saved_report.run_row)
     return {
         "acc_0": acc.iloc[0],
-        "final": acc.iloc[-5:].mean(),
-        "gain": acc.iloc[-5:].mean() - acc.iloc[0],
+        "final": final,
+        "gain": final - acc.iloc[0],
         "acc_half": acc[half],
         "acr": frame["acr/rate"].mean(),
         "mean8_0": evals["eval/mean@8_mean"].iloc[0] * 100,
-        "mean8_final": evals["eval/mean@8_mean"].iloc[-5:].mean() * 100,
+        "mean8_final": window_mean(evals["eval/mean@8_mean"], LAST_EVALUATIONS) * 100,
         "pass8_0": evals.filter(like="eval/pass@8_level").iloc[0].mean() * 100,
         "curve": " ".join(f"{step}={value:.2f}" for step, value in acc.items()),
     }
