@@ -24,7 +24,6 @@ __all__ = [
     "LOW_FREE_BYTES",
     "saves_checkpoints",
     "checkpoint_folder_problems",
-    "checkpoint_step",
     "previous_checkpoint_fix",
     "resume_state_problems",
 ]
@@ -99,21 +98,16 @@ def _folder_problems(config: DictConfig) -> tuple[list[str], list[str]]:
 _STEP_FOLDER = re.compile(r"global_step_(\d+)$")
 
 
-def checkpoint_step(folder: str | Path) -> int | None:
-    """The step N of a verl checkpoint folder ``.../global_step_N`` (None for another name)."""
-    match = _STEP_FOLDER.search(Path(folder).name)
-    return int(match.group(1)) if match else None
-
-
 def previous_checkpoint_fix(folder: str | Path) -> str:
     """How to resume from the checkpoint before ``folder`` (a ``global_step_N``) whose run state reads: the
     overrides with its path; or, where there is none, what else to do."""
     folder = Path(folder)
-    step = checkpoint_step(folder)
+    match = _STEP_FOLDER.search(folder.name)
+    step = int(match.group(1)) if match else None
     earlier = sorted(
-        (earlier_step, path)
+        (int(m.group(1)), path)
         for path in folder.parent.glob("global_step_*")
-        if (earlier_step := checkpoint_step(path)) is not None and (step is None or earlier_step < step)
+        if (m := _STEP_FOLDER.search(path.name)) and (step is None or int(m.group(1)) < step)
     )
     for _, path in reversed(earlier):
         try:
