@@ -4,7 +4,8 @@ Trainer's printed dicts of older and recent transformers between ``\\r`` progres
 ``Global step N``), a cut-off console log, every file of a folder accounted for, Tinker's group fractions,
 group counts, DAPO's regeneration, custom reward and step names, a custom loop's exact-zero loss as
 collapse where a zero is exceptional in its log (and not where it is the norm, only the first step's, or a
-small loss's), "gain stopped" on the shapes of logs 5, 7 and N9 (not on a rise that goes on), the coverage
+small loss's), "gain stopped" on the shapes of logs 5, 7 and N9 told at INFO (not on a rise that goes on), a
+gain given back over the last third at WARN, the coverage
 section, a headline that agrees with its numbers, the paper's fit only for math runs, no raw Python
 warnings, and reading logs without torch or verl imported."""
 
@@ -182,10 +183,13 @@ def _reward_log(path: Path, rewards: np.ndarray, every: int) -> Path:
 
 @pytest.mark.parametrize("shape", ["5", "7", "N9"])
 def test_gain_stopped_on_a_rise_whose_last_third_has_no_trend(tmp_path, shape):
+    """A rise with no trend over its last third is told ("Gain stopped", with the best step) at INFO, the
+    same on the three shapes: no trend is no fall, and no statistic tells these stops apart."""
     mean, rewards, every = _gain_shapes(np.random.default_rng(0))[shape]
     diagnosis = diagnose("run", read_run(_reward_log(tmp_path / "run.jsonl", rewards, every)))
     trend = next(f for f in diagnosis.findings if f.headline.startswith(("Gain", "No gain", "Reward")))
-    assert trend.severity == "WARN" and trend.headline.startswith("Gain stopped")
+    assert trend.severity == "INFO" and trend.headline.startswith("Gain stopped")
+    assert any(line.startswith("no trend is not a fall") for line in trend.evidence)
     assert diagnosis.values["trend"]["direction"] == "rose" and diagnosis.values["trend"]["recent_p_value"] >= 0.05
     # the same noise around a rise that goes on through the last third
     rising = rewards - mean + np.linspace(mean[0], mean[0] + 10 * (rewards - mean).std(), len(mean))
@@ -205,7 +209,25 @@ def test_a_reward_at_its_ceiling_is_not_a_gain_problem(tmp_path):
     assert trend.severity == "INFO" and trend.headline == "Reward at its ceiling: 0.998 of 1 over the last fifth"
     path.write_text("".join(json.dumps({"step": i, "reward_mean": r / 2}) + "\n" for i, r in enumerate(rewards, 1)))
     trend = next(f for f in diagnose("half", read_run(path)).findings if "Gain" in f.headline)
-    assert trend.severity == "WARN" and trend.headline.startswith("Gain stopped")
+    assert trend.severity == "INFO" and trend.headline.startswith("Gain stopped")
+
+
+def test_a_gain_given_back_over_the_last_third_is_a_warning(tmp_path):
+    """A reward that rose over the run (p < 0.05) and fell over its last third (p < 0.05) is "Gain lost"
+    (WARN), naming where the last third starts and the best step to keep; under 12 rows the last third
+    is not judged."""
+    rewards = np.r_[np.linspace(0.1, 0.6, 40), np.linspace(0.6, 0.45, 20)] + np.tile([-0.01, 0.01], 30)
+    diagnosis = diagnose("lost", read_run(_reward_log(tmp_path / "lost.jsonl", rewards, 1)))
+    trend = next(f for f in diagnosis.findings if "Gain" in f.headline)
+    assert trend.severity == "WARN" and trend.headline.startswith("Gain lost") and "since step 41" in trend.headline
+    assert diagnosis.values["trend"]["recent_tau"] < 0 and diagnosis.values["trend"]["recent_p_value"] < 0.05
+    assert any(line.startswith("best at step 40") for line in trend.evidence)
+    short = diagnose(
+        "short",
+        read_run(_reward_log(tmp_path / "short.jsonl", [0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.85, 0.8, 0.75], 1)),
+    )
+    assert not any(f.headline.startswith("Gain lost") for f in short.findings)
+    assert short.values["trend"]["recent_tau"] == 0.0
 
 
 def test_printed_config_dicts_are_not_metrics(tmp_path):

@@ -22,11 +22,18 @@ __all__ = ["avspo_findings", "stall_finding", "trend_finding"]
 def trend_finding(
     rewards: Trend, score: str | None, rows: int, collapse: float | None, ceiling: bool = False
 ) -> Finding:
-    """The reward's trend over the run. A reward that did not rise over 10 rows or more, or rose and then
-    stopped (flat over the last third, every row of it after the best), is a WARN (no gain), said as
-    such beside high collapse (mean 0.2 or more), unless it is at its ceiling (``ceiling``: a reward
-    between 0 and 1 whose last fifth averages 0.95 or more: nothing is left to gain on this data). The
-    words follow the numbers: a fall that is not significant is "fell, not significant", never "flat"."""
+    """The reward's trend over the run. A WARN where the log shows a problem: a reward that did not rise
+    over 10 rows or more ("No gain", said as such beside high collapse, mean 0.2 or more), or rose and
+    then fell over the last third (p < 0.05: "Gain lost"). A rise whose last third has no trend ("Gain
+    stopped") is INFO, with the best row's step: the run gained (p < 0.05 over all rows), and no trend
+    over a third of the rows is an absence of evidence, not a fall. It cannot tell a plateau from a
+    slower rise (a third of the rows, a third of the power: of 100-step runs of 8 completions a step that
+    rise and then level off, the test reads a third as stopped and most as no gain at all), and a reward
+    that rose and levelled off is how a run converges. No statistic of the public logs separates such a
+    stop that is a problem from one that is not (docs/diagnostics.md, "Against rldoctor on logs from the
+    wild"), so the report tells it and does not alarm. A reward between 0 and 1 whose last fifth averages
+    0.95 or more is at its ceiling (``ceiling``, INFO): nothing is left to gain on this data. The words
+    follow the numbers: a fall that is not significant is "fell, not significant", never "flat"."""
     direction = rewards.direction
     evidence = [
         f"{score}: first fifth {rewards.first:.3f} → last fifth {rewards.final:.3f} ({rewards.rows} row(s) each); "
@@ -37,26 +44,32 @@ def trend_finding(
         return Finding(
             "INFO", f"Reward over {rows} row(s): {rewards.final:.3f}, too few rows for a trend", evidence[:1]
         )
-    no_gain = (direction != "rose" and rows >= 10) or rewards.stopped
-    if rewards.stopped:
+    no_gain = direction != "rose" and rows >= 10
+    if rewards.stopped or rewards.lost:
         evidence.append(
             f"since step {rewards.recent_from} (the last third): tau {rewards.recent_tau:+.2f}, "
             f"p {rewards.recent_p_value:.3g}"
         )
+    if rewards.lost:
+        text = f"Gain lost: reward rose {rewards.first:.3f} → {rewards.final:.3f} over the run, then fell since "
+        text += f"step {rewards.recent_from}"
+    elif rewards.stopped:
         text = f"Gain stopped: reward rose {rewards.first:.3f} → {rewards.final:.3f}, no trend since step "
         text += str(rewards.recent_from)
+        evidence.append("no trend is not a fall: a plateau after a rise, or a rise too slow for a third of the rows")
     elif no_gain:
         text = f"No gain: reward {rewards.said}: {rewards.first:.3f} → {rewards.final:.3f}"
     else:
         text = f"Reward {rewards.said}: {rewards.first:.3f} → {rewards.final:.3f}"
-    if no_gain and ceiling:
+    told = no_gain or rewards.stopped or rewards.lost
+    if told and ceiling:
         evidence.append("a reward between 0 and 1 at 0.95 or more over the last fifth: the training prompts are solved")
         return Finding("INFO", f"Reward at its ceiling: {rewards.final:.3f} of 1 over the last fifth", evidence)
-    if no_gain and collapse is not None and collapse >= 0.2:
+    if told and collapse is not None and collapse >= 0.2:
         text += " while collapse is high"
-    if no_gain and rewards.best_step < rewards.recent_from:
+    if told and rewards.best_step < rewards.recent_from:
         evidence.append(f"best at step {rewards.best_step}: its checkpoint, if saved, is the one to keep")
-    return Finding("WARN" if no_gain else "INFO", text, evidence)
+    return Finding("WARN" if no_gain or rewards.lost else "INFO", text, evidence)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

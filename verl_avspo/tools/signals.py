@@ -31,8 +31,8 @@ def per_step(frame: pd.DataFrame, interval: int) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Trend:
     """The reward over the run: the means of its first and last fifths of logged rows, a Mann-Kendall
-    trend test over all rows and over the last third (``recent_*``, from 12 rows), the final value (the
-    mean of the last fifth), the last row and the best row."""
+    trend test over all rows and over the last third (``recent_*``, from 12 rows: under 12, tau 0 and p 0,
+    not judged), the final value (the mean of the last fifth), the last row and the best row."""
 
     first: float
     final: float
@@ -70,6 +70,11 @@ class Trend:
         """The reward rose over the run but shows no trend over its last third."""
         return self.direction == "rose" and self.recent_p_value >= 0.05
 
+    @property
+    def lost(self) -> bool:
+        """The reward rose over the run and then fell over its last third (p < 0.05): a gain given back."""
+        return self.direction == "rose" and self.recent_p_value < 0.05 and self.recent_tau < 0
+
 
 def _mann_kendall(values: np.ndarray) -> tuple[float, float]:
     """Kendall's tau of ``values`` against their order, and the two-sided p-value of the Mann-Kendall
@@ -106,7 +111,7 @@ def trend(series: pd.Series | None) -> Trend | None:
         float(values.max()),
         int(values.idxmax()),
         int(recent.index[0]),
-        recent_tau,
+        recent_tau if len(values) >= 12 else 0.0,
         recent_p if len(values) >= 12 else 0.0,
     )
 
