@@ -1,5 +1,6 @@
 """Whether the public logs whose reward rose show a gain that stopped: the tests behind docs/diagnostics.md's
-note on N9 ("gain stopped" against a ground truth of "gain, not a problem", beside logs 5 and 7).
+note on N9 ("gain stopped" against a ground truth of "gain, not a problem", beside logs 5 and 7, where the
+ground truth counts the same reading as a problem), and why ``report`` tells such a stop at INFO.
 
     .venv/bin/python benchmarks/wild_logs/gain_stopped.py --logs /tmp/wild
 
@@ -10,8 +11,9 @@ note on N9 ("gain stopped" against a ground truth of "gain, not a problem", besi
 - the means of the three thirds of the rows;
 - ``last > middle p``: a one-sided Mann-Whitney test that the last third's rewards are higher than the middle
   third's (a small p: the level still rose);
-- ``report``: what ``report`` reads (a reward between 0 and 1 at 0.95 or more over its last fifth is at its
-  ceiling, not a gain problem);
+- ``report``: what ``report`` reads: "at its ceiling" (a reward between 0 and 1 at 0.95 or more over its last
+  fifth: no gain problem, INFO), "gain lost" (the last third fell, p < 0.05: WARN), "gain stopped" (no trend
+  over the last third: INFO) or "rose";
 - ``slowed p``: the Mann-Kendall test over the last third of the reward less the run's rate (the change from
   the first fifth's mean to the last fifth's, per row): a small p with a negative tau is a last third that
   rose significantly slower than the run did (the gain stopped, shown rather than not seen).
@@ -74,11 +76,13 @@ def tests(rewards: pd.Series) -> dict[str, float]:
         "last > middle p": mann_whitney_greater(last, middle),
         "slowed tau": slowed.tau,
         "slowed p": slowed.p_value,
-        "reading": "at its ceiling"
-        if whole.stopped and values.min() >= 0 and values.max() <= 1 and whole.final >= 0.95
-        else "gain stopped"
+        "reading": "at its ceiling (INFO)"
+        if (whole.stopped or whole.lost) and values.min() >= 0 and values.max() <= 1 and whole.final >= 0.95
+        else "gain lost (WARN)"
+        if whole.lost
+        else "gain stopped (INFO)"
         if whole.stopped
-        else "rose",
+        else "rose (INFO)",
     }
 
 
