@@ -29,7 +29,6 @@ from verl_avspo.core.files import FileWriteError, write_text
 from verl_avspo.tools.diagnosis import DOCS, RunDiagnosis, diagnose
 from verl_avspo.tools.logs import TRAINER_STATE, caught_warnings, collect_runs, not_logs_summary
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.plots import plot_metrics
 from verl_avspo.tools.report_gates import (
     FAIL_CONDITIONS,
     FAIL_VALUES,
@@ -134,6 +133,8 @@ def write_report(
             labels = {c: c.removeprefix("rewards/").removesuffix("/mean") for c in present}
         if len(present) == 1 and present[0] in labels:  # the legend then names runs only: the title says what
             title = f"{title} ({labels[present[0]]})"
+        from verl_avspo.tools.plots import plot_metrics  # matplotlib (0.3 s here) only where a figure is drawn
+
         figures.append(plot_metrics(frames, present, out / filename, title, ylabel, smooth, labels))
 
     keys = list(dict.fromkeys(key for diagnosis in diagnoses for key in diagnosis.row))
