@@ -7,7 +7,7 @@ collapse where a zero is exceptional in its log (and not where it is the norm, o
 small loss's), "gain stopped" on the shapes of logs 5, 7 and N9 told at INFO (not on a rise that goes on), a
 gain given back over the last third at WARN, the coverage
 section, a headline that agrees with its numbers, the paper's fit only for math runs, no raw Python
-warnings, and reading logs without torch or verl imported."""
+warnings, reading logs without torch or verl imported, and `--no-figures` without matplotlib."""
 
 import importlib.util
 import json
@@ -398,3 +398,20 @@ def test_reading_and_diagnosing_logs_imports_neither_torch_nor_verl(tmp_path):
     )
     result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_no_figures_writes_the_findings_without_importing_matplotlib(tmp_path):
+    """``report --no-figures`` writes summary.md (saying no figure was drawn) and prints the findings, with
+    no PNG and matplotlib never imported; a report with figures draws them."""
+    log = wild_logs.verl_console(tmp_path / "t.log")
+    code = (
+        "import sys; from verl_avspo import cli; "
+        f"status = cli.main(['report', {str(log)!r}, '--out', {str(tmp_path / 'out')!r}, '--no-figures']); "
+        "print(status, 'matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "0 False" and "== t (30 steps; verl log)" in result.stdout
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["summary.md"]
+    assert "Not drawn: every figure (--no-figures)." in (tmp_path / "out" / "summary.md").read_text()
+    assert cli.main(["report", str(log), "--out", str(tmp_path / "drawn")]) == 0
+    assert (tmp_path / "drawn" / "reward.png").exists()

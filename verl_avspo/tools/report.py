@@ -112,10 +112,12 @@ def write_report(
     unreadable: list[str] | None = None,
     paper_fit: bool | None = None,
     notes: list[str] | None = None,
+    draw: bool = True,
 ) -> tuple[list[RunDiagnosis], list[Path]]:
-    """Write the figures and ``summary.md`` to ``out`` (the logs that could not be read, ``unreadable``,
-    and the reading's ``notes``, named in it). Returns the runs' diagnoses and the files. ``paper_fit``:
-    as :func:`~verl_avspo.tools.diagnosis.diagnose`."""
+    """Write the figures (none when not ``draw``: matplotlib is then not imported) and ``summary.md`` to
+    ``out`` (the logs that could not be read, ``unreadable``, and the reading's ``notes``, named in it).
+    Returns the runs' diagnoses and the files. ``paper_fit``: as
+    :func:`~verl_avspo.tools.diagnosis.diagnose`."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -123,8 +125,8 @@ def write_report(
         raise FileWriteError(err.errno or 0, f"cannot create the folder --out {out}: {err.strerror or err}") from None
     alert = alert or AlertConfig()
     diagnoses = [diagnose(name, frame, alert, paper_fit) for name, frame in runs.items()]
-    figures, skipped = [], []
-    for filename, (columns, labels, title, ylabel) in FIGURES.items():
+    figures, skipped = [], [] if draw else ["every figure (--no-figures)"]
+    for filename, (columns, labels, title, ylabel) in FIGURES.items() if draw else ():
         frames, present = _figure_columns(columns, runs)
         if not present:
             skipped.append(f"{filename} (no run logs {_WANTED.get(columns[0], ', '.join(columns))})")
@@ -205,6 +207,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--smooth", type=int, default=1, help="rolling-mean window of the plots, in steps")
     parser.add_argument(
+        "--no-figures",
+        dest="figures",
+        action="store_false",
+        help="write summary.md and the findings without the PNG figures (about half the time: for CI and scripts)",
+    )
+    parser.add_argument(
         "--paper-fit",
         action="store_true",
         default=None,
@@ -261,7 +269,9 @@ def run(args: argparse.Namespace) -> int:
     ]
     try:
         with caught_warnings() as warned:
-            diagnoses, files = write_report(runs, args.out, alert, args.smooth, unreadable, args.paper_fit, notes)
+            diagnoses, files = write_report(
+                runs, args.out, alert, args.smooth, unreadable, args.paper_fit, notes, args.figures
+            )
         failed = failed_conditions(args.fail_on, diagnoses, unreadable)
         unchecked = unchecked_conditions(args.fail_on, diagnoses)
         if json_path is not None:
