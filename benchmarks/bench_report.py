@@ -6,7 +6,9 @@
 
 Each command runs as a user runs it, a fresh process (imports, reading, the findings, the figures and
 summary.md), ``--repeats`` times; the table gives the median wall time in seconds and the exit status
-when it is not 0. The synthetic logs are the shapes of ``tests/tools/fixtures/wild_logs.py`` at the sizes
+when it is not 0, for ``report`` as it is and with ``--no-figures`` (no PNG, no matplotlib), then the
+slowest log of each. The header names the commit, the CPU and the load average at the start. The
+synthetic logs are the shapes of ``tests/tools/fixtures/wild_logs.py`` at the sizes
 of real runs: a verl console log of 2600 steps, TRL's printed dicts over 1200 steps, a Tinker
 ``metrics.jsonl`` of 200 steps and a verl file log of 500 steps. ``rldoctor`` (``pip install rldoctor``
 into a separate environment, not this one) is timed on the same files where given.
@@ -56,6 +58,27 @@ def _time(command: list[str], repeats: int) -> tuple[float, int]:
     return statistics.median(times), status
 
 
+def _commit() -> str:
+    result = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() or "unknown"
+
+
+def _cpu() -> str:
+    """The CPU's model name (Linux), for the table's caption."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "CPU unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU unknown")
+
+
+def _label(log: Path) -> str:
+    """A log's name with its folder's: public logs are often all called trainer_state.json."""
+    return f"{log.name}/" if log.is_dir() else f"{log.parent.name}/{log.name}"
+
+
 def _cell(seconds: float, status: int) -> str:
     return f"{seconds:.2f}" + ("" if status == 0 else f" (exit {status})")
 
@@ -67,18 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rldoctor", default=shutil.which("rldoctor"), help="rldoctor's command, if installed")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
-        logs = _shapes(Path(folder)) | {Path(log).name: Path(log) for log in args.logs}
+        logs = _shapes(Path(folder)) | {_label(Path(log)): Path(log) for log in args.logs}
         load = os.getloadavg()[0]
-        print(f"{os.cpu_count()} CPUs, load average {load:.1f} at the start (other jobs slow every figure alike)\n")
-        print("| log | verl-avspo report (s) | rldoctor diagnose (s) |")
-        print("|---|---|---|")
+        print(f"commit {_commit()}, {_cpu()}, {os.cpu_count()} CPUs, load average {load:.1f} at the start")
+        print("(other jobs slow every figure alike)\n")
+        print("| log | verl-avspo report (s) | report --no-figures (s) | rldoctor diagnose (s) |")
+        print("|---|---|---|---|")
+        slowest = [0.0, 0.0]
         for name, log in logs.items():
-            ours = _time(
-                [sys.executable, "-m", "verl_avspo.cli", "report", str(log), "--out", str(Path(folder) / "out")],
-                args.repeats,
-            )
+            report = [sys.executable, "-m", "verl_avspo.cli", "report", str(log), "--out", str(Path(folder) / "out")]
+            ours = [_time(report, args.repeats), _time([*report, "--no-figures"], args.repeats)]
+            slowest = [max(worst, seconds) for worst, (seconds, _) in zip(slowest, ours, strict=True)]
             theirs = _time([args.rldoctor, "diagnose", str(log)], args.repeats) if args.rldoctor else None
-            print(f"| {name} | {_cell(*ours)} | {'not installed' if theirs is None else _cell(*theirs)} |")
+            cells = [_cell(*ours[0]), _cell(*ours[1]), "not installed" if theirs is None else _cell(*theirs)]
+            print(f"| {name} | {' | '.join(cells)} |")
+        print(
+            f"\nslowest: {slowest[0]:.2f} s, {slowest[1]:.2f} s with --no-figures; "
+            f"load average {os.getloadavg()[0]:.1f} at the end"
+        )
     return 0
 
 
