@@ -64,6 +64,10 @@ def holds_console_metrics(text: str) -> bool:
 
 def _number(text: str) -> float | None:
     try:
+        return float(text)  # most values: a plain number, without the regex
+    except ValueError:
+        pass
+    try:
         return float(_WRAPPED.sub(r"\1", text.strip()))
     except ValueError:
         return None
