@@ -145,10 +145,10 @@ def test_estimator_is_one_variable(estimator, expected):
     ],
 )
 def test_ablation_is_one_override(override, key, value):
-    from verl_avspo.verl_plugin.run_state import run_settings
+    from verl_avspo.verl_plugin.settings import parse_settings
 
     _, config = _config(MAIN, override, TAG="ablation")
-    assert getattr(run_settings(config.algorithm).avspo, key) == value
+    assert getattr(parse_settings(config.algorithm).avspo, key) == value
     assert config.trainer.experiment_name == "qwen2.5-math-1.5b_avspo_ablation"
 
 

@@ -1068,7 +1068,7 @@ def test_our_trainer_finding_a_torn_run_state_gives_the_previous_checkpoint(tmp_
     """Stock main_ppo with our trainer mode has no launcher before Ray: the trainer's own refusal says the same."""
     from verl_avspo.core.state_file import RunStateError
     from verl_avspo.verl_plugin.run_state import start_run
-    from verl_avspo.verl_plugin.trainer import ACRTrainerMixin
+    from verl_avspo.verl_plugin.trainer import AVSPOTrainer
 
     root = tmp_path / "ckpt"
     _checkpoints_with_a_torn_latest(root)
@@ -1077,7 +1077,7 @@ def test_our_trainer_finding_a_torn_run_state_gives_the_previous_checkpoint(tmp_
         def _load_checkpoint(self):
             self.global_steps = 2  # verl resumed from global_step_2
 
-    trainer = type("Trainer", (ACRTrainerMixin, VerlTrainer), {})
+    trainer = type("Trainer", (AVSPOTrainer, VerlTrainer), {})
     resuming = object.__new__(trainer)
     resuming.config = compose_config([*RUNNABLE, f"trainer.default_local_dir={root}"], import_verl=False)
     resuming.tracker = start_run(resuming.config.algorithm)

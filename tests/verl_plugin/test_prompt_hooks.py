@@ -1,5 +1,5 @@
-"""Prompt skipping before rollout in the V1 trainer (``prompt_hooks.PromptHooksV1._next_train_batch``, and
-with DAPO the top-up of the places skipping left open) and the rollouts each dispatch generates:
+"""Prompt skipping before rollout in the V1 trainer (its ``_next_train_batch`` with ``prompt_hooks.PromptSkipping``,
+and with DAPO the top-up of the places skipping left open) and the rollouts each dispatch generates:
 verl's own ``_next_train_batch`` and ``_fetch_one_gen_batch`` on a real ``StatefulDataLoader`` with
 verl's ``collate_fn``, the tracker's skip rule (``core.prompt_skip``) deciding. The trainer is built
 with ``__new__`` and given only what those methods read (no Ray, no workers); the launcher's e2e runs
@@ -19,10 +19,11 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from verl_avspo.core.acr_config import ACRConfig
+from verl_avspo.core.baseline_settings import IntrinsicConfig
 from verl_avspo.core.prompt_skip import PromptSkipConfig
 from verl_avspo.core.run_tracker import RunTracker
-from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
 from verl_avspo.verl_plugin.prompt_identity import PromptIdentity, prompt_key
+from verl_avspo.verl_plugin.trainer import AVSPOTrainer
 
 pytestmark = pytest.mark.verl
 
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.verl
 STRICT = PromptSkipConfig(enable=True, explore=0.05, adaptive=False)
 
 
-class Trainer(PromptHooksV1, PPOTrainerSync):
-    pass
+class Trainer(AVSPOTrainer, PPOTrainerSync):
+    verl_mode = "sync"
 
 
 def rows(count: int = 8) -> list[dict]:
@@ -49,8 +50,7 @@ def trainer(skip: PromptSkipConfig | None = STRICT, source: str = "index", batch
     )
     made.train_dataloader = StatefulDataLoader(rows(), batch_size=batch, drop_last=True, collate_fn=collate_fn)
     made.train_dataloader_it, made.global_steps = None, 1
-    made.tracker = RunTracker(ACRConfig(), prompt_skip=skip)
-    made.prompt_identity, made.skips_prompts = PromptIdentity(source, "test"), made.tracker.skipper is not None
+    made._assemble(RunTracker(ACRConfig(), prompt_skip=skip), PromptIdentity(source, "test"), IntrinsicConfig())
     return made
 
 
@@ -120,12 +120,12 @@ def test_a_whole_epoch_rejected_fills_the_batch_without_the_rule(caplog):
 
 def test_a_replay_buffer_of_the_users_own_is_left_unwrapped(caplog):
     """The groups verl's replay buffer drops reach the history through its _clear_groups
-    (tests/verl_plugin/test_sampler_hook.py); a custom sampler that is not verl's is left alone."""
+    (tests/verl_plugin/test_trainer_modes.py); a custom sampler that is not verl's is left alone."""
     made = trainer()
     made.replay_buffer = SimpleNamespace(sample=lambda **kwargs: None)
     with caplog.at_level(logging.INFO, logger="verl_avspo.verl_plugin.prompt_hooks"):
-        made._record_dropped_groups()
-        made._record_dropped_groups()  # once per buffer
+        made.records.watch(made.replay_buffer)
+        made.records.watch(made.replay_buffer)  # once per buffer
     assert not hasattr(made.replay_buffer, "_clear_groups")
     assert caplog.text.count("not recorded in the per-prompt history") == 1
 
@@ -156,7 +156,7 @@ def dapo_trainer() -> Trainer:
     buffer._wait_for_next_poll = lambda partition_id, last: last
     made.replay_buffer, made.sent = buffer, []
     made._submit_batch_to_rollout = lambda batch: made.sent.append(indices(batch)) or len(batch)
-    made._top_up_open_places()
+    made.skipping.watch(buffer, made.config.data.train_batch_size, made._add_prompts_to_generate)  # as step does
     return made
 
 
@@ -171,24 +171,24 @@ def test_with_dapo_skipped_places_stay_open_until_the_buffer_runs_out_of_work():
     buffer = made.replay_buffer
     buffer.running_keys["train"].add("uid")
     buffer._wait_for_next_poll("train", 0.0)  # work in flight (DAPO's refills may bring what is missing)
-    assert made.sent == [] and made._open_places == 2
+    assert made.sent == [] and made.skipping.open_places == 2
     buffer.running_keys["train"].clear()
     buffer._wait_for_next_poll("val", 0.0)  # validation is not the step's
     buffer.finished_keys["train"].update({"a", "b", "c"})  # 3 groups with spread of the 4 it needs
     buffer._wait_for_next_poll("train", 0.0)  # idle and short by one: one open place is filled
-    assert made.sent == [[4]] and made._open_places == 1
+    assert made.sent == [[4]] and made.skipping.open_places == 1
     buffer.finished_keys["train"].remove("c")  # (had DAPO evicted two)
     buffer._wait_for_next_poll("train", 0.0)
-    assert made.sent == [[4], [5]] and made._open_places == 0
+    assert made.sent == [[4], [5]] and made.skipping.open_places == 0
     metrics: dict = {}
-    made._close_open_places()
+    made.skipping.close_step()
     made.tracker.observe_step(2, metrics)
     assert (metrics["prompts/skipped"], metrics["prompts/reselected"], metrics["prompts/rollouts_skipped"]) == (2, 2, 0)
     assert (metrics["train/rollouts_generated"], metrics["train/gen_batches"]) == (16, 3)
     # A step whose buffer never ran short (its DAPO refills filled it): the open places saved their rollouts.
     collapse(made, [6, 7], step=2)
     made._next_train_batch()
-    made._close_open_places()
+    made.skipping.close_step()
     made.tracker.observe_step(3, metrics)
     # (A dispatch sends at least one prompt: where every candidate of the batch is skipped, one further draw
     # fills one place, a re-selection.)

@@ -169,21 +169,27 @@ def test_through_verl_compute_advantage_on_dataproto():
     assert run_state.tracker_for(other, "avspo") is not tracker
 
 
-def test_a_trainers_advantage_stage_hands_the_estimator_its_own_tracker():
-    """The one way from our trainer to the estimator's state (run_state.advantage_stage); the fallback is untouched."""
+def test_a_trainers_tracker_is_served_to_the_estimator_called_with_its_config():
+    """The one way from our trainer to the estimator's state: start_run serves its tracker to verl's calls with that
+    very config.algorithm node; a call with another node, even an equal one, takes the bare-estimator route."""
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     run_state.reset()
-    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}})
+    config = OmegaConf.create(
+        {"adv_estimator": "avspo", "norm_adv_by_std_in_grpo": True, "avspo": {"preset": "paper_code"}}
+    )
     data = outcome_data(*outcome_batch(torch.tensor([1.0, 1.0, 0.0, 1.0]), length=2), group_uids([2, 2], "q"))
-    trainer_tracker = run_state.start_run(OmegaConf.create({"adv_estimator": "avspo", **config}))
-    with run_state.advantage_stage(trainer_tracker):
-        compute_advantage(data, "avspo", config=config)
-        compute_advantage(data, "avspo", config=config)
+    trainer_tracker = run_state.start_run(config)
+    compute_advantage(data, "avspo", config=config)
+    compute_advantage(data, "avspo", config=config)
     assert trainer_tracker.controller.step == 2
-    compute_advantage(data, "avspo", config=config)  # after the stage: the process's own fallback
-    fallback = run_state.tracker_for(config, "avspo")
+    equal = OmegaConf.create(OmegaConf.to_container(config))
+    compute_advantage(data, "avspo", config=equal)  # not the trainer's node: the process's own fallback
+    fallback = run_state.tracker_for(equal, "avspo")
     assert fallback is not trainer_tracker and fallback.controller.step == 1 and trainer_tracker.controller.step == 2
+    assert run_state.tracker_for(config, "avspo") is trainer_tracker
+    del config, trainer_tracker  # the node gone, its entry goes with it
+    assert run_state.tracker_for(equal, "avspo") is fallback
 
 
 MODULES = "import sys, {imports}\nprint('\\n'.join(sorted(sys.modules)))\n"

@@ -18,21 +18,22 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.utils.import_utils import load_class_from_fqn
 
 from verl_avspo.core.acr_config import ACRConfig
+from verl_avspo.core.baseline_settings import IntrinsicConfig
 from verl_avspo.core.prompt_allocation import PromptAllocationConfig
 from verl_avspo.core.run_tracker import RunTracker
 from verl_avspo.verl_plugin import prompt_hooks, rollout_allocation
 from verl_avspo.verl_plugin.checks import settings_problems
 from verl_avspo.verl_plugin.launcher import compose_config
-from verl_avspo.verl_plugin.prompt_hooks import PromptHooksV1
 from verl_avspo.verl_plugin.prompt_identity import ALLOCATION_MANAGER, PromptIdentity
 from verl_avspo.verl_plugin.rollout_allocation import (
     PILOT_FIELD,
     ROLLOUT_N_FIELD,
     AllocatingAgentLoopManager,
     AllocatingAgentLoopWorker,
-    AllocationHooksV1,
     prepare_allocation,
 )
+from verl_avspo.verl_plugin.settings import parse_settings
+from verl_avspo.verl_plugin.trainer import AVSPOTrainer
 from verl_avspo.verl_plugin.v1_batch import ScoredRows
 
 pytestmark = pytest.mark.verl
@@ -43,8 +44,8 @@ NO_EXTRAS = PromptAllocationConfig(enable=True, max_group_size=GROUP_SIZE)
 ALLOCATE = ["actor_rollout_ref.rollout.name=vllm", "algorithm.prompts.allocation.enable=True"]
 
 
-class Trainer(PromptHooksV1, AllocationHooksV1, PPOTrainerSync):
-    pass
+class Trainer(AVSPOTrainer, PPOTrainerSync):
+    verl_mode = "sync"
 
 
 def trainer(allocation: PromptAllocationConfig = NO_EXTRAS) -> Trainer:
@@ -55,10 +56,15 @@ def trainer(allocation: PromptAllocationConfig = NO_EXTRAS) -> Trainer:
     rows = [{"index": i, "raw_prompt": [{"role": "user", "content": f"{i}+{i}="}]} for i in range(8)]
     made.train_dataloader = StatefulDataLoader(rows, batch_size=4, drop_last=True, collate_fn=collate_fn)
     made.train_dataloader_it, made.global_steps = None, 1
-    made.tracker = RunTracker(ACRConfig())
-    made.tracker.set_prompt_allocation(allocation)
-    made.prompt_identity, made.skips_prompts, made.allocates_rollouts = PromptIdentity("index", "test"), False, True
+    tracker = RunTracker(ACRConfig())
+    tracker.set_prompt_allocation(allocation)
+    made._assemble(tracker, PromptIdentity("index", "test"), IntrinsicConfig())
     return made
+
+
+def prepare(config) -> bool:
+    """Our trainer's start-up step for the allocator, on the run's parsed settings (as ``__init__`` calls it)."""
+    return prepare_allocation(config, parse_settings(config.algorithm).prompts)
 
 
 def test_each_dispatch_writes_verls_per_prompt_count_and_counts_the_first_pass():
@@ -97,7 +103,7 @@ def test_the_pilots_outcomes_are_read_from_their_groups_sessions(monkeypatch):
     # Rows {uid}_{session}_{output}: pilot a extended to 4 sessions, pilot b left at 2, c a full group whose
     # sessions wrote two outputs each (a multi-turn agent loop), which counts sessions, not rows.
     keys = [f"a_{s}_0" for s in range(4)] + ["b_0_0", "b_1_0"] + [f"c_{s}_{o}" for s in range(4) for o in range(2)]
-    made._observe_pilots(keys, torch.tensor([2] * 6 + [0] * 8))
+    made.allocation.observe_pilots(keys, torch.tensor([2] * 6 + [0] * 8))
     metrics: dict = {}
     made.tracker.observe_step(1, metrics)
     assert metrics["prompts/pilots_extended"] == 1
@@ -124,7 +130,7 @@ def test_groups_the_replay_buffer_evicts_are_recorded_whatever_their_size(monkey
         return ScoredRows(scores, uids, [{"a": 0, "b": 2}[uid] for uid in uids], torch.tensor([2] * len(keys)))
 
     monkeypatch.setattr(prompt_hooks, "read_scores", read_scores)
-    made._record_cleared(buffer, "train", {"a", "b", "c"})
+    made.records.record_cleared(buffer, "train", {"a", "b", "c"})
     metrics: dict = {}
     made.tracker.observe_step(1, metrics)
     assert (metrics["prompts/pilots_extended"], metrics["train/rollouts_generated"]) == (1, 2)
@@ -194,9 +200,9 @@ def test_the_manager_and_its_workers_are_ours_by_verls_own_lookup():
 
 def test_start_up_sets_our_manager_and_refuses_what_verl_cannot_run():
     config = compose_config(ALLOCATE)
-    assert prepare_allocation(config) is True
+    assert prepare(config) is True
     assert config.actor_rollout_ref.rollout.agent.agent_loop_manager_class == ALLOCATION_MANAGER
-    assert prepare_allocation(compose_config(["actor_rollout_ref.rollout.name=vllm"])) is False
+    assert prepare(compose_config(["actor_rollout_ref.rollout.name=vllm"])) is False
     section = "algorithm.prompts.allocation"
     refused = {
         "trainer.use_v1=False": "cannot allocate with trainer.use_v1=False",
@@ -214,11 +220,11 @@ def test_start_up_sets_our_manager_and_refuses_what_verl_cannot_run():
         problems = settings_problems(config).problems
         assert any(message in problem for problem in problems), (override, problems)
         with pytest.raises(ValueError, match="verl-avspo cannot start this run"):
-            prepare_allocation(config)
+            prepare(config)
     # Below a uniform step's budget, prompts are left out: only the sync mode with one update per step samples
     # just the groups it dispatched.
     half = f"{section}.budget_share=0.5"
-    assert prepare_allocation(compose_config([*ALLOCATE, half])) is True
+    assert prepare(compose_config([*ALLOCATE, half])) is True
     for override in ("trainer.v1.trainer_mode=colocate_async", "+trainer.v1.sync.parameter_sync_step=2"):
         problems = settings_problems(compose_config([*ALLOCATE, half, override])).problems
         assert any(f"{half} is below 1 with {override.lstrip('+')}: a budget below" in p for p in problems), problems
@@ -239,7 +245,7 @@ def test_keys_of_a_part_that_is_off_are_refused_as_doing_nothing():
         f"nothing. Set {section}.enable=True, or remove them."
     )
     with pytest.raises(ValueError, match=r"budget_share=0.5 set while algorithm.prompts.allocation.enable is false"):
-        prepare_allocation(config)  # our trainer's start-up on stock main_ppo, where they are given with +
+        prepare(config)  # our trainer's start-up on stock main_ppo, where they are given with +
     problems = settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm", f"{skip}.explore=0.2"]))
     one = (
         f"{skip}.explore=0.2 set while {skip}.enable is false: it would do nothing. Set {skip}.enable=True, or "
@@ -248,4 +254,4 @@ def test_keys_of_a_part_that_is_off_are_refused_as_doing_nothing():
     assert one in problems.problems
     # Unset (the launcher's YAML declares every key null) or with the part on: nothing to say.
     assert not settings_problems(compose_config(["actor_rollout_ref.rollout.name=vllm"])).problems
-    assert prepare_allocation(compose_config([*ALLOCATE, f"{section}.pilot_size=4"])) is True
+    assert prepare(compose_config([*ALLOCATE, f"{section}.pilot_size=4"])) is True

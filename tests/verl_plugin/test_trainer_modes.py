@@ -17,8 +17,9 @@ from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+from verl_avspo.verl_plugin.trainer import AVSPOTrainer
 from verl_avspo.verl_plugin.trainer_modes import MODES
-from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS, ACRTrainerV1Mixin
+from verl_avspo.verl_plugin.trainer_v1 import V1_TRAINERS
 
 pytestmark = [pytest.mark.usefixtures("transfer_queue_cluster", "fresh_estimator_state"), pytest.mark.verl]
 
@@ -47,7 +48,7 @@ def build(mode, *overrides):
 def test_verls_registry_gives_our_trainer_for_each_of_our_modes():
     assert set(V1_TRAINERS) == set(MODES) == {"avspo_sync", "avspo_colocate_async", "avspo_separate_async"}
     for mode, cls in V1_TRAINERS.items():
-        assert get_trainer_cls(mode) is cls and issubclass(cls, ACRTrainerV1Mixin)
+        assert get_trainer_cls(mode) is cls and issubclass(cls, AVSPOTrainer)
         assert issubclass(cls, get_trainer_cls(MODES[mode]))  # verl's own trainer of that mode
     assert get_trainer_cls("sync").__module__.startswith("verl.")  # verl's own names are left alone
 
@@ -123,7 +124,7 @@ def test_groups_dapo_filtered_while_sampling_reach_the_prompt_history():
     # Two collapsed groups (DAPO evicts them), three with a spread for two places (one is surplus).
     scores = [[1] * group_size, [0] * group_size, *([1] + [0] * (group_size - 1) for _ in range(3))]
     put_finished_groups("h", scores, group_fields=[{"index": 10 + g} for g in range(len(scores))])
-    trainer._record_dropped_groups()  # what the trainer's step does first
+    trainer.records.watch(trainer.replay_buffer)  # what the trainer's step does first
     batch, metrics = trainer.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=2)
     assert metrics["training/filter_groups/evicted_samples"] == 2
     assert metrics["training/filter_groups/discarded_surplus_samples"] == 1

@@ -133,7 +133,7 @@ def test_with_the_allocator_the_pilot_sizes_are_read_with_the_scores(monkeypatch
     the pilots extended and the rollouts they added: pilot 0 (2) extended to 4 sessions, pilot 1 left at 2,
     prompt 2 a full group."""
     trainer = make_trainer("algorithm.adv_estimator=grpo", "algorithm.prompts.allocation.enable=True")
-    assert trainer.allocates_rollouts
+    assert trainer.allocation is not None
     # As the dispatch writes it: a tensor field, which travels with each response.
     source = trainer.prompt_identity.source
     pilots = [{source: f"prompt {g}", PILOT_FIELD: torch.tensor(size)} for g, size in enumerate([2, 2, 0])]

@@ -264,8 +264,8 @@ def train(
                     },
                     non_tensors={"uid": uids},
                 )
-                with run_state.advantage_stage(tracker):  # the estimator uses this run's tracker
-                    advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
+                # The estimator uses this run's tracker, the one start_run served for algorithm.
+                advantages = compute_advantage(data, algorithm.adv_estimator, config=algorithm).batch["advantages"]
             metrics = tracker.end_step(step, advantages)
 
             # 3. PPO-clip update on the kept responses, in mini-batches of whole groups.

@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     tracker.measure(rewards, batch.non_tensor_batch["uid"])
     results = {}
     for estimator in ("grpo", "avspo"):  # each call writes its own advantages into the batch
-        with run_state.advantage_stage(tracker):
-            batch = compute_advantage(batch, estimator, config=config)
+        batch = compute_advantage(batch, estimator, config=config)  # the estimator uses the tracker of config
         results[estimator] = batch.batch["advantages"][:, -1].view(args.groups, args.group_size).clone()
     metrics = tracker.end_step(1, batch.batch["advantages"])
 

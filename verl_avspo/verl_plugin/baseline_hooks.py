@@ -1,6 +1,6 @@
 """The paper's other baselines inside the launcher's V1 trainer: the intrinsic rewards of RENT and
-INTUITOR (docs/baselines.md). (DCPO's prompt identity is the run's, passed every step by
-:mod:`verl_avspo.verl_plugin.prompt_hooks`.)
+INTUITOR (docs/baselines.md): :class:`IntrinsicReward`, a part the trainer holds. (DCPO's prompt identity is
+the run's, passed every step by :mod:`verl_avspo.verl_plugin.prompt_hooks`.)
 
 The launcher refuses them outside V1's ``sync`` mode.
 
@@ -19,10 +19,11 @@ import transfer_queue as tq
 from tensordict import TensorDict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from verl_avspo.core.baseline_settings import IntrinsicConfig
 from verl_avspo.core.intrinsic import masked_token_mean, negative_entropy
 from verl_avspo.verl_plugin.v1_batch import real_rows
 
-__all__ = ["SELF_CERTAINTY_KEY", "intrinsic_rewards", "BaselineHooksV1"]
+__all__ = ["SELF_CERTAINTY_KEY", "intrinsic_rewards", "IntrinsicReward"]
 
 # The per-token output that patches/verl-0.9.1-intrinsic.patch adds to the actor's log-prob pass,
 # and the flag that requests it.
@@ -54,53 +55,49 @@ def intrinsic_rewards(
     )
 
 
-class BaselineHooksV1:
-    """Mixed into our V1 trainer after :class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`, which sets
-    ``tracker`` and ``intrinsic``."""
+class IntrinsicReward:
+    """The trainer's part for RENT and INTUITOR: the old-log-prob pass asked for self-certainty (INTUITOR), and
+    the intrinsic reward in place of ``rm_scores`` before verl's advantage stage."""
 
-    def _apply_baselines(self, batch, metrics: dict) -> None:
-        """Before verl's advantage stage: the intrinsic reward in place of ``rm_scores``."""
-        if self.intrinsic.enabled:
-            self._apply_intrinsic_reward(batch, metrics)
+    def __init__(self, settings: IntrinsicConfig):
+        self.settings = settings
 
-    def _compute_old_log_prob(self, batch, metrics: dict):
-        """verl's old-log-prob pass; for INTUITOR it also asks the actor for each token's
-        self-certainty (an output only a verl patched with patches/verl-0.9.1-intrinsic.patch
-        produces) and stores its response part in TransferQueue."""
-        wants_certainty = self.intrinsic.reward == "self_certainty"
-        if wants_certainty:
+    def request(self, batch) -> None:
+        """Before verl's old-log-prob pass: INTUITOR asks the actor for each token's self-certainty (an output
+        only a verl patched with patches/verl-0.9.1-intrinsic.patch produces)."""
+        if self.settings.reward == "self_certainty":
             batch.extra_info[_SELF_CERTAINTY_FLAG] = True
-        batch = super()._compute_old_log_prob(batch, metrics)  # a new batch meta, without the flag
-        if wants_certainty:
-            fields = tq.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id)
-            if SELF_CERTAINTY_KEY not in fields.keys():
-                raise RuntimeError(
-                    "algorithm.intrinsic.reward=self_certainty (INTUITOR): the actor returned no per-token "
-                    "self-certainty. verl 0.9.1 computes it only when patched: apply "
-                    "patches/verl-0.9.1-intrinsic.patch (FSDP engine) to the verl that the workers import, and "
-                    "leave actor_rollout_ref.model.use_fused_kernels off."
-                )
-            data = tq.kv_batch_get(
-                keys=batch.keys, partition_id=batch.partition_id, select_fields=[SELF_CERTAINTY_KEY, "response_mask"]
-            )
-            data[SELF_CERTAINTY_KEY] = response_from_nested(data[SELF_CERTAINTY_KEY], data["response_mask"])
-            batch = tq.kv_batch_put(
-                keys=batch.keys, partition_id=batch.partition_id, fields=data.select(SELF_CERTAINTY_KEY)
-            )
-        return batch
 
-    def _apply_intrinsic_reward(self, batch, metrics: dict) -> None:
+    def store(self, batch):
+        """After verl's old-log-prob pass (``batch``: the new batch meta it returned, without the flag): INTUITOR's
+        per-token self-certainty, its response part, stored in TransferQueue."""
+        if self.settings.reward != "self_certainty":
+            return batch
+        fields = tq.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id)
+        if SELF_CERTAINTY_KEY not in fields.keys():
+            raise RuntimeError(
+                "algorithm.intrinsic.reward=self_certainty (INTUITOR): the actor returned no per-token "
+                "self-certainty. verl 0.9.1 computes it only when patched: apply "
+                "patches/verl-0.9.1-intrinsic.patch (FSDP engine) to the verl that the workers import, and "
+                "leave actor_rollout_ref.model.use_fused_kernels off."
+            )
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=[SELF_CERTAINTY_KEY, "response_mask"]
+        )
+        data[SELF_CERTAINTY_KEY] = response_from_nested(data[SELF_CERTAINTY_KEY], data["response_mask"])
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=data.select(SELF_CERTAINTY_KEY))
+
+    def apply(self, batch, metrics: dict) -> None:
         """Replace ``rm_scores`` by each response's intrinsic reward (on its last token, where verl's
         reward loop puts a score), from the old policy's per-token entropy or self-certainty."""
-        source = "entropy" if self.intrinsic.reward == "negative_entropy" else SELF_CERTAINTY_KEY
+        reward = self.settings.reward
+        source = "entropy" if reward == "negative_entropy" else SELF_CERTAINTY_KEY
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores", "response_mask", source]
         )
         response_mask = data["response_mask"]
         mask = response_mask.to_padded_tensor(0)
-        rewards = intrinsic_rewards(
-            self.intrinsic.reward, data[source].to_padded_tensor(0.0), mask, self.intrinsic.last_tokens
-        )
+        rewards = intrinsic_rewards(reward, data[source].to_padded_tensor(0.0), mask, self.settings.last_tokens)
         verifier = data["rm_scores"].to_padded_tensor(0.0)
         lengths = response_mask.offsets().diff()
         scores = torch.zeros_like(verifier)

@@ -137,10 +137,10 @@ def _ray_actor() -> str:
 
 def _config() -> str:
     from verl_avspo.verl_plugin.launcher import CONFIG_DIR, CONFIG_NAME, compose_config
-    from verl_avspo.verl_plugin.run_state import run_settings
+    from verl_avspo.verl_plugin.settings import parse_settings
 
     config = compose_config()
-    settings = run_settings(config.algorithm)
+    settings = parse_settings(config.algorithm)
     return (
         f"{CONFIG_DIR}/{CONFIG_NAME}.yaml composes with verl's ppo_trainer "
         f"(adv_estimator={config.algorithm.adv_estimator}, preset={settings.avspo.preset})"
@@ -222,8 +222,8 @@ def _stock_route(overrides: Sequence[str] = ()) -> str:
     from verl_avspo.verl_plugin.checks import ConfigCheckError, check_config
     from verl_avspo.verl_plugin.checks.checkpoint_folder import resume_state_problems
     from verl_avspo.verl_plugin.checks.extern import extern_object_problems
-    from verl_avspo.verl_plugin.prompt_identity import resolve_prompts
     from verl_avspo.verl_plugin.run_state import before_rollout_problem
+    from verl_avspo.verl_plugin.settings import parse_settings
     from verl_avspo.verl_plugin.trainer_modes import MODE_KEY, MODE_OVERRIDE, MODES
 
     missing = [mode for mode in MODES if mode not in trainer_base.TRAINER_REGISTRY]
@@ -244,7 +244,7 @@ def _stock_route(overrides: Sequence[str] = ()) -> str:
     problems += extern_object_problems(config) + resume_state_problems(config)
     if not names_mode:  # verl's own trainer runs, which never skips or allocates
         try:
-            problems += filter(None, [before_rollout_problem(resolve_prompts(config.algorithm))])
+            problems += filter(None, [before_rollout_problem(parse_settings(config.algorithm).prompts)])
         except ValueError:
             pass  # a bad algorithm.prompts value: check_config named it
     if problems:

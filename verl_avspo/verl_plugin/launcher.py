@@ -32,7 +32,6 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl_avspo.core.baseline_settings import dcpo_settings, intrinsic_settings
 from verl_avspo.core.config import ACR_KEYS, ALERT_KEYS, AVSPO_KEYS, misplaced_acr_key_problem, unknown_key_problem
 from verl_avspo.core.prompt_allocation import FIELDS as PROMPT_ALLOCATION_KEYS
 from verl_avspo.core.prompt_skip import FIELDS as PROMPT_SKIP_KEYS
@@ -54,8 +53,8 @@ from verl_avspo.verl_plugin.prompt_identity import (
     PROMPTS_SECTION,
     SKIP_SECTION,
     resolve_prompt_identity,
-    resolve_prompts,
 )
+from verl_avspo.verl_plugin.settings import parse_settings
 from verl_avspo.verl_plugin.trainer_modes import our_mode
 
 __all__ = ["CONFIG_DIR", "CONFIG_NAME", "LEGACY_LIMITS", "compose_config", "dry_run", "train", "main"]
@@ -96,8 +95,9 @@ def _describe(config: DictConfig, checked: CheckedConfig) -> str:
     if checked.avspo is not None:  # only the avspo estimator reads them
         lines.append("AVSPO settings (algorithm.avspo, resolved):")
         lines.extend(f"  {key}: {value}" for key, value in checked.avspo.to_dict().items())
-    dcpo, intrinsic = dcpo_settings(config.algorithm), intrinsic_settings(config.algorithm)
-    if config.algorithm.adv_estimator == "dcpo":
+    settings = parse_settings(config.algorithm)
+    dcpo, intrinsic = settings.dcpo, settings.intrinsic
+    if dcpo is not None:
         lines.append(
             "DCPO settings (algorithm.dcpo, resolved): " + ", ".join(f"{k}={v}" for k, v in dcpo.to_dict().items())
         )
@@ -107,7 +107,7 @@ def _describe(config: DictConfig, checked: CheckedConfig) -> str:
             + ", ".join(f"{k}={v}" for k, v in intrinsic.to_dict().items())
         )
     if is_group_estimator(str(config.algorithm.adv_estimator)):
-        identity, prompts = resolve_prompt_identity(config), resolve_prompts(config.algorithm)
+        identity, prompts = resolve_prompt_identity(config), settings.prompts
         lines.append(f"prompts (algorithm.prompts, resolved): keyed by {identity.source} ({identity.reason})")
         for name, settings in (("skip", prompts.skip), ("allocation", prompts.allocation)):
             if settings.enable:

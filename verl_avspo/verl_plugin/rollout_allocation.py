@@ -14,20 +14,24 @@ docs/prompts.md), through verl's own extension points:
   and not responses. A collapsed pilot ends as a group of ``pilot_size``, trained as one: under GRPO its
   advantages are 0, as if dropped (the sandbox drops it); AVSPO gives it its virtual-reward advantage.
 - **Prompts left out.** Below a uniform step's budget (``budget_share`` < 1, sync mode with one update per
-  step only) the prompts the allocator funds nothing are removed before dispatch, and :meth:`_step_once
-  <AllocationHooksV1._step_once>` asks the replay buffer for the step's groups less those.
+  step only) the prompts the allocator funds nothing are removed before dispatch, and the trainer's
+  ``_step_once`` asks the replay buffer for the step's groups less those (:meth:`RolloutAllocation.take_left_out`).
 - **Accounting.** The first pass counts as generated at dispatch (``train/rollouts_generated``); the
-  extensions count when their groups reach the advantage stage, where :meth:`AllocationHooksV1._observe_pilots`
+  extensions count when their groups reach the advantage stage, where :meth:`RolloutAllocation.observe_pilots`
   reads each pilot's sessions and reports them to the tracker (``prompts/pilots_extended``, the allocator's
   estimate of the extended share), or, for a group the replay buffer evicts unsampled (stale), when it is
-  cleared (``PromptHooksV1._record_cleared``). The pilot field travels with every response in TransferQueue,
+  cleared (``PromptRecords.record_cleared``). The pilot field travels with every response in TransferQueue,
   so a resumed run's groups are read the same way.
 
 What verl's trainer does with groups of unequal size needs no change: the PPO mini-batch and the batch
 multiple are in responses (``ppo_mini_batch_size * rollout.n``), and ``_balance_batch`` pads the batch to that
-multiple with no-op rows; the advantage estimators group responses by uid. Two private methods are
-overridden, here only: the worker's ``_run_prompt`` (for pilots; every other prompt runs verl's own) and the
-trainer's ``_step_once`` (its sample size, when prompts were left out).
+multiple with no-op rows; the advantage estimators group responses by uid.
+
+The pilot path is a fork of verl's ``AgentLoopWorkerTQ._run_prompt`` (its statuses and sessions repeated, and
+checked against verl's by :mod:`verl_avspo.verl_plugin.surface`), kept in this one module: verl has no
+per-prompt hook between a group's sessions and its terminal status (docs/prompts.md says why the fork stays,
+and ``patches/07-agent-loop-prompt-hook.patch`` proposes the hook upstream). Every other prompt, validation's
+included, runs verl's own ``_run_prompt``.
 """
 
 from __future__ import annotations
@@ -44,15 +48,15 @@ from verl.utils import tensordict_utils as tu
 
 from verl_avspo.core.prompt_allocation import pilots_spread
 from verl_avspo.verl_plugin.checks.prompts import prompt_allocation_problems
-from verl_avspo.verl_plugin.prompt_identity import ALLOCATION_MANAGER, prompt_keys, resolve_prompts
-from verl_avspo.verl_plugin.run_state import run_settings
+from verl_avspo.verl_plugin.prompt_identity import ALLOCATION_MANAGER, PromptsConfig, prompt_keys
+from verl_avspo.verl_plugin.settings import parse_settings
 
 __all__ = [
     "PILOT_FIELD",
     "ROLLOUT_N_FIELD",
     "AllocatingAgentLoopManager",
     "AllocatingAgentLoopWorker",
-    "AllocationHooksV1",
+    "RolloutAllocation",
     "prepare_allocation",
 ]
 
@@ -65,16 +69,15 @@ PILOT_FIELD = "avspo_pilot_size"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 
 
-def prepare_allocation(config) -> bool:
+def prepare_allocation(config, prompts: PromptsConfig) -> bool:
     """At our trainer's start-up, before verl's: whether the run allocates rollouts. Refuses what verl cannot
     run (:func:`~verl_avspo.verl_plugin.checks.prompts.prompt_allocation_problems`, the launcher's own check,
     for stock ``main_ppo``) and sets our agent loop manager, which verl's TaskRunner builds after the trainer
-    from this same config object (``main_ppo.py:151-153``).
+    from this same config object (``main_ppo.py:151-153``). ``prompts``: the run's parsed ``algorithm.prompts``.
 
     Raises:
         ValueError: every problem at once, each naming the key, the value and the fix.
     """
-    prompts = resolve_prompts(config.algorithm)
     problems = prompt_allocation_problems(config, prompts)
     if problems:
         raise ValueError("verl-avspo cannot start this run:\n- " + "\n- ".join(problems))
@@ -86,44 +89,40 @@ def prepare_allocation(config) -> bool:
     return True
 
 
-class AllocationHooksV1:
-    """Mixed into our V1 trainer: each dispatch's allocation, the step's batch size in the replay buffer, and
-    the pilots' outcomes at the advantage stage. Relies on ``tracker``, ``prompt_identity`` and ``config``
-    (:class:`~verl_avspo.verl_plugin.trainer.ACRTrainerMixin`)."""
+class RolloutAllocation:
+    """The trainer's part for the allocator: each dispatch's allocation, the prompts it left out of the step, and
+    the pilots' outcomes read back at the advantage stage (module docstring)."""
 
-    # Prompts of this step the budget left without rollouts (``budget_share`` < 1, sync mode only).
-    _unallocated = 0
+    pilot_field = PILOT_FIELD
+    """The field read with a batch's scores (:func:`~verl_avspo.verl_plugin.v1_batch.read_scores`): each row's
+    pilot size, for :meth:`observe_pilots`."""
 
-    @property
-    def pilot_field(self) -> str | None:
-        """The field read with a batch's scores (:func:`~verl_avspo.verl_plugin.v1_batch.read_scores`) when the
-        allocator runs: each row's pilot size, for :meth:`_observe_pilots`."""
-        return PILOT_FIELD if self.allocates_rollouts else None
+    def __init__(self, tracker, source: str, group_size: int):
+        """``source``: the prompt identity's field (``index`` or ``raw_prompt``)."""
+        self.tracker, self.source, self.group_size = tracker, source, group_size
+        self._left_out = 0  # prompts of this step the budget left without rollouts (budget_share < 1, sync mode)
 
-    def _allocate_rollouts(self, batch, prompts: list):
+    def allocate(self, batch, prompts: list):
         """The prompts of ``batch`` (``prompts``: its rows' identity field) that the allocator gives rollouts,
         each with its count; returns them and the rollouts of the first pass."""
-        plan = self.tracker.allocate_prompts(
-            prompt_keys(prompts, self.prompt_identity.source), self.config.actor_rollout_ref.rollout.n
-        )
+        plan = self.tracker.allocate_prompts(prompt_keys(prompts, self.source), self.group_size)
         funded = plan.rollouts > 0
         if not bool(funded.any()):  # the start-up check makes the budget hold at least one full group
             raise RuntimeError("the rollout allocator gave no prompt of this dispatch any rollout")
         batch[ROLLOUT_N_FIELD] = plan.rollouts
         batch[PILOT_FIELD] = torch.where(plan.pilot, plan.rollouts, 0)
         if not bool(funded.all()):
-            self._unallocated += int((~funded).sum())
+            self._left_out += int((~funded).sum())
             batch = tu.index_select_tensor_dict(batch, torch.nonzero(funded).squeeze(1))
         return batch, plan.total
 
-    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int):
-        """verl's local update, its replay buffer waiting for the step's groups less the prompts the budget
-        left out (verl asks for ``data.train_batch_size`` groups; in the sync mode, the only one where the
-        budget may leave prompts out, each step's prompts are dispatched before it samples)."""
-        unallocated, self._unallocated = self._unallocated, 0
-        return super()._step_once(metrics, timing_raw, sample_batch_size - unallocated)
+    def take_left_out(self) -> int:
+        """The prompts the budget left out since the last call: the step's replay buffer waits for that many
+        groups less (verl asks for ``data.train_batch_size``)."""
+        left_out, self._left_out = self._left_out, 0
+        return left_out
 
-    def _observe_pilots(self, keys: list, pilot_sizes: torch.Tensor) -> None:
+    def observe_pilots(self, keys: list, pilot_sizes: torch.Tensor) -> None:
         """The pilots among the batch's rows ``keys`` (``{uid}_{session}_{output}``), whose (bs,) ``pilot_sizes``
         :func:`~verl_avspo.verl_plugin.v1_batch.read_scores` read with their scores: each one extended if its
         group has more sessions than its pilot; the tracker counts them and the rollouts added."""
@@ -146,7 +145,7 @@ class AllocatingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.acr = run_settings(self.config.algorithm).acr
+        self.acr = parse_settings(self.config.algorithm).acr
         self._pilot_rewards: dict[str, list] = {}
         self._warned_no_reward = False
 

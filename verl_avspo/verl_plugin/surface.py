@@ -7,8 +7,7 @@ not listed: ``register_adv_est``/``get_adv_estimator_fn``, ``register_policy_los
 against the installed verl (present, callable as we call it, its format or rule still verl's: the probe) and
 that the wing's source touches no other private verl name.
 
-Two attributes of ours are set on verl's replay buffer (``_verl_avspo_records_dropped``, ``_verl_avspo_tops_up``:
-each buffer's wrappers installed once, ``prompt_hooks.py``); they are ours, named so.
+For every name here, ``patches/`` proposes the public door upstream (the table in ``patches/README.md``).
 
 Importing this module imports no verl: the probes import it when they run.
 """
@@ -159,26 +158,26 @@ SURFACE = (
     # The trainer: methods our V1 trainer overrides (each calls verl's own).
     Touch(
         f"{TRAINER}._compute_advantage",
-        "trainer_v1.py",
+        "trainer.py",
         f"{NO_TRAINER_HOOK}: the step's collapse is measured around verl's advantage stage (scores before, the "
         "trained advantages after) and the estimator reaches our tracker inside it",
         call=(3, ()),
     ),
     Touch(
         f"{TRAINER}.step",
-        "trainer_v1.py",
+        "trainer.py",
         f"{NO_TRAINER_HOOK} after a step: the stall rule reads the step's aggregated metrics",
         call=(3, ()),
     ),
     Touch(
         f"{TRAINER}._compute_old_log_prob",
-        "baseline_hooks.py",
+        "trainer.py",
         f"{NO_TRAINER_HOOK}: the intrinsic rewards (RENT, INTUITOR) need the old log-probabilities' entropy",
         call=(3, ()),
     ),
     Touch(
         f"{TRAINER}._save_checkpoint",
-        "trainer.py, trainer_v1.py",
+        "trainer.py",
         "no save hook that runs before verl writes latest_checkpointed_iteration.txt (trainer.checkpoint_callback_"
         "class fires after it and has no load event): our run state is written first",
         call=(1, ()),
@@ -191,25 +190,25 @@ SURFACE = (
     ),
     Touch(
         f"{TRAINER}._next_train_batch",
-        "prompt_hooks.py",
+        "trainer.py",
         f"{NO_TRAINER_HOOK}: every dispatch of prompts to rollout, where skipping and the allocator act",
         call=(2, ()),
     ),
     Touch(
         f"{TRAINER}._fetch_one_gen_batch",
-        "prompt_hooks.py",
+        "trainer.py",
         "the dataloader's next chunk, drawn to refill the places of skipped prompts; no public draw",
         call=(1, ()),
     ),
     Touch(
         f"{TRAINER}._add_prompts_to_generate",
-        "prompt_hooks.py",
+        "trainer.py",
         "dispatching prompts to rollout from the replay buffer's poll (DAPO's top-up of skipped places)",
         call=(2, ()),
     ),
     Touch(
         f"{TRAINER}._step_once",
-        "rollout_allocation.py",
+        "trainer.py",
         f"{NO_TRAINER_HOOK}: the replay buffer is asked for the step's groups less those the budget left out",
         call=(4, ()),
     ),
@@ -220,29 +219,29 @@ SURFACE = (
         "a batch skip: they are no responses",
         probe=_code_holds("verl.trainer.ppo.padding_utils:construct_minimal_padding_template", "is_padding"),
     ),
-    Touch(f"{TRAINER}.replay_buffer", "prompt_hooks.py", "the trainer's replay buffer", set_by="__init__"),
-    Touch(f"{TRAINER}.trainer_mode", "prompt_hooks.py", "verl's mode name the trainer runs", set_by="__init__"),
+    Touch(f"{TRAINER}.replay_buffer", "trainer.py", "the trainer's replay buffer", set_by="__init__"),
+    Touch(f"{TRAINER}.trainer_mode", "trainer.py", "verl's mode name the trainer runs", set_by="__init__"),
     Touch(
         f"{TRAINER}.parameter_sync_step",
-        "prompt_hooks.py",
+        "trainer.py",
         "the async modes' updates per step: a step's groups are train_batch_size over it",
         set_by="__init__",
     ),
     Touch(
         f"{TRAINER}.total_training_steps",
-        "trainer_v1.py",
+        "trainer.py",
         "the alert's stop makes the current step the last (fit's loop condition reads it)",
         set_by="_init_dataloader",
     ),
     Touch(
         f"{TRAINER}.train_dataloader",
-        "prompt_hooks.py",
+        "trainer.py",
         "an epoch's length bounds skipping's refills",
         set_by="_init_dataloader",
     ),
     Touch(
         f"{TRAINER}.global_steps",
-        "trainer.py, trainer_v1.py, prompt_hooks.py",
+        "trainer.py",
         "the step, which names the checkpoint folder; parsed by verl from the folder name on resume",
         set_by="_load_checkpoint",
     ),
@@ -322,7 +321,7 @@ SURFACE = (
     # Logging and checkpoints.
     Touch(
         f"{TRAINER}.logger",
-        "trainer_v1.py, file_log.py",
+        "trainer.py, file_log.py",
         "verl's FileLogger truncates its file on open and has no append setting, so a resumed run would lose its "
         "log: our trainer takes fit's assignment of its Tracking and writes the kept rows first (patches/01 "
         "proposes the resume upstream)",
