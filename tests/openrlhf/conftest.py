@@ -26,7 +26,8 @@ STUBS = {
 
 @pytest.fixture(scope="module")
 def openrlhf(tmp_path_factory):
-    """OpenRLHF's trainer modules, imported with stubs for the GPU-only packages, adapter installed."""
+    """OpenRLHF's trainer modules, imported with stubs for the GPU-only packages, and the adapter's subclasses of
+    its experience maker (``Maker``), samples generator (``Generator``) and trainer base (``Trainer``)."""
     stub_dir = tmp_path_factory.mktemp("gpu_only_stubs")
     stubbed = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
     for path, text in STUBS.items():
@@ -40,9 +41,7 @@ def openrlhf(tmp_path_factory):
         from openrlhf.trainer.ppo_utils.experience import Experience
         from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-        from verl_avspo.openrlhf import install
-
-        install()
+        from verl_avspo.openrlhf import extension
     finally:
         sys.path.remove(str(stub_dir))
     yield SimpleNamespace(
@@ -51,6 +50,9 @@ def openrlhf(tmp_path_factory):
         pt=ppo_trainer,
         Experience=Experience,
         FixedKLController=FixedKLController,
+        Maker=extension.TrackedExperienceMaker,
+        Generator=extension.TrackedSamplesGenerator,
+        Trainer=extension.TrackedTrainer,
         stub_dir=str(stub_dir),
     )
     for name in list(sys.modules):

@@ -217,6 +217,7 @@ def test_bad_arguments_stop_before_openrlhf_with_the_fix(argv, message, capsys, 
         raise AssertionError("OpenRLHF must not be checked after a usage error")
 
     monkeypatch.setattr(launcher, "check_openrlhf", not_reached)
+    monkeypatch.setattr(launcher, "install", not_reached)
     assert launcher.main(argv) == 2
     assert re.search(message, capsys.readouterr().err.strip().removeprefix("verl_avspo.openrlhf: error: "))
 
@@ -262,7 +263,7 @@ def test_missing_openrlhf_is_reported_with_the_supported_versions(capsys, monkey
     assert "pip install 'openrlhf>=0.10.4,<0.12'" in err
 
 
-def test_ray_init_gets_the_setup_hook_and_settings():
+def test_ray_init_gets_the_settings_and_leaves_the_workers_setup_hook_to_the_user():
     seen = {}
 
     def init(**kwargs):
@@ -271,7 +272,7 @@ def test_ray_init_gets_the_setup_hook_and_settings():
     wrapped = launcher.runtime_env_hook(init, {"preset": "paper_code"}, {"tau": 0.1})
     wrapped(runtime_env={"env_vars": {"NCCL_DEBUG": "WARN"}}, num_cpus=2)
     assert seen["num_cpus"] == 2
-    assert seen["runtime_env"]["worker_process_setup_hook"] == "verl_avspo.openrlhf.worker_setup"
+    assert "worker_process_setup_hook" not in seen["runtime_env"]  # nothing runs in the workers
     assert seen["runtime_env"]["env_vars"] == {
         "NCCL_DEBUG": "WARN",
         "VERL_AVSPO_OPENRLHF_SETTINGS": '{"preset": "paper_code"}',
@@ -284,8 +285,8 @@ def test_ray_init_gets_the_setup_hook_and_settings():
         "VERL_AVSPO_OPENRLHF_ACR": '{"reward_range": [-1, 1]}',
         "VERL_AVSPO_OPENRLHF_PROMPT_SKIP": '{"enable": true}',
     }
-    with pytest.raises(ValueError, match=r"already has worker_process_setup_hook='mine'"):
-        wrapped(runtime_env={"worker_process_setup_hook": "mine"})
+    wrapped(runtime_env={"worker_process_setup_hook": "mine"})
+    assert seen["runtime_env"]["worker_process_setup_hook"] == "mine"
 
 
 def test_a_group_size_of_two_or_more_passes_however_it_is_spelt():

@@ -1,11 +1,12 @@
-"""The OpenRLHF adapter inside the real OpenRLHF trainer code (openrlhf 0.11.2, installed with
+"""The OpenRLHF adapter's subclasses over the real OpenRLHF trainer code (openrlhf 0.11.2, installed with
 --no-deps by `make setup`).
 
 What runs for real: OpenRLHF's RemoteExperienceMaker (split, group step, per-token returns),
 SamplesGenerator with dynamic filtering, BasePPOTrainer's rollout stats, TensorBoard logging and
 checkpoint client states (the run tracker's state; a checkpoint without one resumes afresh, another
-version's is refused), the stall alert's stop (checkpoint, then no more samples), and the Ray
-worker_process_setup_hook in a real Ray worker. Each step's raw rewards are measured once (counted).
+version's is refused), the stall alert's stop (checkpoint, then no more samples), the launcher's choice of
+OpenRLHF's trainer classes, and the tracked experience maker in a real Ray worker, its settings from the
+runtime_env. Each step's raw rewards are measured once (counted).
 
 What is stood in for, and why:
 - `vllm` and `flash_attn`: import-only stubs (conftest.py).
@@ -118,8 +119,9 @@ def shuffled_micro_batches(openrlhf, rollout):
     ]
 
 
-def maker(openrlhf, args):
-    return openrlhf.em.RemoteExperienceMaker(
+def maker(openrlhf, args, cls=None):
+    """The adapter's experience maker (``cls``: another, OpenRLHF's own)."""
+    return (cls or openrlhf.Maker)(
         None, None, None, None, openrlhf.FixedKLController(0.0), SimpleNamespace(args=args), Tokenizer()
     )
 
@@ -135,13 +137,12 @@ def per_response(experiences):
 
 
 def run_original(openrlhf, args, experiences):
-    """OpenRLHF's own compute_advantages_and_returns, not wrapped."""
-    original = openrlhf.em.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
-    return original(maker(openrlhf, args), experiences)
+    """OpenRLHF's own compute_advantages_and_returns, on OpenRLHF's own maker."""
+    return maker(openrlhf, args, openrlhf.em.RemoteExperienceMaker).compute_advantages_and_returns(experiences)
 
 
 def run_both(openrlhf, args):
-    """REWARDS' experiences through our wrapped maker, and a copy through OpenRLHF's own method.
+    """REWARDS' experiences through our maker, and a copy through OpenRLHF's own method.
     Returns (ours, theirs, our maker)."""
     experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
     reference = run_original(openrlhf, args, copy.deepcopy(experiences))
@@ -268,7 +269,7 @@ def test_an_openrlhf_whose_group_step_touches_other_names_is_refused(openrlhf, m
     group step normalised every estimator name would also normalise AVSPO's output, and is refused."""
     from verl_avspo.openrlhf import OpenRLHFIncompatibleError, check_openrlhf
 
-    wrapped = openrlhf.em.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
+    wrapped = openrlhf.em.RemoteExperienceMaker.compute_advantages_and_returns
     em = openrlhf.em
 
     def normalising_every_name(self, experiences):
@@ -286,7 +287,14 @@ def test_an_openrlhf_whose_group_step_touches_other_names_is_refused(openrlhf, m
         return experiences
 
     monkeypatch.setattr(em.RemoteExperienceMaker, "compute_advantages_and_returns", without_the_per_token_stage)
-    with pytest.raises(OpenRLHFIncompatibleError, match=r"a call of compute_reward in RemoteExperienceMaker"):
+    with pytest.raises(OpenRLHFIncompatibleError, match=r"run with estimator 'avspo' failed \(AttributeError"):
+        check_openrlhf()
+
+    def penalising_itself(self, experiences):  # a method that no longer calls apply_length_penalties by name
+        return wrapped(self, experiences)
+
+    monkeypatch.setattr(em.RemoteExperienceMaker, "compute_advantages_and_returns", penalising_itself)
+    with pytest.raises(OpenRLHFIncompatibleError, match=r"a call of apply_length_penalties in RemoteExperienceMaker"):
         check_openrlhf()
 
 
@@ -316,8 +324,16 @@ def test_launcher_feeds_the_real_openrlhf_cli_and_ray_init(openrlhf, monkeypatch
     with pytest.raises(Stop):
         launcher.main(argv)
     runtime_env = calls[0]["runtime_env"]
-    assert runtime_env["worker_process_setup_hook"] == "verl_avspo.openrlhf.worker_setup"
-    assert "NCCL_DEBUG" in runtime_env["env_vars"]
+    assert "worker_process_setup_hook" not in runtime_env and "NCCL_DEBUG" in runtime_env["env_vars"]
+    # train_ppo_ray builds the tracked trainers: the launcher set OpenRLHF's three actor class names.
+    from openrlhf.trainer import ppo_trainer_async
+
+    from verl_avspo.openrlhf import extension
+
+    assert issubclass(openrlhf.pt.PPOTrainer.__ray_actor_class__, extension.TrackedTrainer)
+    assert issubclass(ppo_trainer_async.TrainingActor.__ray_actor_class__, extension.TrackedTrainer)
+    generation_actor = ppo_trainer_async.GenerateSamplesActor.__ray_actor_class__
+    assert generation_actor.__qualname__.endswith("TrackedGenerateSamplesActor")
     # paper_code keeps the released code's epsilon (1e-4); other presets get OpenRLHF's 1e-9.
     assert runtime_env["env_vars"]["VERL_AVSPO_OPENRLHF_SETTINGS"] == '{"preset": "paper_code"}'
     monkeypatch.delitem(sys.modules, "openrlhf.cli.train_ppo_ray", raising=False)
@@ -342,23 +358,21 @@ def ray_session(openrlhf):
 
 
 def worker_probe(rewards):
-    """Runs in a fresh Ray worker: import OpenRLHF's trainer as its actors do, then make advantages."""
-    import openrlhf.trainer.ppo_trainer  # noqa: F401  (the setup hook installs the adapter on this import)
-    from openrlhf.trainer.ppo_utils import experience_maker
+    """Runs in a fresh Ray worker: OpenRLHF's experience maker, tracked as the trainers' is, makes advantages."""
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-    modules = SimpleNamespace(em=experience_maker, Experience=Experience, FixedKLController=FixedKLController)
-    installed = getattr(experience_maker.RemoteExperienceMaker, "_verl_avspo_installed", False)
+    from verl_avspo.openrlhf.extension import TrackedExperienceMaker
+
+    modules = SimpleNamespace(Experience=Experience, FixedKLController=FixedKLController, Maker=TrackedExperienceMaker)
     experiences = shuffled_micro_batches(modules, samples(modules, rewards))
     remote_maker = maker(modules, make_args("group_norm"))
     remote_maker.compute_advantages_and_returns(experiences)
-    return installed, per_response(experiences), remote_maker.verl_avspo_metrics
+    return per_response(experiences), remote_maker.verl_avspo_metrics
 
 
-def test_setup_hook_installs_avspo_inside_ray_workers(ray_session):
-    installed, advantages, metrics = ray_session.get(ray_session.remote(worker_probe).remote(REWARDS))
-    assert installed
+def test_the_tracked_maker_runs_avspo_in_a_ray_worker_with_the_launchers_settings(ray_session):
+    advantages, metrics = ray_session.get(ray_session.remote(worker_probe).remote(REWARDS))
     assert metrics["avspo/triggered"] == 0.5 and metrics["acr/rate"] == 0.5
     for position, (tokens, _) in advantages.items():
         if COLLAPSED[position // GROUP_SIZE]:
@@ -397,9 +411,7 @@ def test_acr_is_measured_before_dynamic_filtering(openrlhf, ray_session, monkeyp
     args = make_args("group_norm", dynamic_filtering_enable=True)
     args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 3
     prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
-    generator = openrlhf.sg.SamplesGenerator(
-        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
-    )
+    generator = openrlhf.Generator(SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)])
     rollout, _, consumed, _ = generator.generate_samples(n_samples_per_prompt=GROUP_SIZE, max_len=8)
     # Prompts 0-2 go out; 1 and 2 collapse, are filtered and replaced by 3 and 4: 0, 3, 4 are trained.
     assert consumed == 5 and len(rollout) == 3 * GROUP_SIZE
@@ -431,7 +443,7 @@ def test_groups_of_a_call_that_trains_nothing_are_measured_with_the_next_step(op
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
     args = make_args("group_norm", dynamic_filtering_enable=True)
     args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 2
-    generator = openrlhf.sg.SamplesGenerator(
+    generator = openrlhf.Generator(
         SimpleNamespace(args=args),
         [(["source"], [f"p{i}"], [str(i)], [None]) for i in (1, 2)],
         None,
@@ -472,7 +484,7 @@ def test_metrics_reach_tensorboard_and_avspo_state_survives_resume(openrlhf, ray
     args = make_args("group_norm", tmp_path)
 
     def trainer(group):
-        return openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
+        return openrlhf.Trainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
 
     def step(run, rewards):
         experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, rewards))
@@ -511,9 +523,9 @@ def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, r
     args = make_args("group_norm", tmp_path)
     args.ckpt.save_steps = 100  # the stop saves its step whatever this says
     group = RecordingActorGroup(ray_session)
-    trainer = openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
+    trainer = openrlhf.Trainer(SimpleNamespace(args=args), group, None, None, None, None, Tokenizer())
     prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
-    trainer.samples_generator = openrlhf.sg.SamplesGenerator(
+    trainer.samples_generator = openrlhf.Generator(
         SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
     )
 
@@ -532,7 +544,7 @@ def test_alert_stop_checkpoints_the_stalled_step_and_ends_generation(openrlhf, r
     rollout, _, consumed, exhausted = trainer.samples_generator.generate_samples(n_samples_per_prompt=GROUP_SIZE)
     assert list(rollout) == [] and consumed == 0 and exhausted  # OpenRLHF's fit loop ends here
 
-    resumed = openrlhf.pt.BasePPOTrainer(
+    resumed = openrlhf.Trainer(
         SimpleNamespace(args=args), RecordingActorGroup(ray_session, group.saved), None, None, None, None, Tokenizer()
     )
     os.makedirs(os.path.join(args.ckpt.path, "_actor"), exist_ok=True)
@@ -551,7 +563,7 @@ def test_a_checkpoint_without_our_client_state_resumes_afresh_and_another_versio
     os.makedirs(os.path.join(args.ckpt.path, "_actor"))
 
     def resume(saved):
-        trainer = openrlhf.pt.BasePPOTrainer(
+        trainer = openrlhf.Trainer(
             SimpleNamespace(args=args), RecordingActorGroup(ray_session, saved), None, None, None, None, Tokenizer()
         )
         return trainer, trainer.init_checkpoint_states()
@@ -582,7 +594,7 @@ def test_raw_rewards_are_measured_once_per_step(openrlhf, monkeypatch, estimator
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
     args = make_args(estimator)
     args.ckpt.save_steps = 100  # no checkpoint: no actor group is needed
-    trainer = openrlhf.pt.BasePPOTrainer(SimpleNamespace(args=args), None, None, None, None, None, Tokenizer())
+    trainer = openrlhf.Trainer(SimpleNamespace(args=args), None, None, None, None, None, Tokenizer())
     for step, rewards in enumerate((REWARDS, 1 - REWARDS, REWARDS), start=1):
         experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, rewards))
         trainer.experience_maker.compute_advantages_and_returns(experiences)
@@ -605,12 +617,11 @@ def skipping_generator(openrlhf, ray_session, monkeypatch, skip: bool, **overrid
     args.rollout.batch_size = args.rollout.vllm_generate_batch_size = 3
     args.ckpt.load_enable = False
     prompts = [(["source"], [f"p{i}"], [str(i)], [None]) for i in range(6)]
-    generator = openrlhf.sg.SamplesGenerator(
-        SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)]
-    )
-    experience_maker = maker(openrlhf, args)
-    trainer = SimpleNamespace(args=args, experience_maker=experience_maker, samples_generator=generator)
-    openrlhf.pt.BasePPOTrainer.init_checkpoint_states(trainer)
+    generator = openrlhf.Generator(SimpleNamespace(args=args), prompts, None, Tokenizer(), [FakeEngines(ray_session)])
+    trainer = openrlhf.Trainer(SimpleNamespace(args=args), None, None, None, None, None, Tokenizer())
+    trainer.samples_generator = generator
+    trainer.init_checkpoint_states()
+    experience_maker = trainer.experience_maker
     tracker = experience_maker._verl_avspo_step.tracker
     for visit in range(12):
         tracker.prompt_history.record(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "OPENRLHF_ADVICE",
     "AdvantageStep",
     "group_index",
+    "one_token_copies",
     "resolve_flags",
     "settings_from_env",
     "acr_settings_from_env",
@@ -130,12 +132,33 @@ def _to_prompt_order(values: torch.Tensor, order: torch.Tensor, group_size: int)
     return ordered.view(-1, group_size)
 
 
+def one_token_copies(rewards: list[torch.Tensor], indices: list[list[int]]) -> list[SimpleNamespace]:
+    """Stand-ins for OpenRLHF experiences (one per ``rewards`` tensor, its responses' rollout positions
+    ``indices``) whose responses are one action token with zero KL, no value and no length: OpenRLHF's advantage
+    method, run on them with no reward clip and no length penalty, leaves each response's group-step output
+    as its advantage (``advantages[:, 0]``), the per-token stage adding nothing."""
+    return [
+        SimpleNamespace(
+            rewards=reward.detach().clone(),
+            index=list(index),
+            info={"reward": reward.detach().clone()},
+            kl=torch.zeros(len(index), 1),
+            action_mask=torch.ones(len(index), 1, dtype=torch.bool),
+            values=None,
+            truncated=None,
+            response_length=torch.ones(len(index), dtype=torch.long),
+        )
+        for reward, index in zip(rewards, indices, strict=True)
+    ]
+
+
 class AdvantageStep:
     """One experience maker's run tracker, with AVSPO's settings when AVSPO replaces OpenRLHF's group
     step (``settings``; None: OpenRLHF's own estimator, ACR metrics only).
 
     Each step: :meth:`measure` the raw rewards before the advantage stage, :meth:`shape` (AVSPO) after
-    the length penalties, collect each response's advantage in ``outputs``, then :meth:`batch_metrics`;
+    the length penalties, each response's scalar advantage in ``outputs`` (AVSPO's, or OpenRLHF's group
+    step's: :func:`one_token_copies`), then :meth:`batch_metrics`;
     the trainer runs the stall rule once per step on the logged metrics (``tracker.observe_step``).
     """
 
@@ -163,6 +186,11 @@ class AdvantageStep:
     @property
     def avspo_on(self) -> bool:
         return self.tracker.avspo is not None
+
+    @property
+    def measures_effective(self) -> bool:
+        """Whether the step's ``acr/effective`` is logged: AVSPO's, or a group baseline's final advantages."""
+        return self.avspo_on or self.estimator in _GROUP_BASELINES
 
     def measure(
         self,
@@ -210,6 +238,8 @@ class AdvantageStep:
         advantages = output.scalar_advantages.to(rewards.dtype)[order]
         for experience, shaped in zip(experiences, advantages.split(lengths), strict=True):
             experience.rewards = shaped
+        # OpenRLHF's group step passes them through unchanged: each response's final scalar advantage.
+        self.outputs = [shaped.detach().reshape(-1).clone() for shaped in advantages.split(lengths)]
 
     def restore_reward_stds(self, experiences: list) -> None:
         """Put back the rewards' per-group std that OpenRLHF computed from AVSPO's output."""
@@ -222,7 +252,7 @@ class AdvantageStep:
         """The step's ``acr/*`` and ``avspo/*`` (``acr/effective`` from the trained groups' advantages,
         for the estimators whose group step gives the final advantage)."""
         advantages = None
-        if self.avspo_on or self.estimator in _GROUP_BASELINES:
+        if self.measures_effective:
             order, _ = _prompt_order(experiences)
             advantages = _to_prompt_order(torch.cat(self.outputs).to(torch.float64), order, group_size).reshape(-1)
         self.outputs = []

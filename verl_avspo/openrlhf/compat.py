@@ -1,9 +1,9 @@
-"""Whether the installed OpenRLHF has what :mod:`verl_avspo.openrlhf.trainer_wrap` wraps, decided by its
-version and by the inventory's checks (:mod:`verl_avspo.openrlhf.surface`, ``WRAPPED``) before any wrapping:
-each method is there and takes the arguments the adapter passes, the advantage method reaches the length
-penalties and the per-token stage through its module's names, and a run of that method on a tiny batch
-leaves the rewards of an estimator named ``PASS_THROUGH`` unchanged (the group-step if/elif AVSPO relies
-on)."""
+"""Whether the installed OpenRLHF has what the adapter's subclasses extend, decided by its version and by the
+inventory's checks (:mod:`verl_avspo.openrlhf.surface`, ``EXTENDED``) before OpenRLHF is told to build them:
+each overridden method is there and takes the arguments the adapter passes, each class the launcher selects
+is a Ray actor class its caller looks up by name, the advantage method applies the length penalties through
+its args, and a run of that method on a tiny batch leaves the rewards of an estimator named
+``PASS_THROUGH`` unchanged (the group-step if/elif AVSPO relies on)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import warnings
 from types import ModuleType
 
 from verl_avspo.core.surface import surface_problem
-from verl_avspo.openrlhf.surface import WRAPPED
+from verl_avspo.openrlhf.surface import EXTENDED
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -28,18 +28,18 @@ CHECKED_VERSIONS = ("0.10.4", "0.11.0", "0.11.2")
 
 
 class OpenRLHFIncompatibleError(RuntimeError):
-    """The installed OpenRLHF lacks the structure the adapter wraps."""
+    """The installed OpenRLHF lacks the structure the adapter extends."""
 
 
-def trainer_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
-    from openrlhf.trainer import ppo_trainer
+def trainer_modules() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType]:
+    from openrlhf.trainer import ppo_trainer, ppo_trainer_async
     from openrlhf.trainer.ppo_utils import experience_maker, samples_generator
 
-    return experience_maker, samples_generator, ppo_trainer
+    return experience_maker, samples_generator, ppo_trainer, ppo_trainer_async
 
 
 def check_openrlhf() -> str:
-    """Check that the installed OpenRLHF has what the adapter wraps; return its version.
+    """Check that the installed OpenRLHF has what the adapter extends; return its version.
 
     Raises:
         OpenRLHFIncompatibleError: OpenRLHF is missing, cannot be imported, or lacks a method or
@@ -59,10 +59,10 @@ def check_openrlhf() -> str:
             f"OpenRLHF {version} is installed but its trainer does not import ({error}); {supported}. "
             "Install OpenRLHF's own dependencies (vllm, deepspeed, flash-attn) on the machine that trains."
         ) from error
-    missing = [problem for touch in WRAPPED if (problem := surface_problem(touch))]
+    missing = [problem for touch in EXTENDED if (problem := surface_problem(touch))]
     if missing:
         raise OpenRLHFIncompatibleError(
-            f"OpenRLHF {version} lacks what verl_avspo.openrlhf wraps: {'; '.join(missing)}. {supported}. "
+            f"OpenRLHF {version} lacks what verl_avspo.openrlhf extends: {'; '.join(missing)}. {supported}. "
             f"Install one with pip install 'openrlhf{SUPPORTED_VERSIONS}'."
         )
     from packaging.specifiers import SpecifierSet
@@ -70,7 +70,7 @@ def check_openrlhf() -> str:
     if version not in SpecifierSet(SUPPORTED_VERSIONS):
         warnings.warn(
             f"OpenRLHF {version} is outside the versions verl_avspo.openrlhf was checked against ({supported}); "
-            "the structure it wraps is there, so it goes on. Compare acr/* and the advantages with a short run.",
+            "the structure it extends is there, so it goes on. Compare acr/* and the advantages with a short run.",
             stacklevel=2,
         )
     return version

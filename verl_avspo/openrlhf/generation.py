@@ -1,20 +1,21 @@
-"""The generation side of the OpenRLHF adapter: the wrappers of ``SamplesGenerator`` (and of OpenRLHF
-0.11's prompt draw) that :func:`verl_avspo.openrlhf.trainer_wrap.install` puts in place.
+"""The generation side of the OpenRLHF adapter: :class:`GeneratorMixin`, the overrides of
+``SamplesGenerator`` that :mod:`verl_avspo.openrlhf.extension` puts into the generator of OpenRLHF's
+trainers (imports no OpenRLHF).
 
-- ``SamplesGenerator.generate_samples`` records the rewards of the groups dynamic filtering drops and
-  hands them on as an attribute of the returned rollout list (:class:`GeneratedRollout`, so they cross
-  the asynchronous trainer's queue with it); it counts the step's rollouts and generation batches with
-  the run tracker the trainer attached (:func:`attach_tracker`), and reports the prompts exhausted once
-  the stall alert stopped the run (:func:`stop_generation`);
-- ``SamplesGenerator._process_response_into_experience`` records each generated response's reward;
-- ``samples_generator._collect_prompt_batch`` (OpenRLHF 0.11): with the skip rule on, the prompts the run
-  tracker rejects are drawn again before their rollout (``core.prompt_refill``).
+- ``generate_samples`` records the rewards of the groups dynamic filtering drops and hands them on as an
+  attribute of the returned rollout list (:class:`GeneratedRollout`, so they cross the asynchronous
+  trainer's queue with it); it counts the step's rollouts and generation batches with the run tracker the
+  trainer attached (:func:`attach_tracker`), and reports the prompts exhausted once the stall alert stopped
+  the run (:func:`stop_generation`);
+- ``_process_response_into_experience`` records each generated response's reward;
+- ``_dispatch_prompts_to_vllm``, which receives each prompt batch OpenRLHF drew for rollout (the step's
+  batch, and one prompt for each that dynamic filtering drops): counted as a generation batch and, with
+  the skip rule on, less the prompts the run tracker rejects, whose places are refilled from the same
+  prompt iterator through OpenRLHF 0.11's own draw (``core.prompt_refill``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +25,7 @@ import torch
 from verl_avspo.core.prompt_history import prompt_key
 from verl_avspo.core.prompt_refill import skip_and_refill
 
-__all__ = ["GeneratedRollout", "attach_tracker", "stop_generation", "GENERATOR_WRAPPERS", "PROMPT_DRAW_WRAPPER"]
-
-_RECORDED = "_verl_avspo_rewards"
-_CARRIED = "_verl_avspo_carried"
-_STOPPED = "_verl_avspo_stopped"
-_TRACKER = "_verl_avspo_tracker"
+__all__ = ["GeneratedRollout", "GeneratorMixin", "attach_tracker", "stop_generation"]
 
 
 @dataclass
@@ -60,75 +56,85 @@ class GeneratedRollout(list):
         self.dropped_prompts = dropped_prompts
 
 
-def _generate_samples(original: Callable) -> Callable:
-    @functools.wraps(original)
+class GeneratorMixin:
+    """The overrides of OpenRLHF's ``SamplesGenerator`` (put first in a subclass of it)."""
+
+    # The run tracker (the synchronous trainer's, attached at its start), the alert's stop, the responses of
+    # the running call and the dropped groups of a call that trained nothing.
+    _verl_avspo_tracker: Any = None
+    _verl_avspo_stopped = False
+    _verl_avspo_rewards: list | None = None
+    _verl_avspo_carried: tuple = (None, None)
+
     def generate_samples(self, *rest, **generate_kwargs):
-        if getattr(self, _STOPPED, False):  # the stall alert stopped the run: no samples, prompts exhausted
+        if self._verl_avspo_stopped:  # the stall alert stopped the run: no samples, prompts exhausted
             return GeneratedRollout([], None), None, 0, True
         group_size = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
-        setattr(self, _RECORDED, [])
-        tracker = getattr(self, _TRACKER, None)
+        self._verl_avspo_rewards = []
+        tracker = self._verl_avspo_tracker
         generation = Generation(tracker, group_size) if tracker is not None else None
         token = _GENERATION.set(generation)
         try:
-            result = original(self, *rest, **generate_kwargs)
-            recorded = getattr(self, _RECORDED)
+            result = super().generate_samples(*rest, **generate_kwargs)
+            recorded = self._verl_avspo_rewards
         finally:
-            setattr(self, _RECORDED, None)
+            self._verl_avspo_rewards = None
             _GENERATION.reset(token)
         if generation is not None:  # every response generated, those dynamic filtering dropped included
             tracker.count_rollouts(len(recorded), generation.draws)
         kept = [*result[0], *getattr(self, "_sample_buffer", ())]  # trained now, or served by a later step
-        dropped = _joined_groups(getattr(self, _CARRIED, (None, None)), _dropped_groups(recorded, kept, group_size))
+        dropped = _joined_groups(self._verl_avspo_carried, _dropped_groups(recorded, kept, group_size))
         # A call whose groups filtering all dropped trains no step (OpenRLHF draws again, or starts its next
         # episode): its groups are measured with the next step, which also counts their rollouts.
-        setattr(self, _CARRIED, (None, None) if result[0] else dropped)
+        self._verl_avspo_carried = (None, None) if result[0] else dropped
         return (GeneratedRollout(result[0], *dropped), *result[1:])
 
-    return generate_samples
+    def _process_response_into_experience(self, response, *rest, **kwargs):
+        experience = super()._process_response_into_experience(response, *rest, **kwargs)
+        if self._verl_avspo_rewards is not None:
+            reward = response.get("reward")
+            self._verl_avspo_rewards.append((experience, None if reward is None else float(reward)))
+        return experience
 
-
-def _collect_kept_prompts(original: Callable) -> Callable:
-    """OpenRLHF's prompt draw for rollout (the step's batch, and one prompt for each that dynamic filtering
-    drops), counted as a generation batch; with the skip rule on, less the prompts the run tracker's rule
-    rejects, drawn again by the core's loop (``core.prompt_refill``) until ``num_prompts`` are kept or the
-    dataloader is exhausted (as OpenRLHF's own draw ends). Every place is refilled (re-selections): OpenRLHF
-    trains on as many groups as it first sent out, so a place left open would shrink the step's batch."""
-
-    @functools.wraps(original)
-    def collect_prompt_batch(dataloader_iter, num_prompts: int, *rest, **kwargs):
+    def _dispatch_prompts_to_vllm(self, prompts, labels, *rest, images=None, **kwargs):
+        """A prompt batch OpenRLHF drew for rollout, counted as a generation batch; with the skip rule on,
+        less the prompts the run tracker's rule rejects, drawn again by the core's loop until the batch's
+        places are filled or the prompts run out (as OpenRLHF's own draw ends). Every place is refilled
+        (re-selections): OpenRLHF trains on as many groups as it first sent out."""
         generation = _GENERATION.get()
-        drawn = original(dataloader_iter, num_prompts, *rest, **kwargs)
-        if generation is None:
-            return drawn
-        exhausted = drawn[3]
-        if generation.tracker.skipper is not None and drawn[0]:
+        if generation is None:  # evaluation, or a generator no trainer attached a tracker to
+            return super()._dispatch_prompts_to_vllm(prompts, labels, *rest, images=images, **kwargs)
+        if generation.tracker.skipper is not None and prompts:
+            prompts, labels, images = self._kept_prompts(generation, prompts, labels, images)
+        generation.draws += bool(prompts)
+        if not prompts:  # every prompt skipped and none left to draw
+            return []
+        return super()._dispatch_prompts_to_vllm(prompts, labels, *rest, images=images, **kwargs)
 
-            def draw(missing: int):
-                nonlocal exhausted
-                if exhausted:
-                    return None
-                more = original(dataloader_iter, missing, *rest, **kwargs)
-                exhausted = more[3]
-                return more if more[0] else None
+    def _kept_prompts(self, generation: Generation, prompts: list, labels: list, images: list | None):
+        from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 
-            picked = skip_and_refill(
-                drawn,
-                lambda chunk: [prompt_key(prompt) for prompt in chunk[0]],
-                lambda keys, at_least, refill: generation.tracker.select_prompts(
-                    keys, generation.group_size, at_least, refill
-                ),
-                draw,
-                num_prompts,
-            )
-            prompts, labels, images = (
-                [chunk[part][i] for chunk, chosen in picked.chunks for i in chosen] for part in range(3)
-            )
-            drawn = (prompts, labels, images, exhausted)
-        generation.draws += bool(drawn[0])
-        return drawn
+        exhausted = False
 
-    return collect_prompt_batch
+        def draw(missing: int):
+            nonlocal exhausted
+            if exhausted:
+                return None
+            more = _collect_prompt_batch(self._dataloader_iter, missing)
+            exhausted = more[3]
+            return more if more[0] else None
+
+        first = (list(prompts), list(labels), list(images) if images is not None else [None] * len(prompts))
+        picked = skip_and_refill(
+            first,
+            lambda chunk: [prompt_key(prompt) for prompt in chunk[0]],
+            lambda keys, at_least, refill: generation.tracker.select_prompts(
+                keys, generation.group_size, at_least, refill
+            ),
+            draw,
+            len(prompts),
+        )
+        return tuple([chunk[part][i] for chunk, chosen in picked.chunks for i in chosen] for part in range(3))
 
 
 def _dropped_groups(
@@ -161,34 +167,12 @@ def _joined_groups(
     return torch.cat([first[0], second[0]]), prompts
 
 
-def _process_response(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def process_response_into_experience(self, response, *rest, **kwargs):
-        experience = original(self, response, *rest, **kwargs)
-        recorded = getattr(self, _RECORDED, None)
-        if recorded is not None:
-            reward = response.get("reward")
-            recorded.append((experience, None if reward is None else float(reward)))
-        return experience
-
-    return process_response_into_experience
-
-
 def attach_tracker(generator: Any, tracker: Any) -> None:
     """Let ``generator`` (the synchronous trainer's, in the trainer's actor) count its rollouts with the run's
     ``tracker``, whose skip rule then decides which prompts go out."""
-    setattr(generator, _TRACKER, tracker)
+    generator._verl_avspo_tracker = tracker
 
 
 def stop_generation(generator: Any) -> None:
     """Make ``generator``'s next ``generate_samples`` report no samples and the prompts exhausted."""
-    setattr(generator, _STOPPED, True)
-
-
-# SamplesGenerator's methods and their wrappers.
-GENERATOR_WRAPPERS = {
-    "generate_samples": _generate_samples,
-    "_process_response_into_experience": _process_response,
-}
-# OpenRLHF 0.11's prompt draw (a function of the samples_generator module) and its wrapper.
-PROMPT_DRAW_WRAPPER = ("_collect_prompt_batch", _collect_kept_prompts)
+    generator._verl_avspo_stopped = True

@@ -8,9 +8,10 @@ the std division); ``--avspo.*`` keys with another estimator are refused. Withou
 own estimator runs and only the ``acr/*`` metrics and the stall alert are added. ``--acr.*`` applies to
 every estimator.
 
-The adapter must be installed where OpenRLHF computes advantages, i.e. inside its Ray actors. The
-launcher therefore adds a ``worker_process_setup_hook`` and the settings to the runtime_env of the
-``ray.init`` that OpenRLHF itself calls, then runs ``openrlhf.cli.train_ppo_ray`` as ``__main__``.
+OpenRLHF computes advantages inside its Ray actors. The launcher makes OpenRLHF build the adapter's
+trainers (:func:`verl_avspo.openrlhf.install`, in this process: Ray ships them to their actors), adds the
+settings to the runtime_env of the ``ray.init`` that OpenRLHF itself calls (the workers read them from
+their environment), then runs ``openrlhf.cli.train_ppo_ray`` as ``__main__``. No hook runs in the workers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from verl_avspo.core.acr_config import ACRConfig
 from verl_avspo.core.config import PRESETS
 from verl_avspo.core.prompt_skip import SkipSpelling, resolve_prompt_skip, skip_problems
 from verl_avspo.core.validation import SettingsError
+from verl_avspo.openrlhf import install
 from verl_avspo.openrlhf.advantage_step import (
     ACR_FLAGS,
     ACR_SETTINGS_ENV,
@@ -41,9 +43,8 @@ from verl_avspo.openrlhf.compat import OpenRLHFIncompatibleError, check_openrlhf
 from verl_avspo.openrlhf.flags import UsageError, parse_number, split_prompt_skip_arguments, split_settings_arguments
 from verl_avspo.openrlhf.surface import OPENRLHF_EPSILON, OPENRLHF_GROUP_ESTIMATORS
 
-__all__ = ["WORKER_SETUP_HOOK", "choose_estimator", "runtime_env_hook", "main"]
+__all__ = ["choose_estimator", "runtime_env_hook", "main"]
 
-WORKER_SETUP_HOOK = "verl_avspo.openrlhf.worker_setup"
 _ESTIMATOR_FLAG = "--algo.advantage.estimator"
 _ASYNC_FLAG = "--train.async_enable"
 _GROUP_SIZE_FLAG = "--rollout.n_samples_per_prompt"
@@ -186,21 +187,13 @@ def runtime_env_hook(
     acr: dict[str, Any] | None = None,
     prompt_skip: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """``ray.init`` that adds the adapter's setup hook and settings to the runtime_env it is given
-    (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings; ``prompt_skip``: the
+    """``ray.init`` that adds the adapter's settings to the environment variables of the runtime_env it is
+    given (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings; ``prompt_skip``: the
     ``--prompts.skip.*`` settings, None without skipping)."""
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
         runtime_env = dict(kwargs.get("runtime_env") or {})
-        hook = runtime_env.get("worker_process_setup_hook")
-        if hook not in (None, WORKER_SETUP_HOOK):
-            raise UsageError(
-                f"the runtime_env already has worker_process_setup_hook={hook!r}; the OpenRLHF adapter needs "
-                f"{WORKER_SETUP_HOOK!r} there (call {hook!r} from your own hook and import verl_avspo.openrlhf "
-                "worker_setup there too)"
-            )
-        runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
         environment = _environment(settings, acr or {}, prompt_skip)
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **environment}
         kwargs["runtime_env"] = runtime_env
@@ -288,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest, settings, acr = resolve_arguments(argv)
         _check_group_size(rest, avspo=settings is not None)
         skipping = check_prompt_skip(rest, prompt_skip)
-        version = check_openrlhf()
+        version = install()
         if skipping:
             check_prompt_draw(trainer_modules()[1])
     except (UsageError, OpenRLHFIncompatibleError) as error:
@@ -299,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update(_environment(settings, acr, prompt_skip))
     ray.init = runtime_env_hook(ray.init, settings, acr, prompt_skip)
     what = f"AVSPO {json.dumps(settings)}, " if settings is not None else "OpenRLHF's estimator, "
-    print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what}ACR {json.dumps(acr)} in every Ray worker", file=sys.stderr)
+    print(f"verl_avspo.openrlhf: OpenRLHF {version}, {what}ACR {json.dumps(acr)} in its trainer", file=sys.stderr)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
     return 0

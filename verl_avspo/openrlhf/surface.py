@@ -1,8 +1,9 @@
 """Every OpenRLHF name the adapter relies on that OpenRLHF does not document as an extension point, where it is
 used and why no public door serves (OpenRLHF 0.11.2; docs/integration.md §7). OpenRLHF has no estimator
-registry and no trainer hooks: each method the adapter wraps is an internal one. :func:`check_openrlhf`
-(``compat``) checks the entries :func:`verl_avspo.openrlhf.trainer_wrap.install` wraps (``WRAPPED``) before it
-wraps them; ``tests/openrlhf/test_openrlhf_surface.py`` checks every entry against the installed OpenRLHF, and
+registry, no trainer hooks and no option to choose its classes: each method the adapter's subclasses override
+is an internal one, and the launcher sets three module names to them (``extension``). :func:`check_openrlhf`
+(``compat``) checks the entries :func:`verl_avspo.openrlhf.install` relies on (``EXTENDED``) before it sets
+them; ``tests/openrlhf/test_openrlhf_surface.py`` checks every entry against the installed OpenRLHF, and
 that the adapter's source touches no other private OpenRLHF name.
 
 Importing this module imports no OpenRLHF: the probes import it when they run.
@@ -19,11 +20,12 @@ from unittest import mock
 
 from verl_avspo.core.surface import Touch, resolve
 
-__all__ = ["PASS_THROUGH", "OPENRLHF_EPSILON", "OPENRLHF_GROUP_ESTIMATORS", "WRAPPED", "SURFACE", "namespaces"]
+__all__ = ["PASS_THROUGH", "OPENRLHF_EPSILON", "OPENRLHF_GROUP_ESTIMATORS", "EXTENDED", "SURFACE", "namespaces"]
 
 EM = "openrlhf.trainer.ppo_utils.experience_maker"
 SG = "openrlhf.trainer.ppo_utils.samples_generator"
 PT = "openrlhf.trainer.ppo_trainer"
+PTA = "openrlhf.trainer.ppo_trainer_async"
 ADVANTAGE_METHOD = f"{EM}:RemoteExperienceMaker.compute_advantages_and_returns"
 # The estimator name AVSPO runs OpenRLHF's group_norm under: its group if/elif and batch whitening match
 # no such name, so the rewards AVSPO wrote reach the per-token stage unchanged.
@@ -35,10 +37,12 @@ OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grp
 
 
 def _advantages(estimator: str, rewards: list[float], group_size: int = 2):
-    """OpenRLHF's own (unwrapped) advantage method run on one response per reward, ``group_size`` to a
-    prompt, its args' estimator ``estimator`` and the maker's own ``group_norm``: each response's advantage
-    on its first action token (the per-token stage gives every action token the same)."""
+    """OpenRLHF's own advantage method run on one response per reward (one-token copies,
+    ``advantage_step.one_token_copies``), ``group_size`` to a prompt, its args' estimator ``estimator`` and
+    the maker's own ``group_norm``: each response's advantage on its action token."""
     import torch
+
+    from verl_avspo.openrlhf.advantage_step import one_token_copies
 
     ns = SimpleNamespace
     args = ns(
@@ -47,19 +51,7 @@ def _advantages(estimator: str, rewards: list[float], group_size: int = 2):
         reward=ns(clip_range=None, overlong_buffer_len=None, stop_properly_penalty_coef=None),
     )
     values = torch.tensor(rewards, dtype=torch.float32)
-    experiences = [
-        ns(
-            rewards=values[i : i + 1].clone(),
-            index=[i],
-            info={"reward": values[i : i + 1].clone()},
-            kl=torch.zeros(1, 3),
-            action_mask=torch.ones(1, 3, dtype=torch.bool),
-            values=None,
-            truncated=None,
-            response_length=torch.tensor([3]),
-        )
-        for i in range(len(rewards))
-    ]
+    experiences = one_token_copies(list(values.split(1)), [[i] for i in range(len(rewards))])
     maker_class = resolve(f"{EM}:RemoteExperienceMaker")
     maker = maker_class(None, None, None, None, ns(value=0.0), ns(args=args), None)
     maker.advantage_estimator = "group_norm"
@@ -164,43 +156,62 @@ def _probe_group_size_rule() -> str | None:
 
 def _probe_checkpoint_folder() -> str | None:
     code = inspect.unwrap(resolve(f"{PT}:BasePPOTrainer.init_checkpoint_states")).__code__
-    return (
-        None
-        if "_actor" in code.co_consts
-        else "BasePPOTrainer.init_checkpoint_states no longer reads <ckpt.path>/_actor"
-    )
+    return None if "_actor" in code.co_consts else f"{PT}.BasePPOTrainer.init_checkpoint_states no longer reads _actor"
 
 
 NO_HOOK = "OpenRLHF has no estimator registry and no trainer hooks"
-WRAPPED = (
+NO_CLASS_OPTION = "OpenRLHF has no option to choose its trainer classes"
+
+
+def _probe_looked_up_by_name(function: str, names: tuple[str, ...]):
+    """``function`` reads each of ``names`` when it runs (a global or an ``import ... from``), so a class
+    set under that name before it runs is the one it uses."""
+
+    def probe() -> str | None:
+        code = getattr(inspect.unwrap(resolve(function)), "__code__", None)
+        missing = [name for name in names if code is None or name not in code.co_names]
+        return f"{function} no longer looks up {', '.join(missing)} by name when it runs" if missing else None
+
+    return probe
+
+
+def _probe_remote_class_ships_the_launchers_names() -> str | None:
+    """Ray ships ``PPOTrainerAsync`` (a ``@ray.remote`` class) to its actor by value, its ``__init__`` with the
+    module names it uses as this process has them: the actor classes the launcher set there."""
+    from ray import cloudpickle
+
+    module = resolve(PTA)
+    sent = cloudpickle.loads(cloudpickle.dumps(module.PPOTrainerAsync.__ray_actor_class__)).__init__.__globals__
+    for name in ("TrainingActor", "GenerateSamplesActor"):
+        if getattr(sent.get(name), "__ray_actor_class__", 0) is not getattr(module, name).__ray_actor_class__:
+            return f"Ray no longer ships PPOTrainerAsync with this process's {name}"
+    return None
+
+
+EXTENDED = (
     Touch(
         ADVANTAGE_METHOD,
         "openrlhf/trainer_wrap.py",
-        f"{NO_HOOK}: the group baselines are an if/elif inside this method, so the step's measurement, AVSPO's "
-        "group step and the metrics run around it",
+        f"{NO_HOOK}: the group baselines are an if/elif inside this method, so the subclass runs the step's "
+        "measurement and AVSPO's group step before it, with the args' estimator set to the pass-through name, and "
+        "runs it on one-token copies for each response's group-step output (acr/effective)",
         call=(2, ()),
         probe=_probe_pass_through,
+    ),
+    Touch(
+        f"{EM}:apply_length_penalties",
+        "openrlhf/trainer_wrap.py",
+        "AVSPO's group step must see the length-penalised rewards, which OpenRLHF penalises inside the advantage "
+        "method right before its group step: the subclass calls this first, then the method with the penalties' "
+        "args (reward.overlong_buffer_len, reward.stop_properly_penalty_coef) off",
+        call=(2, ()),
+        probe=_probe_called_by_advantage_method("apply_length_penalties"),
     ),
     Touch(
         f"{EM}:RemoteExperienceMaker.make_experience_batch",
         "openrlhf/trainer_wrap.py",
         f"{NO_HOOK}: the one call that sees the rollout list, which carries the groups dynamic filtering dropped",
         call=(2, ()),
-    ),
-    Touch(
-        f"{EM}:apply_length_penalties",
-        "openrlhf/trainer_wrap.py",
-        "AVSPO's group step must see the length-penalised rewards, and OpenRLHF penalises them inside the "
-        "advantage method, right before its group step",
-        call=(2, ()),
-        probe=_probe_called_by_advantage_method("apply_length_penalties"),
-    ),
-    Touch(
-        f"{EM}:compute_reward",
-        "openrlhf/trainer_wrap.py",
-        "the only place each response's scalar advantage (the group step's output) exists, for acr/effective",
-        call=(3, ("action_mask", "reward_clip_range")),
-        probe=_probe_called_by_advantage_method("compute_reward"),
     ),
     Touch(
         f"{SG}:SamplesGenerator.generate_samples",
@@ -215,6 +226,13 @@ WRAPPED = (
         "the one place a generated response and its reward (the response's 'reward' entry) are seen together, "
         "dropped by dynamic filtering or not",
         call=(2, ()),
+    ),
+    Touch(
+        f"{SG}:SamplesGenerator._dispatch_prompts_to_vllm",
+        "openrlhf/generation.py",
+        "the one call that receives each prompt batch drawn for rollout (the step's, and each dynamic filtering's "
+        "replacement), where the skip rule must act before the rollout; no sampler hook",
+        call=(3, ("images",)),
     ),
     Touch(
         f"{PT}:BasePPOTrainer._compute_rollout_stats",
@@ -235,9 +253,39 @@ WRAPPED = (
         "where a resumed run's client states (the tracker's) are read back; no resume hook",
         call=(1, ()),
     ),
+    Touch(
+        f"{PT}:PPOTrainer",
+        "openrlhf/extension.py",
+        f"{NO_CLASS_OPTION}: train_ppo_ray's train() imports this name when it runs; the launcher sets it to the "
+        "tracked synchronous trainer (attribute set 1 of 3)",
+        probe=_probe_looked_up_by_name("openrlhf.cli.train_ppo_ray:train", ("PPOTrainer", "PPOTrainerAsync")),
+    ),
+    Touch(
+        f"{PTA}:TrainingActor",
+        "openrlhf/extension.py",
+        f"{NO_CLASS_OPTION}: PPOTrainerAsync creates its training actor by this name; the launcher sets it to the "
+        "tracked one (attribute set 2 of 3)",
+        probe=_probe_looked_up_by_name(f"{PTA}:PPOTrainerAsync.__ray_actor_class__.__init__", ("TrainingActor",)),
+    ),
+    Touch(
+        f"{PTA}:GenerateSamplesActor",
+        "openrlhf/extension.py",
+        f"{NO_CLASS_OPTION}: PPOTrainerAsync creates its generation actor by this name; the launcher sets it to "
+        "the one whose generator is tracked (attribute set 3 of 3)",
+        probe=_probe_looked_up_by_name(
+            f"{PTA}:PPOTrainerAsync.__ray_actor_class__.__init__", ("GenerateSamplesActor",)
+        ),
+    ),
+    Touch(
+        f"{PTA}:PPOTrainerAsync",
+        "openrlhf/extension.py",
+        "the asynchronous trainer runs in its own Ray actor: the actor classes the launcher set must reach it, "
+        "which Ray's shipping of a remote class by value does (no hook in the workers)",
+        probe=_probe_remote_class_ships_the_launchers_names,
+    ),
 )
 SURFACE = (
-    *WRAPPED,
+    *EXTENDED,
     Touch(
         f"{SG}:SamplesGenerator.generate_samples",
         "openrlhf/generation.py",
@@ -248,8 +296,8 @@ SURFACE = (
     Touch(
         f"{SG}:_collect_prompt_batch",
         "openrlhf/generation.py, openrlhf/launcher.py",
-        "OpenRLHF 0.11's prompt draw, where the skip rule must act before the rollout; no sampler hook "
-        "(absent before 0.11: the launcher then refuses --prompts.skip.enable)",
+        "OpenRLHF 0.11's prompt draw, called by the skip rule to refill the places of the prompts it skipped, as "
+        "OpenRLHF draws (absent before 0.11: the launcher then refuses --prompts.skip.enable)",
         call=(2, ()),
         probe=_probe_prompt_batch,
     ),
@@ -257,6 +305,12 @@ SURFACE = (
         f"{SG}:SamplesGenerator._sample_buffer",
         "openrlhf/generation.py",
         "the generated samples served by a later step: not dropped, although not returned now",
+        set_by="generate_samples",
+    ),
+    Touch(
+        f"{SG}:SamplesGenerator._dataloader_iter",
+        "openrlhf/generation.py",
+        "the training prompts' iterator the step's batch was drawn from, which the skip rule's refills draw from",
         set_by="generate_samples",
     ),
     Touch(
@@ -324,15 +378,10 @@ SURFACE = (
         probe=_probe_group_size_rule,
     ),
     Touch(
-        "openrlhf.trainer.ppo_trainer",
-        "openrlhf/trainer_wrap.py (worker_setup)",
-        "the module whose import tells a Ray worker it is a trainer's: the wrappers are installed right after it",
-    ),
-    Touch(
         "ray:init",
         "openrlhf/launcher.py",
         "train_ppo_ray calls ray.init itself and offers no runtime_env option: the launcher's process replaces it "
-        "by a call that adds the worker setup hook and the settings",
+        "by a call that adds the settings to the workers' environment variables",
         call=(0, ("runtime_env",)),
     ),
 )
@@ -340,13 +389,17 @@ SURFACE = (
 
 def namespaces() -> list:
     """The OpenRLHF modules and classes the adapter touches: where its private names live."""
-    em, sg, pt = (resolve(name) for name in (EM, SG, PT))
+    em, sg, pt, pta = (resolve(name) for name in (EM, SG, PT, PTA))
     return [
         em,
         sg,
         pt,
+        pta,
         em.RemoteExperienceMaker,
         sg.SamplesGenerator,
         pt.BasePPOTrainer,
         pt.PPOTrainer.__ray_actor_class__,
+        pta.PPOTrainerAsync.__ray_actor_class__,
+        pta.TrainingActor.__ray_actor_class__,
+        pta.GenerateSamplesActor.__ray_actor_class__,
     ]
