@@ -1,8 +1,11 @@
 """Every TRL (and transformers ``Trainer``) name the adapter relies on that is private or undocumented, where it
 is used and why no public door serves (TRL 1.16; docs/trl.md). TRL has no advantage hook
 (huggingface/trl#4525): the adapter overrides ``GRPOTrainer``'s private methods around its reward and
-advantage stage. ``tests/trl/test_trl_surface.py`` checks every entry against the installed TRL, and that the
-adapter's source touches no other private TRL or transformers name.
+advantage stage, the door TRL's maintainers point to. The wing replaces no TRL, transformers or verl function and
+installs no import hook: ``AVSPOGRPOTrainer`` is an ordinary subclass, chosen by the user. (Letting verl 0.9.1
+train next to TRL 1.16 is the verl wing's: ``verl_plugin/trl_guard.py``, listed in ``verl_plugin/surface.py``.)
+``tests/trl/test_trl_surface.py`` checks every entry against the installed TRL, and that the adapter's source
+touches no other private TRL or transformers name.
 
 Importing this module imports neither TRL nor transformers: the checks import them when they run.
 """
