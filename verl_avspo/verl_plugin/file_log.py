@@ -2,7 +2,7 @@
 
 verl 0.9.1's ``FileLogger`` opens ``VERL_FILE_LOGGER_PATH`` (or ``<root>/<project>/<experiment>.jsonl``)
 with ``"wb"`` (``verl/utils/tracking.py:541``), so a resumed run's log starts at the resumed step and
-every earlier row is lost. Our trainer (``ACRTrainerV1Mixin.logger``) reads, at start-up, the rows with
+every earlier row is lost. Our trainer (``AVSPOTrainer.logger``) reads, at start-up, the rows with
 step <= the resumed step (:func:`log_history`; the rows a crashed attempt wrote after it are dropped, since
 they are logged again) and writes them into verl's file logger as soon as verl's ``fit`` has built its
 ``Tracking``, before the first row is logged (:func:`write_log_history`); a fresh run behaves as verl's.

@@ -29,9 +29,9 @@ multiple with no-op rows; the advantage estimators group responses by uid.
 
 The pilot path is a fork of verl's ``AgentLoopWorkerTQ._run_prompt`` (its statuses and sessions repeated, and
 checked against verl's by :mod:`verl_avspo.verl_plugin.surface`), kept in this one module: verl has no
-per-prompt hook between a group's sessions and its terminal status (docs/prompts.md says why the fork stays,
-and ``patches/07-agent-loop-prompt-hook.patch`` proposes the hook upstream). Every other prompt, validation's
-included, runs verl's own ``_run_prompt``.
+per-prompt hook between a group's sessions and its terminal status (docs/prompts.md says why the fork stays;
+``patches/08-agent-loop-run-group.patch`` proposes the door upstream, ``run_group``). Every other prompt,
+validation's included, runs verl's own ``_run_prompt``.
 """
 
 from __future__ import annotations
