@@ -389,28 +389,32 @@ def test_paper_fit_only_for_math_runs_or_on_request(tmp_path):
     assert any("Paper's fit" in h for h in headlines(diagnose("qwen-math-grpo", frame)))
 
 
+def _fresh_python(code: str) -> list[str]:
+    """The lines ``code`` prints in a new interpreter (warnings off): the modules it holds are its own."""
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    return result.stdout.splitlines()
+
+
 def test_reading_and_diagnosing_logs_imports_neither_torch_nor_verl(tmp_path):
     log = wild_logs.verl_console(tmp_path / "t.log")
-    code = (
+    printed = _fresh_python(
         "import sys; from verl_avspo.tools.report import write_report; from verl_avspo.tools.logs import collect_runs; "
         f"write_report(collect_runs([{str(log)!r}]), {str(tmp_path / 'out')!r}); "
         "print(sorted(m for m in ('torch', 'verl', 'ray', 'transformers') if m in sys.modules))"
     )
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert printed == ["[]"]
 
 
 def test_no_figures_writes_the_findings_without_importing_matplotlib(tmp_path):
     """``report --no-figures`` writes summary.md (saying no figure was drawn) and prints the findings, with
     no PNG and matplotlib never imported; a report with figures draws them."""
     log = wild_logs.verl_console(tmp_path / "t.log")
-    code = (
+    printed = _fresh_python(
         "import sys; from verl_avspo import cli; "
         f"status = cli.main(['report', {str(log)!r}, '--out', {str(tmp_path / 'out')!r}, '--no-figures']); "
         "print(status, 'matplotlib' in sys.modules)"
     )
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.splitlines()[-1] == "0 False" and "== t (30 steps; verl log)" in result.stdout
+    assert printed[-1] == "0 False" and "== t (30 steps; verl log)" in printed
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["summary.md"]
     assert "Not drawn: every figure (--no-figures)." in (tmp_path / "out" / "summary.md").read_text()
     assert cli.main(["report", str(log), "--out", str(tmp_path / "drawn")]) == 0
