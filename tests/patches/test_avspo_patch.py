@@ -19,10 +19,12 @@ from verl_tree import SERIES, patched_tree
 pytestmark = pytest.mark.verl
 
 # verl's own CPU tests for the files each patch touches (the wheel ships no test of
-# verl/utils/tracking.py, monkey_patch.py or utils/model.py, so those patches bring their own only).
+# verl/utils/tracking.py, monkey_patch.py, utils/model.py, checkpoint_callback.py or the V1 trainer, replay
+# buffer and agent loop, so those patches bring their own only).
 VERL_TESTS = {
     "03-acr-metrics.patch": ["tests/trainer/ppo/test_metric_utils_on_cpu.py"],
     "04-avspo-estimator.patch": ["tests/trainer/ppo/test_core_algos_on_cpu.py"],
+    "09-registry-listing.patch": ["tests/trainer/ppo/test_core_algos_on_cpu.py"],
 }
 
 # Runs in the patched tree: the native estimator and metrics against the plugin's framework-free
@@ -115,7 +117,7 @@ def _pytest(tree: Path, tests: list[str]) -> str:
 
 def test_the_series_is_numbered_and_each_patch_has_its_description_and_cpu_tests():
     assert [p.name[:3] for p in SERIES] == [f"{i:02d}-" for i in range(1, len(SERIES) + 1)]
-    assert len(SERIES) == 4
+    assert len(SERIES) == 9
     for patch in SERIES:
         assert patch.with_suffix(".md").exists(), patch.name
         assert all(path.startswith(("verl/", "tests/")) for path in _headers(patch)), patch.name
@@ -137,7 +139,8 @@ def test_the_series_in_order_passes_the_tests_of_the_patches_that_share_files(se
         for patch in SERIES
         if any(set(_headers(patch)) & set(_headers(other)) for other in SERIES if other != patch)
     ]
-    assert [p.name[:2] for p in shared] == ["01", "03", "04"]  # ray_trainer.py and v1/trainer_base.py
+    # ray_trainer.py, v1/trainer_base.py and core_algos.py
+    assert [p.name[:2] for p in shared] == ["01", "03", "04", "05", "06", "09"]
     _pytest(series_tree, [test for patch in shared for test in _new_tests(patch)])
 
 

@@ -4,6 +4,7 @@ verl: each entry present, callable with the arguments the wing passes, its forma
 names the symbol, verl's version and what to do."""
 
 import importlib.metadata
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,13 @@ def test_a_changed_agent_loop_protocol_is_found(monkeypatch):
         "[('u', 'train', 'running'), ('u', 'train', 'finished')] and [(0, ['agent_name', 'uid']), "
         "(1, ['agent_name', 'uid'])]"
     )
+
+
+def test_each_listed_name_has_the_public_door_a_patch_proposes():
+    """patches/README.md's table of doors names every inventory entry (item 2 of the issue: for each name left, a
+    patch of the series proposes the public door)."""
+    readme = (WING.parents[1] / "patches" / "README.md").read_text()
+    doors = readme.partition("## The doors 05-09 propose")[2].partition("\n## ")[0]
+    named = {part for span in re.findall(r"`([^`]+)`", doors) for part in re.split(r"[.\s/()]+", span)}
+    missing = [touch.name for touch in SURFACE if touch.attribute not in named]
+    assert doors and not missing, f"patches/README.md's table of doors does not name {missing}: add each with its patch"
