@@ -214,6 +214,31 @@ def test_avspo_keeps_openrlhfs_group_reward_std_of_the_rewards(openrlhf, monkeyp
     assert any(float(e.info["group_reward_std"].max()) > 0 for e in experiences)
 
 
+@pytest.mark.parametrize("estimator", ["rloo", "dr_grpo"])
+def test_without_avspo_acr_effective_reads_openrlhfs_own_group_step(openrlhf, monkeypatch, estimator):
+    """acr/effective comes from OpenRLHF's group-step output (each response's scalar advantage, before the reward
+    clip and without the KL): with a KL penalty in the reward and a clip, the three collapsed groups still give
+    all-zero outputs and the others none, and the advantages stay OpenRLHF's own."""
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
+    monkeypatch.delenv("VERL_AVSPO_OPENRLHF_ACR", raising=False)
+    args = make_args(estimator)
+    args.reward.clip_range = (-0.1, 0.1)
+    experiences = shuffled_micro_batches(openrlhf, samples(openrlhf, REWARDS))
+    for experience in experiences:
+        experience.kl = torch.full_like(experience.kl, 0.25)
+    ours = openrlhf.Maker(
+        None, None, None, None, openrlhf.FixedKLController(0.5), SimpleNamespace(args=args), Tokenizer()
+    )
+    theirs = openrlhf.em.RemoteExperienceMaker(
+        None, None, None, None, openrlhf.FixedKLController(0.5), SimpleNamespace(args=args), Tokenizer()
+    )
+    reference = theirs.compute_advantages_and_returns(copy.deepcopy(experiences))
+    ours.compute_advantages_and_returns(experiences)
+    for mine, expected in zip(experiences, reference, strict=True):
+        assert torch.equal(mine.advantages, expected.advantages)
+    assert ours.verl_avspo_metrics["acr/rate"] == 0.5 and ours.verl_avspo_metrics["acr/effective"] == 0.5
+
+
 def test_reinforce_baseline_logs_no_effective_acr(openrlhf, monkeypatch):
     # Its batch whitening shifts every advantage, collapsed groups' too: acr/effective would mislead.
     monkeypatch.delenv("VERL_AVSPO_OPENRLHF_SETTINGS", raising=False)
@@ -299,8 +324,9 @@ def test_an_openrlhf_whose_group_step_touches_other_names_is_refused(openrlhf, m
 
 
 def test_launcher_feeds_the_real_openrlhf_cli_and_ray_init(openrlhf, monkeypatch, tmp_path):
-    """OpenRLHF's own parser and checks accept what the launcher passes; the ray.init OpenRLHF calls
-    gets the setup hook and the settings on top of its own environment variables."""
+    """OpenRLHF's own parser and checks accept what the launcher passes; the ray.init OpenRLHF calls gets the
+    settings on top of its own environment variables and no setup hook; OpenRLHF's three actor class names
+    are the tracked trainers'."""
     import ray
 
     from verl_avspo.openrlhf import launcher

@@ -142,7 +142,7 @@ def one_token_copies(rewards: list[torch.Tensor], indices: list[list[int]]) -> l
             rewards=reward.detach().clone(),
             index=list(index),
             info={"reward": reward.detach().clone()},
-            kl=torch.zeros(len(index), 1),
+            kl=torch.zeros(len(index), 1, dtype=reward.dtype),  # the reward is cast to the KL's dtype
             action_mask=torch.ones(len(index), 1, dtype=torch.bool),
             values=None,
             truncated=None,
