@@ -64,8 +64,8 @@ def _time(command: list[str], repeats: int, package: str | None = None) -> tuple
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        status = subprocess.run(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment, check=False
+        status = subprocess.run(  # run from the copy's folder: `python -m` puts the working folder first
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment, cwd=package, check=False
         ).returncode
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
