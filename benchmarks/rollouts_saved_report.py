@@ -52,7 +52,7 @@ import pandas as pd
 
 from verl_avspo.core.files import write_text
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import mean_std_cell, window_mean
+from verl_avspo.tools.stats import FINAL_EVALUATIONS, mean_std_cell, window_mean
 
 sys.path.insert(0, str(Path(__file__).parent))
 from paired_test import paired_t  # noqa: E402
@@ -64,7 +64,7 @@ BASELINE, RESAMPLER, SKIPPER = "grpo", "dapo_resample", "dapo_resample+skip"
 # target per mix, as a gain (points) over the mix's start (the warmed-up policy's step-0 accuracy, the mean
 # over the mix's runs: every run of a mix starts from the same warm-up); the non-inferiority margin of
 # outcome (a) (points).
-LAST_EVALUATIONS = 5
+LAST_EVALUATIONS = FINAL_EVALUATIONS  # 5, as registered
 TARGET_GAINS = {"easy": 8.0, "hard": 1.0}
 MARGIN = 1.5
 # The gated verdicts' non-inferiority margin, as a fraction of grpo's gain over not training on the mix.

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from verl_avspo.cli import main
 from verl_avspo.sandbox.config import SandboxConfig
@@ -19,7 +21,7 @@ from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.policy import Rollout
 from verl_avspo.sandbox.sampling import TrainingEpochs, draw_kept, dynamic_sampling
 from verl_avspo.sandbox.summary import verdicts
-from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, parse_levels
+from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, level_shares, parse_levels
 from verl_avspo.tools.plots import plot_metrics
 
 pytestmark = pytest.mark.verl
@@ -46,7 +48,7 @@ def test_levels_and_held_out_split():
     assert len({p for p, lv in zip(warm_up.prompts, warm_up.level.tolist(), strict=True) if lv == 0}) == 40
     assert task.max_answer_chars == 3  # 99*9 = 891
     assert len(ArithmeticTask(parse_levels("1+1"), 8, warm_up_share=0.25).training_set(69, torch.Generator()).prompts)
-    with pytest.raises(ValueError, match=r"train_set=70 is too large.*has 69 training problems"):
+    with pytest.raises(ValueError, match=r"train_set=70 is too large.*pools hold 69 problems \(1\+1 69\)"):
         ArithmeticTask(parse_levels("1+1"), 8, warm_up_share=0.25).training_set(70, torch.Generator())
     for share in (0.0, 1.0):
         with pytest.raises(ValueError, match=rf"warm_up_share={share} is invalid.*strictly between 0 and 1"):
@@ -486,6 +488,33 @@ def test_the_training_set_is_drawn_once_evenly_over_levels_without_repeats():
     assert task.training_set(100, torch.Generator().manual_seed(4)).prompts != problems.prompts
 
 
+@given(
+    size=st.integers(0, 400),
+    pools=st.lists(st.integers(0, 200), min_size=1, max_size=5),
+)
+def test_level_shares_are_even_as_far_as_each_pool_goes(size, pools):
+    """Water-filling: the shares sum to the set, none exceeds its pool, and a level below its pool takes
+    at least as many as any other level (within the one-prompt remainder), so only full levels take fewer."""
+    if size > sum(pools):
+        with pytest.raises(ValueError, match="exceed the training pools"):
+            level_shares(size, pools)
+        return
+    shares = level_shares(size, pools)
+    assert sum(shares) == size and all(0 <= s <= p for s, p in zip(shares, pools, strict=True))
+    for share, pool in zip(shares, pools, strict=True):
+        if share < pool:
+            assert share >= max(shares) - 1
+
+
+def test_a_small_level_gives_its_whole_pool_and_the_others_share_the_rest():
+    # 1+1 keeps 40 problems for RL at the defaults (100, 20 held out, half of the rest warm-up).
+    assert level_shares(480, [40, 340, 3950, 340]) == [40, 147, 147, 146]
+    assert level_shares(100, [34, 33, 33]) == [34, 33, 33]
+    task = ArithmeticTask(parse_levels("1+1,2+1"), 8)  # 1+1: 100 - 8 = 92, 46 for RL
+    problems = task.training_set(200, torch.Generator().manual_seed(0))
+    assert torch.bincount(problems.level).tolist() == [46, 154] and len(set(problems.prompts)) == 200
+
+
 def test_each_epoch_is_a_permutation_of_the_set_and_draws_run_on_into_the_next():
     task = ArithmeticTask(parse_levels("1+1,2+1"), 8)
     epochs = TrainingEpochs(task, 24, torch.Generator().manual_seed(0))
@@ -534,7 +563,9 @@ def test_the_training_set_is_validated_with_the_numbers_and_warns_below_five_epo
         SandboxConfig(train_set=8)
     # 1+1 keeps 40 of its 100 problems for RL (a fifth held out, half the rest for the warm-up): 41 prompts
     # over 1 level are too many.
-    with pytest.raises(ValueError, match=r"train_set=41 is too large .* level 1\+1 would give 41 prompts but has 40"):
+    with pytest.raises(
+        ValueError, match=r"train_set=41 is too large .* pools hold 40 problems \(1\+1 40\); use at most 40"
+    ):
         SandboxConfig(levels="1+1", train_set=41)
     with pytest.warns(UserWarning, match=r"steps=20 x prompts_per_step=16 = 320 .* each prompt 2 time.*<= 64"):
         SandboxConfig(steps=20, train_set=128)

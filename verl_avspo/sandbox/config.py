@@ -83,9 +83,10 @@ class SandboxConfig:
     max_gen_batches: int = 10
     # None: every step draws its prompts with replacement from the levels' whole training pools (few
     # prompts are ever revisited). N: the epochs mode, as the RLVR recipes train: a fixed set of N
-    # distinct prompts is drawn once per seed (evenly over the levels), and the steps draw it in
-    # epochs, each a fresh permutation without replacement; the skip rule's refills and DAPO's further
-    # batches draw on from the current epoch, as verl's dataloader does.
+    # distinct prompts is drawn once per seed (evenly over the levels, a small level giving at most its
+    # whole pool: task.level_shares), and the steps draw it in epochs, each a fresh permutation without
+    # replacement; the skip rule's refills and DAPO's further batches draw on from the current epoch, as
+    # verl's dataloader does.
     train_set: int | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 

@@ -81,8 +81,9 @@ def _prompts_text(config) -> str:
     else:
         visits = f"each prompt seen {draws // config.train_set} times"
     return (
-        f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels), drawn in "
-        f"epochs without replacement, {visits} by an estimator that draws {config.prompts_per_step} prompts a step "
+        f"Epochs mode: a fixed training set of {config.train_set} prompts per seed (evenly over the levels as far "
+        f"as their pools go), drawn in epochs without replacement, {visits} by an estimator that draws "
+        f"{config.prompts_per_step} prompts a step "
         f"({draws} draws; more by one that re-samples or skips). `prompts/always_solved` and `prompts/never_solved` "
         "are the shares of the set that were all-correct or all-wrong on every visit."
     )

@@ -20,7 +20,14 @@ import numpy as np
 import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import early_acr, last_value, mean_std_cell, paired_difference
+from verl_avspo.tools.stats import (
+    FINAL_EVALUATIONS,
+    early_acr,
+    last_value,
+    mean_std_cell,
+    paired_difference,
+    window_mean,
+)
 
 __all__ = [
     "NO_TRAINING",
@@ -55,18 +62,20 @@ def _logged(frame: pd.DataFrame, column: str, step) -> float:
 
 
 def run_statistics(frame: pd.DataFrame, num_levels: int, pass_k: int, first_steps: int) -> dict[str, float]:
-    """The numbers one run contributes to the summary: greedy accuracy and pass@k per level (fractions) at
-    the last step and at step 0 (``start_*``: the warmed-up policy before any update), the rollouts it
-    generated (per training step and in all), and ACR rates averaged over all training steps and over the
-    first ``first_steps`` (:func:`verl_avspo.tools.stats.early_acr`)."""
-    last = frame.index.max()
+    """The numbers one run contributes to the summary: greedy accuracy, pass@k per level and mean@k (fractions),
+    final (the mean of the last :data:`~verl_avspo.tools.stats.FINAL_EVALUATIONS` evaluations) and at step 0
+    (``start_*``: the warmed-up policy before any update), the rollouts it generated (per training step and in
+    all), and ACR rates averaged over all training steps and over the first ``first_steps``
+    (:func:`verl_avspo.tools.stats.early_acr`)."""
     training = frame[frame["acr/rate"].notna()]
     stats = {"steps": float(len(training))}
-    for prefix, step in (("", last), ("start_", frame.index.min())):
-        for i in range(1, num_levels + 1):
-            stats[f"{prefix}acc_level_{i}"] = _logged(frame, f"eval/acc_level_{i}", step)
-            stats[f"{prefix}pass_level_{i}"] = _logged(frame, f"eval/pass@{pass_k}_level_{i}", step)
-        stats[f"{prefix}acc_mean"] = _logged(frame, "eval/acc_mean", step)
+    columns = {f"acc_level_{i}": f"eval/acc_level_{i}" for i in range(1, num_levels + 1)}
+    columns.update({f"pass_level_{i}": f"eval/pass@{pass_k}_level_{i}" for i in range(1, num_levels + 1)})
+    columns.update(acc_mean="eval/acc_mean", mean_at_k_mean=f"eval/mean@{pass_k}_mean")
+    for key, column in columns.items():
+        stats[f"start_{key}"] = _logged(frame, column, frame.index.min())
+        final = window_mean(frame.get(column), FINAL_EVALUATIONS)
+        stats[key] = math.nan if final is None else final
     generated = training["train/rollouts_generated"] if "train/rollouts_generated" in training else None
     stats["rollouts_per_step"] = math.nan if generated is None else generated.mean()
     total = last_value(frame.get("train/rollouts_cumulative"))
@@ -166,9 +175,9 @@ def summary_tables(
         return [f"{name}{mark}"] + [_cell(runs, key, digits, scale) for key in keys]
 
     accuracy = render_table(
-        ["estimator", *level_names, "mean", "rollouts per step", "rollouts in all"],
+        ["estimator", *level_names, "mean", f"mean@{pass_k} (sampled)", "rollouts per step", "rollouts in all"],
         [
-            row(name, runs, [*(f"acc_level_{i}" for i in levels), "acc_mean"], 100, 1)
+            row(name, runs, [*(f"acc_level_{i}" for i in levels), "acc_mean", "mean_at_k_mean"], 100, 1)
             + [_cell(runs, "rollouts_per_step", 1), _cell(runs, "rollouts_total", 0)]
             for name, runs in rows.items()
         ],
@@ -210,7 +219,9 @@ def summary_tables(
         else ""
     )
     return (
-        f"### Final greedy accuracy (%) and rollouts generated\n\n{held}Rollouts per step: the mean over the "
+        f"### Final greedy accuracy (%) and rollouts generated\n\nFinal: the mean of a run's last "
+        f"{FINAL_EVALUATIONS} held-out evaluations; mean@{pass_k}: the share of {pass_k} samples at temperature 1.0 "
+        f"that are correct. {held}Rollouts per step: the mean over the "
         f"training steps of `train/rollouts_generated`; in all: `train/rollouts_cumulative` at the end.\n\n"
         f"{accuracy}\n\n"
         f"### Final pass@{pass_k} (%, {pass_k} samples at temperature 1.0)\n\n{pass_at_k}\n\n"

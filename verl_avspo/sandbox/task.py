@@ -91,23 +91,37 @@ def check_warm_up_share(warm_up_share: float) -> None:
         )
 
 
-def level_shares(size: int, num_levels: int) -> list[int]:
-    """``size`` prompts split over ``num_levels`` levels as evenly as integers allow (the first
-    levels take the remainder): how a fixed training set is drawn uniformly over levels."""
-    return [size // num_levels + (index < size % num_levels) for index in range(num_levels)]
+def level_shares(size: int, pools: list[int]) -> list[int]:
+    """``size`` prompts split over levels whose training pools hold ``pools`` problems: as evenly as
+    integers allow (the first levels take the remainder), except that a level gives at most its whole
+    pool and the others share what it cannot give. How a fixed training set is drawn over levels: a
+    small level (``1+1`` keeps 40 problems for RL) does not cap the set at 40 per level.
+
+    Raises ValueError when ``size`` exceeds the pools' total (:func:`check_training_set` names the fix).
+    """
+    if size > sum(pools):
+        raise ValueError(f"{size} prompts exceed the training pools' {sum(pools)} problems")
+    shares = list(pools)  # levels whose pool is at most an even share give it whole
+    left, rest = size, list(range(len(pools)))
+    while full := [index for index in rest if pools[index] <= left // len(rest)]:
+        left -= sum(pools[index] for index in full)
+        rest = [index for index in rest if index not in full]
+    for rank, index in enumerate(rest):  # the others hold more than an even share of what is left
+        shares[index] = left // len(rest) + (rank < left % len(rest))
+    return shares
 
 
 def check_training_set(levels: tuple[Level, ...], size: int, eval_size: int, warm_up_share: float) -> None:
-    """Raise ValueError when a level's training pool is smaller than its :func:`level_shares` of a
-    fixed training set of ``size`` prompts."""
-    for level, share in zip(levels, level_shares(size, len(levels)), strict=True):
-        pool = training_pool_size(level, eval_size, warm_up_share)
-        if share > pool:
-            names = ",".join(level.name for level in levels)
-            raise ValueError(
-                f"train_set={size} is too large for levels={names}: level {level.name} would give {share} prompts "
-                f"but has {pool} training problems; use at most {pool * len(levels)}, or harder levels"
-            )
+    """Raise ValueError when the levels' training pools together hold fewer than ``size`` problems (a
+    fixed training set draws :func:`level_shares` of them)."""
+    pools = [training_pool_size(level, eval_size, warm_up_share) for level in levels]
+    if size > sum(pools):
+        names = ",".join(level.name for level in levels)
+        held = ", ".join(f"{level.name} {pool}" for level, pool in zip(levels, pools, strict=True))
+        raise ValueError(
+            f"train_set={size} is too large for levels={names}: their training pools hold {sum(pools)} problems "
+            f"({held}); use at most {sum(pools)}, a smaller warm_up_share, or larger levels"
+        )
 
 
 def parse_levels(spec: str) -> tuple[Level, ...]:
@@ -228,8 +242,9 @@ class ArithmeticTask:
         training pools, :func:`level_shares` of it from each level, in level order
         (:func:`check_training_set`)."""
         check_training_set(self.levels, size, self.eval_size, self.warm_up_share)
+        shares = level_shares(size, [a.numel() for a, _ in self._train])
         parts = []
-        for index, ((a, b), share) in enumerate(zip(self._train, level_shares(size, len(self.levels)), strict=True)):
+        for index, ((a, b), share) in enumerate(zip(self._train, shares, strict=True)):
             pick = torch.randperm(a.numel(), generator=generator)[:share]
             prompts, answers = _render(self.levels[index], a[pick], b[pick])
             parts.append(Problems(prompts, answers, torch.full((share,), index)))

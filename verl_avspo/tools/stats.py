@@ -119,6 +119,11 @@ def early_acr(acr: pd.Series, early_steps: int = EARLY_STEPS) -> EarlyACR | None
     return EarlyACR(float(first.mean()), int(first.index[0]), int(first.index[-1]), len(first), resumed)
 
 
+# A run's final accuracy is the mean of its last FINAL_EVALUATIONS held-out evaluations, not the last one
+# alone: one evaluation of a small level moves by a problem's worth between neighbouring steps.
+FINAL_EVALUATIONS = 5
+
+
 def window_mean(series: pd.Series | None, last: int | None = None) -> float | None:
     """Mean of the logged values of ``series``, over its last ``last`` of them (all when None);
     None when it holds none."""
