@@ -12,6 +12,7 @@ from verl_avspo.core.collapse import DroppedGroups
 from verl_avspo.core.config import resolve_settings
 from verl_avspo.core.prompt_refill import skip_and_refill
 from verl_avspo.core.run_tracker import STATE_VERSION, RunTracker
+from verl_avspo.core.state_file import checkpoint_step
 
 # Three groups of 4: all correct, all wrong, mixed.
 SCORES = torch.tensor([1.0, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0])
@@ -491,3 +492,18 @@ def test_a_host_that_extends_pilots_itself_reports_them_to_the_tracker():
     assert metrics["prompts/pilots_extended"] == 3 and metrics["train/rollouts_generated"] == 6
     assert metrics["prompts/pilot_extend_rate"] == pytest.approx(0.5 * 0.25 + 0.5 * 3 / 4)
     assert tracker.state_dict()["prompt_allocation"]["extend_rate"] == metrics["prompts/pilot_extend_rate"]
+
+
+@pytest.mark.parametrize(
+    ("folder", "step"),
+    [
+        ("ckpts/global_step_12", 12),  # verl
+        ("ckpts/global_step_12/", 12),
+        ("_actor/global_step7", 7),  # OpenRLHF's DeepSpeed tag
+        ("out/checkpoint-300", 300),  # TRL
+        ("ckpts/global_step_12_old", None),  # a copy set aside is no checkpoint of the run
+        ("ckpts/latest", None),
+    ],
+)
+def test_a_checkpoint_folders_step_is_read_from_its_name_in_each_frameworks_naming(folder, step):
+    assert checkpoint_step(folder) == step

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "read_state",
     "read_folder_state",
     "check_state_version",
+    "checkpoint_step",
 ]
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,17 @@ STATE_VERSION = 4
 # The file the state is saved to in each checkpoint folder (verl's global_step_N/, TRL's checkpoint-N/;
 # OpenRLHF keeps it in DeepSpeed's client states instead).
 STATE_FILE = "avspo_state.pt"
+
+
+# A checkpoint folder's name: global_step_12 (verl), global_step12 (OpenRLHF's DeepSpeed tag), checkpoint-12 (TRL).
+_CHECKPOINT_FOLDER = re.compile(r"(?:global_step_?|checkpoint-)(\d+)$")
+
+
+def checkpoint_step(folder: str | os.PathLike) -> int | None:
+    """The training step a checkpoint folder was saved at, read from its name in any of the three frameworks'
+    namings; None for a folder not so named."""
+    match = _CHECKPOINT_FOLDER.search(Path(folder).name)
+    return int(match.group(1)) if match else None
 
 
 class RunStateError(ValueError):

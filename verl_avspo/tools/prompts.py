@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ import pyarrow.parquet as pq
 from verl_avspo.core.files import FileWriteError, atomic_write, check_target
 from verl_avspo.core.prompt_history import PROMPT_CLASSES, PromptHistory, prompt_key
 from verl_avspo.core.run_tracker import STATE_FILE, RunStateError, read_state
+from verl_avspo.core.state_file import checkpoint_step
 from verl_avspo.openrlhf.trainer_wrap import CLIENT_STATES_FILE, STATE_KEY
 
 __all__ = ["PromptsError", "SavedHistory", "load_history", "row_keys", "select_rows", "configure", "run"]
@@ -60,8 +60,6 @@ UNSEEN = "unseen"
 VERL_TRACKER_FILE = "latest_checkpointed_iteration.txt"
 INDEX_COLUMN = "extra_info.index"  # verl's dataset index, what algorithm.prompts.key=index keys by
 ANNOTATIONS = ("visits", "all_correct", "all_wrong", "last_pass_rate", "class")
-# global_step_12 (verl), global_step12 (OpenRLHF) or checkpoint-12 (TRL).
-_STEP = re.compile(r"(?:global_step_?|checkpoint-)(\d+)$")
 _WHERE = (
     f"verl's trainers write global_step_N/{STATE_FILE} in trainer.default_local_dir at every checkpoint "
     "(trainer.save_freq); OpenRLHF keeps the state in --ckpt.path/_actor/global_step<N>/"
@@ -86,15 +84,15 @@ class SavedHistory:
         return pd.DataFrame(self.history.table())
 
 
-def _step_of(path: Path) -> int | None:
-    match = _STEP.search(path.parent.name)
-    return int(match.group(1)) if match else None
-
-
 def _state_files(folder: Path) -> list[Path]:
     return sorted(
-        (p for name in (STATE_FILE, CLIENT_STATES_FILE) for p in folder.rglob(name) if _step_of(p) is not None),
-        key=lambda p: (_step_of(p), str(p)),
+        (
+            p
+            for name in (STATE_FILE, CLIENT_STATES_FILE)
+            for p in folder.rglob(name)
+            if checkpoint_step(p.parent) is not None
+        ),
+        key=lambda p: (checkpoint_step(p.parent), str(p)),
     )
 
 
@@ -107,7 +105,7 @@ def _run_state(path: Path, steps: list[int]) -> dict[str, Any]:
     try:
         return read_state(path, within=within)
     except RunStateError as err:
-        others = [step for step in steps if step != _step_of(path)]
+        others = [step for step in steps if step != checkpoint_step(path.parent)]
         earlier = f"; --step reads another checkpoint ({', '.join(map(str, others))} here)" if others else ""
         raise PromptsError(f"{err}{earlier}") from None
 
@@ -149,12 +147,12 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
     steps: list[int] = []
     if path.is_dir():
         found = _state_files(path)
-        steps = sorted({_step_of(p) for p in found})
+        steps = sorted({checkpoint_step(p.parent) for p in found})
         files = found or [p for p in (path / STATE_FILE, path / CLIENT_STATES_FILE) if p.exists()]
         if step is None:
             step = _resumed_step(path, steps)
         if step is not None:
-            files = [p for p in files if _step_of(p) == step]
+            files = [p for p in files if checkpoint_step(p.parent) == step]
         if not files and steps:
             raise PromptsError(
                 f"no run state of step {step} under {path}: its checkpoints hold step{'s' if len(steps) > 1 else ''} "
@@ -173,7 +171,7 @@ def load_history(run: str | Path, step: int | None = None) -> SavedHistory:
             "estimator without groups, or a batch without index/raw_prompt fields). Train with a group estimator "
             "(grpo, avspo, ...): every route records the history by default."
         )
-    return SavedHistory(history, path, _step_of(path))
+    return SavedHistory(history, path, checkpoint_step(path.parent))
 
 
 def _index_values(table: pa.Table, index_column: str) -> list | None:

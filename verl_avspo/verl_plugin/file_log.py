@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import Any
 
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from verl_avspo.core.log_record import parse_record
+from verl_avspo.core.state_file import checkpoint_step
 
 __all__ = ["resume_folder", "resumed_step", "file_log_path", "kept_rows", "log_history", "write_log_history"]
 
 logger = logging.getLogger(__name__)
-
-_STEP_FOLDER = re.compile(r"global_step_(\d+)")
 
 
 def resume_folder(trainer_config: Any) -> str | None:
@@ -42,8 +40,7 @@ def resume_folder(trainer_config: Any) -> str | None:
 def resumed_step(trainer_config: Any) -> int | None:
     """The step a run under ``trainer_config`` resumes after (None for a fresh start)."""
     folder = resume_folder(trainer_config)
-    match = _STEP_FOLDER.search(os.path.basename(folder)) if folder else None
-    return int(match.group(1)) if match else None
+    return checkpoint_step(folder) if folder else None
 
 
 def file_log_path(project_name: str, experiment_name: str) -> str:

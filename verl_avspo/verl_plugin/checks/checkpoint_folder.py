@@ -10,14 +10,13 @@ finds it torn."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from verl_avspo.core.files import FileWriteError, check_folder
-from verl_avspo.core.state_file import STATE_FILE, RunStateError, read_state
+from verl_avspo.core.state_file import STATE_FILE, RunStateError, checkpoint_step, read_state
 
 __all__ = [
     "MIN_FREE_BYTES",
@@ -95,19 +94,15 @@ def _folder_problems(config: DictConfig) -> tuple[list[str], list[str]]:
     return [], []
 
 
-_STEP_FOLDER = re.compile(r"global_step_(\d+)$")
-
-
 def previous_checkpoint_fix(folder: str | Path) -> str:
     """How to resume from the checkpoint before ``folder`` (a ``global_step_N``) whose run state reads: the
     overrides with its path; or, where there is none, what else to do."""
     folder = Path(folder)
-    match = _STEP_FOLDER.search(folder.name)
-    step = int(match.group(1)) if match else None
+    step = checkpoint_step(folder)
     earlier = sorted(
-        (int(m.group(1)), path)
+        (earlier_step, path)
         for path in folder.parent.glob("global_step_*")
-        if (m := _STEP_FOLDER.search(path.name)) and (step is None or int(m.group(1)) < step)
+        if (earlier_step := checkpoint_step(path)) is not None and (step is None or earlier_step < step)
     )
     for _, path in reversed(earlier):
         try:
