@@ -26,7 +26,7 @@ class PolicyConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 256
-    sft_steps: int = 1000
+    sft_steps: int = 700
     sft_batch_size: int = 64
     sft_lr: float = 3e-3
     seed: int = 0
@@ -59,11 +59,11 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 @dataclass(frozen=True)
 class SandboxConfig:
     """Everything a sandbox run depends on besides the estimator and the seed. The defaults are the
-    calibrated instrument (docs/sandbox_calibration.md): 150 steps of 16 prompts x 16 answers, 200
-    held-out problems per level where a level has them, evaluated every 10 steps."""
+    calibrated instrument (docs/sandbox_calibration.md): a 700-step warm-up, then 300 steps of 16 prompts x 16
+    answers, 200 held-out problems per level where a level has them, evaluated every 20 steps."""
 
     levels: str = "1+1,2+1,2+2,2*1"
-    steps: int = 150
+    steps: int = 300
     prompts_per_step: int = 16
     group_size: int = 16
     temperature: float = 1.0
@@ -71,7 +71,7 @@ class SandboxConfig:
     clip_ratio: float = 0.2
     mini_batches: int = 2
     grad_clip: float = 1.0
-    eval_every: int = 10
+    eval_every: int = 20
     eval_size: int = 200
     # The share of each level's non-held-out problems kept for the supervised warm-up; RL trains on
     # the rest, so its prompts are new to the warmed-up policy (task.ArithmeticTask).
