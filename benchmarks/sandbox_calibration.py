@@ -157,6 +157,16 @@ SETTINGS: dict[str, dict] = {
         "train_set": 480,
         "policy": {"sft_steps": 700},
     },
+    # After the second validation: 8 prompts a step, half the data per update, to keep the curve rising past
+    # half-way at half the cost of a step.
+    "sft700_g16_p8_300": {
+        "eval_size": 200,
+        "steps": 300,
+        "eval_every": 20,
+        "group_size": 16,
+        "prompts_per_step": 8,
+        "policy": {"sft_steps": 700},
+    },
     "sft700_g16_300": {
         "eval_size": 200,
         "steps": 300,

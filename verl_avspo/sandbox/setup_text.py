@@ -5,6 +5,7 @@ prompts come from and what the tables' columns mean)."""
 from __future__ import annotations
 
 from verl_avspo.sandbox.summary import first_steps_column
+from verl_avspo.tools.stats import FINAL_EVALUATIONS
 
 __all__ = ["setup_text"]
 
@@ -111,6 +112,7 @@ def setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         "any estimator; effective ACR is the fraction of groups whose final advantages are all zero (for GRPO it "
         "equals the raw ACR, so its two lines in `acr.png` coincide). "
         f"'{first_steps_column(first_steps)}' is the early-training ACR the paper found predictive of final accuracy.\n"
-        "Accuracy and pass@k are at the last step (for *no training*, the warmed-up policy's step-0 evaluation, "
-        "held: what a run that never trains would report, at 0 rollouts); ± is the standard deviation over seeds."
+        f"Accuracy, mean@k and pass@k are final: the mean of a run's last {FINAL_EVALUATIONS} evaluations (for *no "
+        "training*, the warmed-up policy's step-0 evaluation, held: what a run that never trains would report, at 0 "
+        "rollouts); ± is the standard deviation over seeds."
     )

@@ -219,9 +219,8 @@ def summary_tables(
         else ""
     )
     return (
-        f"### Final greedy accuracy (%) and rollouts generated\n\nFinal: the mean of a run's last "
-        f"{FINAL_EVALUATIONS} held-out evaluations; mean@{pass_k}: the share of {pass_k} samples at temperature 1.0 "
-        f"that are correct. {held}Rollouts per step: the mean over the "
+        f"### Final greedy accuracy (%) and rollouts generated\n\nmean@{pass_k}: the share of {pass_k} samples at "
+        f"temperature 1.0 that are correct. {held}Rollouts per step: the mean over the "
         f"training steps of `train/rollouts_generated`; in all: `train/rollouts_cumulative` at the end.\n\n"
         f"{accuracy}\n\n"
         f"### Final pass@{pass_k} (%, {pass_k} samples at temperature 1.0)\n\n{pass_at_k}\n\n"
