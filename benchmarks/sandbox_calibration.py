@@ -167,6 +167,15 @@ SETTINGS: dict[str, dict] = {
         "prompts_per_step": 8,
         "policy": {"sft_steps": 700},
     },
+    # A third of the rate: slower still, for the curve to rise past half-way.
+    "sft700_g16_300_lr7e-5": {
+        "eval_size": 200,
+        "steps": 300,
+        "eval_every": 20,
+        "group_size": 16,
+        "lr": 7e-5,
+        "policy": {"sft_steps": 700},
+    },
     "sft700_g16_300": {
         "eval_size": 200,
         "steps": 300,
