@@ -189,7 +189,9 @@ def runtime_env_hook(
 ) -> Callable[..., Any]:
     """``ray.init`` that adds the adapter's settings to the environment variables of the runtime_env it is
     given (``settings``: AVSPO's, None without AVSPO; ``acr``: the ``--acr.*`` settings; ``prompt_skip``: the
-    ``--prompts.skip.*`` settings, None without skipping)."""
+    ``--prompts.skip.*`` settings, None without skipping). Not Ray's ``RAY_RUNTIME_ENV_HOOK`` variable: Ray skips
+    that hook when the driver runs under ``uv run`` (``RAY_ENABLE_UV_RUN_RUNTIME_ENV``, on by default), which
+    would drop the settings without a word."""
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
