@@ -18,13 +18,12 @@ import argparse
 import math
 from pathlib import Path
 
-import mpmath
 import numpy as np
 
 from verl_avspo.tools.logs import read_metrics
-from verl_avspo.tools.stats import paired_difference
+from verl_avspo.tools.stats import paired_t
 
-__all__ = ["final_accuracy", "paired_t", "student_t_sf", "wilcoxon_signed_rank", "sign_test", "report"]
+__all__ = ["final_accuracy", "wilcoxon_signed_rank", "sign_test", "report"]
 
 
 def final_accuracy(out: Path, label: str) -> dict[int, float]:
@@ -37,31 +36,6 @@ def final_accuracy(out: Path, label: str) -> dict[int, float]:
     if not accuracies:
         raise SystemExit(f"paired_test: no seed*.jsonl under {folder}: run verl-avspo sandbox with {label} first")
     return accuracies
-
-
-def student_t_sf(t: float, df: int) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom (regularised incomplete beta)."""
-    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def _t_quantile(q: float, df: int) -> float:
-    """The t with P(T <= t) = q, by bisection on the survival function."""
-    low, high = -1e3, 1e3
-    for _ in range(200):
-        mid = (low + high) / 2
-        low, high = (mid, high) if 1.0 - student_t_sf(mid, df) < q else (low, mid)
-    return (low + high) / 2
-
-
-def paired_t(diffs: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
-    """One-sided paired t-test of mean(diffs) > 0 and the two-sided CI of the mean difference."""
-    difference = paired_difference(diffs)
-    n, mean, se = difference.seeds, difference.mean, difference.standard_error
-    t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
-    half = _t_quantile(0.5 + confidence / 2, n - 1) * se
-    p = student_t_sf(t, n - 1) if math.isfinite(t) else float(t < 0)
-    return {"n": n, "mean": mean, "se": se, "t": t, "p": p, "ci_low": mean - half, "ci_high": mean + half}
 
 
 def wilcoxon_signed_rank(diffs: np.ndarray) -> dict[str, float]:

@@ -52,10 +52,9 @@ import pandas as pd
 
 from verl_avspo.core.files import write_text
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import FINAL_EVALUATIONS, mean_std_cell, window_mean
+from verl_avspo.tools.stats import FINAL_EVALUATIONS, mean_std_cell, paired_t, window_mean
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paired_test import paired_t  # noqa: E402
 from rollout_plots import ACC, ROLLOUTS, curve, finished, plot_curves  # noqa: E402
 from study_plots import load  # noqa: E402
 
@@ -186,7 +185,7 @@ def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def learning_gate(frame: pd.DataFrame, alpha: float, fraction: float, baseline: str = BASELINE) -> dict:
     """Did ``baseline`` beat not training on one mix? Per seed d = final(``baseline``) − its step-0 accuracy;
-    one-sided paired t-test of mean d > 0 at ``alpha`` (:func:`paired_test.paired_t`). ``passed`` iff p <
+    one-sided paired t-test of mean d > 0 at ``alpha`` (:func:`verl_avspo.tools.stats.paired_t`). ``passed`` iff p <
     alpha; then ``margin`` = ``fraction`` × mean d, the gated verdicts' margin (None otherwise)."""
     runs = frame[frame["arm"] == baseline]
     gains = (runs["final_acc"] - runs["acc_0"]).to_numpy(float)

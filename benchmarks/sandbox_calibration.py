@@ -32,7 +32,6 @@ pin_kernels()  # before torch loads, as the `verl-avspo sandbox` command does
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-from paired_test import paired_t  # noqa: E402
 from rollouts_saved_report import LAST_EVALUATIONS  # noqa: E402
 
 from verl_avspo.core.files import write_text  # noqa: E402
@@ -42,7 +41,7 @@ from verl_avspo.sandbox.loop import evaluate, train  # noqa: E402
 from verl_avspo.sandbox.policy import CharTokenizer, build_model, supervised_warm_up  # noqa: E402
 from verl_avspo.sandbox.task import ArithmeticTask, parse_levels  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
-from verl_avspo.tools.stats import window_mean  # noqa: E402
+from verl_avspo.tools.stats import paired_t, window_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "results" / "sandbox_calibration.csv"

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from verl_avspo.tools.stats import paired_t, student_t_sf
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -43,19 +45,19 @@ def study():
 
 
 def test_t_distribution_matches_known_quantiles(paired):
-    assert paired.student_t_sf(2.093024, 19) == pytest.approx(0.025, abs=1e-6)  # t_{0.975, 19}
-    assert paired.student_t_sf(1.0, 1) == pytest.approx(0.25)  # Cauchy: 1/2 - atan(1)/pi
-    assert paired.student_t_sf(0.0, 7) == pytest.approx(0.5)
-    assert paired.student_t_sf(-1.5, 4) == pytest.approx(1 - paired.student_t_sf(1.5, 4))
+    assert student_t_sf(2.093024, 19) == pytest.approx(0.025, abs=1e-6)  # t_{0.975, 19}
+    assert student_t_sf(1.0, 1) == pytest.approx(0.25)  # Cauchy: 1/2 - atan(1)/pi
+    assert student_t_sf(0.0, 7) == pytest.approx(0.5)
+    assert student_t_sf(-1.5, 4) == pytest.approx(1 - student_t_sf(1.5, 4))
 
 
 def test_paired_t_closed_form(paired):
-    result = paired.paired_t(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    result = paired_t(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
     assert result["mean"] == 3.0 and result["se"] == pytest.approx(math.sqrt(2.5 / 5))
     assert result["t"] == pytest.approx(3.0 / math.sqrt(0.5))
     half = 2.776445 * math.sqrt(0.5)  # t_{0.975, 4}
     assert (result["ci_low"], result["ci_high"]) == pytest.approx((3 - half, 3 + half), abs=1e-5)
-    assert paired.paired_t(np.array([-1.0, -2.0, -3.0]))["p"] > 0.9  # one-sided: a loss is no evidence
+    assert paired_t(np.array([-1.0, -2.0, -3.0]))["p"] > 0.9  # one-sided: a loss is no evidence
 
 
 def _brute_force_wilcoxon(diffs):
@@ -100,7 +102,7 @@ def test_report_pairs_by_seed_and_decides_at_alpha(paired, tmp_path):
     text = paired.report(tmp_path, "avspo", "grpo", alpha=0.05)
     assert "seeds 100..102 (3)" in text and "+10.0, +5.0, +2.0" in text
     assert "higher in 3 of 3 non-tied seeds, p = 0.1250" in text
-    expected = paired.paired_t(np.array([10.0, 5.0, 2.0]))
+    expected = paired_t(np.array([10.0, 5.0, 2.0]))
     assert f"p = {expected['p']:.4f}" in text
     assert ("**confirmed**" in text) == (expected["p"] < 0.05)
     with pytest.raises(SystemExit, match="no seed.*jsonl under"):

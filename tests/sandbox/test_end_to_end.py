@@ -597,7 +597,7 @@ def test_the_verdicts_call_fewer_rollouts_a_saving_only_where_grpo_beat_not_trai
     assert "(its collapsed pilots were dropped, not given a signal)" in alloc
     flat = {"grpo": runs([0.49, 0.51, 0.50], 128), "grpo+alloc": runs([0.50, 0.50, 0.50], 64)}
     gate, passed = learning_verdict(flat)
-    assert not passed and "`grpo` did not beat not training (within twice the standard error)" in gate
+    assert not passed and "`grpo` did not beat not training (p ≥ 0.05)" in gate
     assert "not training matches it too, at none" in gate
     (alloc,) = verdicts(flat, learned=passed)
     assert "0.50× `grpo`'s 1280; `grpo` did not beat not training here, so this is no saving at its accuracy." in alloc

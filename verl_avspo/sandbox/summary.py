@@ -21,11 +21,13 @@ import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.stats import (
+    ALPHA,
     FINAL_EVALUATIONS,
     early_acr,
     last_value,
     mean_std_cell,
     paired_difference,
+    paired_t,
     window_mean,
 )
 
@@ -253,25 +255,29 @@ def _prompts_table(stats: Mapping[str, Sequence[dict[str, float]]]) -> str:
 
 
 def _judged(gains: np.ndarray) -> tuple[str, str]:
-    """Paired gains (points, one per seed) -> (their description, "above", "below" or "within" twice the
-    standard error); ("…", "single") from one seed."""
+    """Paired gains (points, one per seed) -> (their description, "above" or "below" where a one-sided paired
+    t-test that way gives p < :data:`~verl_avspo.tools.stats.ALPHA`, else "within"); ("…", "single") from one
+    seed. The studies' report script judges with the same test."""
     if len(gains) < 2:
         return f"{gains.mean():+.1f} points from a single seed", "single"
     difference = paired_difference(gains)
+    above = paired_t(gains)["p"]
     detail = (
         f"paired difference {difference.cell(1)} points, mean ± standard error over {difference.seeds} seeds; "
-        f"higher in {difference.higher} of {difference.seeds} seeds"
+        f"higher in {difference.higher} of {difference.seeds} seeds; one-sided paired t-test p = "
+        f"{min(above, 1 - above):.2g}"
     )
-    if difference.mean > 2 * difference.standard_error:
+    if above < ALPHA:
         return detail, "above"
-    if difference.mean < -2 * difference.standard_error:
+    if 1 - above < ALPHA:
         return detail, "below"
     return detail, "within"
 
 
 def learning_verdict(stats: Mapping[str, Sequence[dict[str, float]]]) -> tuple[str, bool]:
     """The gate of the other verdicts: did GRPO beat not training (final − step-0 accuracy, paired by seed,
-    beyond twice its standard error)? Returns the sentence ("" without a ``grpo`` run) and whether it did."""
+    one-sided paired t-test at :data:`~verl_avspo.tools.stats.ALPHA`)? Returns the sentence ("" without a
+    ``grpo`` run) and whether it did."""
     untrained = no_training_runs(stats)
     if BASELINE not in stats:
         return "", False  # verdicts() says there is no baseline
@@ -292,7 +298,7 @@ def learning_verdict(stats: Mapping[str, Sequence[dict[str, float]]]) -> tuple[s
     outcome = {
         "single": ", which gives no spread to judge by: run more seeds.",
         "below": f": `{BASELINE}` ended below not training.",
-        "within": f": `{BASELINE}` did not beat not training (within twice the standard error).",
+        "within": f": `{BASELINE}` did not beat not training (p ≥ {ALPHA:g}).",
     }[side]
     return (
         f"{head}{outcome} So no estimator below can be said to match GRPO's accuracy with fewer rollouts: not "
@@ -309,7 +315,8 @@ def verdicts(
 ) -> list[str]:
     """One sentence per estimator against GRPO, on the final mean greedy accuracy, paired by seed
     (runs with the same seed share the warm-up model and the prompt sequence), and the rollouts each
-    generated. An estimator "beat" GRPO when its mean paired gain exceeds twice its standard error. The ACR
+    generated. An estimator "beat" GRPO (or did worse) when a one-sided paired t-test that way gives p below
+    :data:`~verl_avspo.tools.stats.ALPHA`. The ACR
     of labels in ``intrinsic`` is said to be on their own reward; that of ``dropped`` (label -> what it
     dropped) over the groups left. ``learned``: whether GRPO beat not training (:func:`learning_verdict`);
     where it did not, no fewer rollouts are called a saving."""
@@ -336,8 +343,7 @@ def verdicts(
                 + {
                     "above": f": `{label}` beat `{BASELINE}` here.",
                     "below": f": `{label}` did worse than `{BASELINE}` here.",
-                    "within": f": `{label}` did not beat `{BASELINE}` here; the difference is within twice its "
-                    "standard error.",
+                    "within": f": `{label}` did not beat `{BASELINE}` here, nor did worse (p ≥ {ALPHA:g} each way).",
                 }[side]
             )
         acr_note = (

@@ -1,9 +1,10 @@
 """The numbers read off a run's metric frame (one row per logged step, as :mod:`verl_avspo.tools.logs`
 returns): early ACR, window means, last values, the latest validation, which steps the log covers
-and whether a rate column can be used; and the numbers over seeds: mean ± std and paired
-differences (mean ± standard error). ``verl-avspo report``, ``verl-avspo table``, the sandbox's
-``summary.md`` and the study scripts of ``benchmarks/`` all compute them here, and the names each
-framework logs a quantity under (:data:`SCORE_NAMES`, :data:`VALIDATION_NAMES`) are listed here once.
+and whether a rate column can be used; and the numbers over seeds: mean ± std, paired
+differences (mean ± standard error) and the one-sided paired t-test. ``verl-avspo report``,
+``verl-avspo table``, the sandbox's ``summary.md`` and the study scripts of ``benchmarks/`` all compute them
+here, and the names each framework logs a quantity under (:data:`SCORE_NAMES`, :data:`VALIDATION_NAMES`) are
+listed here once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "ALPHA",
     "EARLY_STEPS",
+    "FINAL_EVALUATIONS",
     "RATES",
     "TRL_ZERO_STD",
     "SCORE_NAMES",
@@ -34,6 +37,8 @@ __all__ = [
     "mean_std",
     "mean_std_cell",
     "paired_difference",
+    "paired_t",
+    "student_t_sf",
     "rate_problem",
     "score_column",
     "step_coverage",
@@ -366,3 +371,36 @@ def paired_difference(differences: Sequence[float] | np.ndarray) -> PairedDiffer
         return PairedDifference(math.nan, math.nan, 0, 0)
     mean, std = mean_std(differences)
     return PairedDifference(float(mean), float(std) / math.sqrt(seeds), int((differences > 0).sum()), seeds)
+
+
+# The level of every one-sided paired test here: the sandbox summary's verdicts and the studies' registered
+# tests (benchmarks/rollouts_saved_report.py) ask the same question the same way.
+ALPHA = 0.05
+
+
+def student_t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (regularised incomplete beta)."""
+    import mpmath  # torch's sympy brings it; imported here so that reading logs does not pay for it
+
+    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _t_quantile(q: float, df: int) -> float:
+    """The t with P(T <= t) = q, by bisection on the survival function."""
+    low, high = -1e3, 1e3
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if 1.0 - student_t_sf(mid, df) < q else (low, mid)
+    return (low + high) / 2
+
+
+def paired_t(differences: Sequence[float] | np.ndarray, confidence: float = 0.95) -> dict[str, float]:
+    """One-sided paired t-test of mean(``differences``) > 0 (``p``; ``1 - p`` tests < 0) and the two-sided
+    ``confidence`` interval of the mean difference (``ci_low``, ``ci_high``); needs at least 2 seeds."""
+    difference = paired_difference(differences)
+    n, mean, se = difference.seeds, difference.mean, difference.standard_error
+    t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
+    half = _t_quantile(0.5 + confidence / 2, n - 1) * se
+    p = student_t_sf(t, n - 1) if math.isfinite(t) else float(t < 0)
+    return {"n": n, "mean": mean, "se": se, "t": t, "p": p, "ci_low": mean - half, "ci_high": mean + half}
