@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from verl_avspo.tools.logs import read_metrics
-from verl_avspo.tools.stats import paired_t
+from verl_avspo.tools.seed_stats import paired_t
 
 __all__ = ["final_accuracy", "wilcoxon_signed_rank", "sign_test", "report"]
 

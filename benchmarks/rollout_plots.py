@@ -18,7 +18,7 @@ estimator reached.
 
 With ``--pairs treated:baseline,...`` it also prints the pre-registered test of docs/results.md
 ("Skipping prompts predicted to collapse"): for each pair and mix, the accuracy at the mix's budget,
-paired by seed, one-sided paired t-test (treated > baseline, ``tools.stats.paired_t``) with the
+paired by seed, one-sided paired t-test (treated > baseline, ``tools.seed_stats.paired_t``) with the
 two-sided 95% CI, and Holm's adjustment over every pair and mix tested, at ``--alpha``.
 
 Usage: python benchmarks/rollout_plots.py runs/rollout_study/compare --out docs/results
@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from verl_avspo.tools.markdown import render_table  # noqa: E402
-from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference, paired_t  # noqa: E402
+from verl_avspo.tools.seed_stats import mean_std, mean_std_cell, paired_difference, paired_t  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from study_plots import load, paired_by_seed  # noqa: E402

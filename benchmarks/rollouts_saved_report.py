@@ -52,7 +52,8 @@ import pandas as pd
 
 from verl_avspo.core.files import write_text
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import FINAL_EVALUATIONS, mean_std_cell, paired_t, window_mean
+from verl_avspo.tools.seed_stats import mean_std_cell, paired_t
+from verl_avspo.tools.stats import FINAL_EVALUATIONS, window_mean
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rollout_plots import ACC, ROLLOUTS, curve, finished, plot_curves  # noqa: E402
@@ -185,8 +186,8 @@ def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def learning_gate(frame: pd.DataFrame, alpha: float, fraction: float, baseline: str = BASELINE) -> dict:
     """Did ``baseline`` beat not training on one mix? Per seed d = final(``baseline``) − its step-0 accuracy;
-    one-sided paired t-test of mean d > 0 at ``alpha`` (:func:`verl_avspo.tools.stats.paired_t`). ``passed`` iff p <
-    alpha; then ``margin`` = ``fraction`` × mean d, the gated verdicts' margin (None otherwise)."""
+    one-sided paired t-test of mean d > 0 at ``alpha`` (:func:`verl_avspo.tools.seed_stats.paired_t`).
+    ``passed`` iff p < alpha; then ``margin`` = ``fraction`` × mean d, the gated verdicts' margin (None otherwise)."""
     runs = frame[frame["arm"] == baseline]
     gains = (runs["final_acc"] - runs["acc_0"]).to_numpy(float)
     if len(gains) < 2:

@@ -41,7 +41,8 @@ from verl_avspo.sandbox.loop import evaluate, train  # noqa: E402
 from verl_avspo.sandbox.policy import CharTokenizer, build_model, supervised_warm_up  # noqa: E402
 from verl_avspo.sandbox.task import ArithmeticTask, parse_levels  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
-from verl_avspo.tools.stats import paired_t, window_mean  # noqa: E402
+from verl_avspo.tools.seed_stats import paired_t  # noqa: E402
+from verl_avspo.tools.stats import window_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "results" / "sandbox_calibration.csv"

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
 from verl_avspo.tools.markdown import render_table  # noqa: E402
 from verl_avspo.tools.plots import plot_metrics  # noqa: E402
-from verl_avspo.tools.stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
+from verl_avspo.tools.seed_stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
 
 
 def load(mix_dir: Path) -> dict[str, list]:

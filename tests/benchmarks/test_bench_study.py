@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verl_avspo.tools.stats import paired_t, student_t_sf
+from verl_avspo.tools.seed_stats import paired_t, student_t_sf
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

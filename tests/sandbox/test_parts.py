@@ -24,7 +24,7 @@ from verl_avspo.sandbox.sampling import TrainingEpochs, draw_kept, dynamic_sampl
 from verl_avspo.sandbox.summary import verdicts
 from verl_avspo.sandbox.task import ArithmeticTask, Problems, exact_match, level_shares, parse_levels
 from verl_avspo.tools.plots import plot_metrics
-from verl_avspo.tools.stats import paired_t
+from verl_avspo.tools.seed_stats import paired_t
 
 pytestmark = pytest.mark.verl
 
@@ -199,7 +199,7 @@ def test_verdict_follows_the_numbers():
 def test_verdicts_use_the_studies_paired_t_test_not_twice_the_standard_error():
     """Gains of +1, +2, +4 points over 3 seeds: the mean (2.33) is 2.65 standard errors above 0, beyond twice
     its standard error, but a one-sided paired t-test with 2 degrees of freedom gives p = 0.059: not a win,
-    as the studies' report script (the same tools.stats.paired_t) would judge it."""
+    as the studies' report script (the same tools.seed_stats.paired_t) would judge it."""
     (close,) = verdicts({"grpo": _stats([0.50, 0.50, 0.50]), "avspo": _stats([0.51, 0.52, 0.54])})
     p = paired_t(np.array([1.0, 2.0, 4.0]))["p"]
     assert p == pytest.approx(0.0588, abs=1e-3)

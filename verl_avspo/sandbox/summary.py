@@ -20,16 +20,8 @@ import numpy as np
 import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.stats import (
-    ALPHA,
-    FINAL_EVALUATIONS,
-    early_acr,
-    last_value,
-    mean_std_cell,
-    paired_difference,
-    paired_t,
-    window_mean,
-)
+from verl_avspo.tools.seed_stats import ALPHA, mean_std_cell, paired_difference, paired_t
+from verl_avspo.tools.stats import FINAL_EVALUATIONS, early_acr, last_value, window_mean
 
 __all__ = [
     "NO_TRAINING",
@@ -256,7 +248,7 @@ def _prompts_table(stats: Mapping[str, Sequence[dict[str, float]]]) -> str:
 
 def _judged(gains: np.ndarray) -> tuple[str, str]:
     """Paired gains (points, one per seed) -> (their description, "above" or "below" where a one-sided paired
-    t-test that way gives p < :data:`~verl_avspo.tools.stats.ALPHA`, else "within"); ("…", "single") from one
+    t-test that way gives p < :data:`~verl_avspo.tools.seed_stats.ALPHA`, else "within"); ("…", "single") from one
     seed. The studies' report script judges with the same test."""
     if len(gains) < 2:
         return f"{gains.mean():+.1f} points from a single seed", "single"
@@ -276,7 +268,7 @@ def _judged(gains: np.ndarray) -> tuple[str, str]:
 
 def learning_verdict(stats: Mapping[str, Sequence[dict[str, float]]]) -> tuple[str, bool]:
     """The gate of the other verdicts: did GRPO beat not training (final − step-0 accuracy, paired by seed,
-    one-sided paired t-test at :data:`~verl_avspo.tools.stats.ALPHA`)? Returns the sentence ("" without a
+    one-sided paired t-test at :data:`~verl_avspo.tools.seed_stats.ALPHA`)? Returns the sentence ("" without a
     ``grpo`` run) and whether it did."""
     untrained = no_training_runs(stats)
     if BASELINE not in stats:
@@ -316,7 +308,7 @@ def verdicts(
     """One sentence per estimator against GRPO, on the final mean greedy accuracy, paired by seed
     (runs with the same seed share the warm-up model and the prompt sequence), and the rollouts each
     generated. An estimator "beat" GRPO (or did worse) when a one-sided paired t-test that way gives p below
-    :data:`~verl_avspo.tools.stats.ALPHA`. The ACR
+    :data:`~verl_avspo.tools.seed_stats.ALPHA`. The ACR
     of labels in ``intrinsic`` is said to be on their own reward; that of ``dropped`` (label -> what it
     dropped) over the groups left. ``learned``: whether GRPO beat not training (:func:`learning_verdict`);
     where it did not, no fewer rollouts are called a saving."""
