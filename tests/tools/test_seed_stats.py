@@ -65,10 +65,20 @@ def test_paired_difference_without_a_seed_in_common_is_not_available():
     assert difference.seeds == 0 and math.isnan(difference.mean) and difference.cell(1) == "n/a"
 
 
-def test_the_t_distribution_matches_closed_forms():
+def test_t_distribution_matches_known_quantiles():
+    assert student_t_sf(2.093024, 19) == pytest.approx(0.025, abs=1e-6)  # t_{0.975, 19}
     assert student_t_sf(1.0, 1) == pytest.approx(0.25)  # Cauchy: 1/2 - atan(1)/pi
-    assert student_t_sf(2.0, 2) == pytest.approx(0.5 - 1 / math.sqrt(6) * 1.0, abs=1e-12)  # 1/2 - t/(2 sqrt(t²+2))
-    assert student_t_sf(0.0, 9) == pytest.approx(0.5)
+    assert student_t_sf(0.0, 7) == pytest.approx(0.5)
+    assert student_t_sf(-1.5, 4) == pytest.approx(1 - student_t_sf(1.5, 4))
+
+
+def test_paired_t_closed_form():
+    result = paired_t(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert result["mean"] == 3.0 and result["se"] == pytest.approx(math.sqrt(2.5 / 5))
+    assert result["t"] == pytest.approx(3.0 / math.sqrt(0.5))
+    half = 2.776445 * math.sqrt(0.5)  # t_{0.975, 4}
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((3 - half, 3 + half), abs=1e-5)
+    assert paired_t(np.array([-1.0, -2.0, -3.0]))["p"] > 0.9  # one-sided: a loss is no evidence
 
 
 def test_a_paired_t_test_at_alpha_is_stricter_than_twice_the_standard_error_on_few_seeds():
