@@ -1,4 +1,4 @@
-"""The paper's diagnostic claims, tested in the CPU sandbox (docs/diagnostics.md).
+"""The paper's diagnostic claims, tested in the CPU sandbox (docs/diagnostics_results.md).
 
 A grid of GRPO runs over the paper's three factors (difficulty mix x group size G x sampling
 temperature, several seeds). For each run: ACR over the first fifth of the steps (the sandbox's

@@ -1,4 +1,4 @@
-"""Whether the public logs whose reward rose show a gain that stopped: the tests behind docs/diagnostics.md's
+"""Whether the public logs whose reward rose show a gain that stopped: the tests behind docs/diagnostics_results.md's
 note on N9 ("gain stopped" against a ground truth of "gain, not a problem", beside logs 5 and 7, where the
 ground truth counts the same reading as a problem), and why ``report`` tells such a stop at INFO.
 

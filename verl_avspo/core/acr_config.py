@@ -45,7 +45,7 @@ class AlertConfig:
     action: str = "warn"
     """``warn``: log once with advice and set ``acr/stalled``; ``stop``: also checkpoint and end the run."""
     rule: str = "acr_no_gain"
-    """What is watched: ``acr_no_gain`` (docs/diagnostics.md's best), ``acr`` (the paper's) or ``all_wrong``."""
+    """What is watched: ``acr_no_gain`` (docs/diagnostics_results.md's best), ``acr`` (the paper's) or ``all_wrong``."""
 
 
 @dataclass(frozen=True)

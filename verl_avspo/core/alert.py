@@ -6,7 +6,7 @@ strictly above ``threshold`` for ``window`` consecutive steps (``algorithm.acr.a
 
 - ``acr``: the raw ACR, the paper's rule ("ACR > 0.35 for more than 50 consecutive steps");
 - ``all_wrong``: the all-wrong part of ACR only. All-correct groups are prompts the policy has
-  solved, which is success, not stagnation; ``docs/diagnostics.md`` measures both rules.
+  solved, which is success, not stagnation; ``docs/diagnostics_results.md`` measures both rules.
 - ``acr_no_gain``: the raw ACR, and in addition the mean training reward over the last ``window``
   steps is no higher than over the ``window`` steps before them (high collapse *and* no progress).
 """

@@ -30,7 +30,7 @@ def trend_finding(
     slower rise (a third of the rows, a third of the power: of 100-step runs of 8 completions a step that
     rise and then level off, the test reads a third as stopped and most as no gain at all), and a reward
     that rose and levelled off is how a run converges. No statistic of the public logs separates such a
-    stop that is a problem from one that is not (docs/diagnostics.md, "Against rldoctor on logs from the
+    stop that is a problem from one that is not (docs/diagnostics_results.md, "Against rldoctor on logs from the
     wild"), so the report tells it and does not alarm. A reward between 0 and 1 whose last fifth averages
     0.95 or more is at its ceiling (``ceiling``, INFO): nothing is left to gain on this data. The words
     follow the numbers: a fall that is not significant is "fell, not significant", never "flat"."""
