@@ -308,10 +308,9 @@ def verdicts(
     """One sentence per estimator against GRPO, on the final mean greedy accuracy, paired by seed
     (runs with the same seed share the warm-up model and the prompt sequence), and the rollouts each
     generated. An estimator "beat" GRPO (or did worse) when a one-sided paired t-test that way gives p below
-    :data:`~verl_avspo.tools.seed_stats.ALPHA`. The ACR
-    of labels in ``intrinsic`` is said to be on their own reward; that of ``dropped`` (label -> what it
-    dropped) over the groups left. ``learned``: whether GRPO beat not training (:func:`learning_verdict`);
-    where it did not, no fewer rollouts are called a saving."""
+    :data:`~verl_avspo.tools.seed_stats.ALPHA`. The ACR of labels in ``intrinsic`` is said to be on their own
+    reward; that of ``dropped`` (label -> what it dropped) over the groups left. ``learned``: whether GRPO
+    beat not training (:func:`learning_verdict`); where it did not, no fewer rollouts are called a saving."""
     if BASELINE not in stats:
         return [f"No `{BASELINE}` run in this comparison, so there is no baseline to compare against."]
     dropped = dropped or {}
