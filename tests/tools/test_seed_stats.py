@@ -14,6 +14,7 @@ from verl_avspo.tools.seed_stats import (
     PairedDifference,
     mean_std,
     mean_std_cell,
+    one_sided_t,
     paired_difference,
     paired_t,
     student_t_sf,
@@ -79,6 +80,9 @@ def test_paired_t_closed_form():
     half = 2.776445 * math.sqrt(0.5)  # t_{0.975, 4}
     assert (result["ci_low"], result["ci_high"]) == pytest.approx((3 - half, 3 + half), abs=1e-5)
     assert paired_t(np.array([-1.0, -2.0, -3.0]))["p"] > 0.9  # one-sided: a loss is no evidence
+    # The verdicts' p without the interval is paired_t's.
+    assert one_sided_t(paired_difference([1.0, 2.0, 3.0, 4.0, 5.0])) == (result["t"], result["p"])
+    assert one_sided_t(paired_difference([2.0, 2.0])) == (math.inf, 0.0)  # no spread, all above: certain
 
 
 def test_a_paired_t_test_at_alpha_is_stricter_than_twice_the_standard_error_on_few_seeds():

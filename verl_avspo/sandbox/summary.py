@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from verl_avspo.tools.markdown import render_table
-from verl_avspo.tools.seed_stats import ALPHA, mean_std_cell, paired_difference, paired_t
+from verl_avspo.tools.seed_stats import ALPHA, mean_std_cell, one_sided_t, paired_difference
 from verl_avspo.tools.stats import FINAL_EVALUATIONS, early_acr, last_value, window_mean
 
 __all__ = [
@@ -253,7 +253,7 @@ def _judged(gains: np.ndarray) -> tuple[str, str]:
     if len(gains) < 2:
         return f"{gains.mean():+.1f} points from a single seed", "single"
     difference = paired_difference(gains)
-    above = paired_t(gains)["p"]
+    _, above = one_sided_t(difference)
     detail = (
         f"paired difference {difference.cell(1)} points, mean ± standard error over {difference.seeds} seeds; "
         f"higher in {difference.higher} of {difference.seeds} seeds; one-sided paired t-test p = "
