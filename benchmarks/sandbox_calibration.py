@@ -182,6 +182,24 @@ SETTINGS: dict[str, dict] = {
         "eval_every": 20,
         "group_size": 16,
         "policy": {"sft_steps": 700},
+    },    # Third calibration: the rate ramped up from 0 over the first steps (verl's lr_warmup_steps), so that the
+    # fast early gains (1+1's 40 RL prompts, learned in 40 steps at any constant rate) come later.
+    "sft700_g16_300_warm150": {
+        "eval_size": 200,
+        "steps": 300,
+        "eval_every": 20,
+        "group_size": 16,
+        "lr_warmup_steps": 150,
+        "policy": {"sft_steps": 700},
+    },
+    # Half the rate over half again as many steps: lr1e-4's curve still rose at step 280.
+    "sft700_g16_450_lr1e-4": {
+        "eval_size": 200,
+        "steps": 450,
+        "eval_every": 30,
+        "group_size": 16,
+        "lr": 1e-4,
+        "policy": {"sft_steps": 700},
     },
 }
 

@@ -97,6 +97,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lr", type=float, default=defaults.lr, help=f"RL learning rate, AdamW (default {defaults.lr:g})"
     )
     parser.add_argument(
+        "--lr-warmup-steps",
+        type=int,
+        default=defaults.lr_warmup_steps,
+        help="steps over which the rate rises linearly from 0 to --lr, as verl's actor.optim.lr_warmup_steps "
+        f"(default {defaults.lr_warmup_steps})",
+    )
+    parser.add_argument(
         "--eval-every",
         type=int,
         default=defaults.eval_every,
@@ -307,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
             group_size=args.group_size,
             temperature=args.temperature,
             lr=args.lr,
+            lr_warmup_steps=args.lr_warmup_steps,
             eval_every=args.eval_every,
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,

@@ -68,6 +68,9 @@ class SandboxConfig:
     group_size: int = 16
     temperature: float = 1.0
     lr: float = 2e-4
+    # verl's actor.optim.lr_warmup_steps: the rate rises linearly from 0 to lr over this many steps, then
+    # holds (verl's get_constant_schedule_with_warmup); 0 holds it from the first step.
+    lr_warmup_steps: int = 0
     clip_ratio: float = 0.2
     mini_batches: int = 2
     grad_clip: float = 1.0
@@ -97,6 +100,11 @@ class SandboxConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
+        if not 0 <= self.lr_warmup_steps <= self.steps:
+            raise ValueError(
+                f"lr_warmup_steps={self.lr_warmup_steps} is invalid: expected an integer from 0 (no warm-up) to "
+                f"steps={self.steps}"
+            )
         if self.max_gen_batches < 1:
             raise ValueError(
                 f"max_gen_batches={self.max_gen_batches} is invalid: dapo_resample and <estimator>+skip need a cap "

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.utils.torch_functional import masked_mean
+from verl.utils.torch_functional import get_constant_schedule_with_warmup, masked_mean
 from verl.workers.config.actor import ActorConfig
 
 from verl_avspo.core.collapse import DroppedGroups, group_stats
@@ -155,6 +155,8 @@ def train(
     source = task if config.train_set is None else TrainingEpochs(task, config.train_set, prompt_rng)
     register.register()  # the estimators this loop selects by name (a test may have cleared verl's registry)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    # Stepped once per RL step, as verl's actor steps its scheduler once per update_policy.
+    lr_schedule = get_constant_schedule_with_warmup(optimizer, config.lr_warmup_steps)
     algorithm = estimator.algorithm_config(seed)
     # The run's one owner of each step's ACR, alert and state (AVSPO's controller, DCPO's history).
     tracker = run_state.start_run(algorithm)
@@ -298,6 +300,8 @@ def train(
                 optimizer.step()
                 losses.append(loss.item())
                 clipfracs.append(pg_metrics["actor/pg_clipfrac"])
+            metrics["actor/lr"] = lr_schedule.get_last_lr()[0]  # the rate this step's update used, as verl logs it
+            lr_schedule.step()
 
             metrics.update(
                 {
