@@ -182,7 +182,8 @@ SETTINGS: dict[str, dict] = {
         "eval_every": 20,
         "group_size": 16,
         "policy": {"sft_steps": 700},
-    },    # Third calibration: the rate ramped up from 0 over the first steps (verl's lr_warmup_steps), so that the
+    },
+    # Third calibration: the rate ramped up from 0 over the first steps (verl's lr_warmup_steps), so that the
     # fast early gains (1+1's 40 RL prompts, learned in 40 steps at any constant rate) come later.
     "sft700_g16_300_warm150": {
         "eval_size": 200,

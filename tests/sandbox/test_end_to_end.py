@@ -1,10 +1,10 @@
 """The CPU sandbox end to end: a few real RL steps through verl's compute_advantage and policy
 loss, its outputs, the consistency of its metrics, and determinism. Tiny settings throughout
 (20 warm-up steps, 8 held-out problems per level, 4 RL steps) to stay within seconds. DAPO's dynamic
-sampling (dapo_resample), the rollout counts every run logs and the epochs mode (--train-set) are
-checked on their own runs. The summary's no-training row, its rollouts columns, title and gated verdicts;
---out protected by --force; an epochs run too short refused before training; --fingerprint's verdict
-against the documented machines."""
+sampling (dapo_resample), the rollout counts every run logs, the epochs mode (--train-set) and the
+rate's linear warm-up are checked on their own runs. The summary's no-training row, its rollouts
+columns, title and gated verdicts; --out protected by --force; an epochs run too short refused before
+training; --fingerprint's verdict against the documented machines."""
 
 import functools
 import json
@@ -176,6 +176,31 @@ def test_same_seed_same_metrics(comparison, tmp_path):
     paper = read_metrics(logs[0]).loc[1:]
     assert (paper["acr/effective"] <= paper["acr/rate"]).all()
     assert paper["avspo/threshold"].between(0.1, 0.9).all()
+
+
+def test_the_rate_ramps_up_as_verls_constant_schedule_with_warm_up(comparison, tmp_path):
+    """lr_warmup_steps=2: the rate of steps 1..4 is 0, lr/2, lr, lr (verl's get_constant_schedule_with_warmup),
+    logged as actor/lr; at rate 0 the first update leaves the warmed-up policy as it was."""
+    from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
+    from verl_avspo.sandbox.estimators import parse_estimators
+    from verl_avspo.sandbox.loop import train
+
+    config = SandboxConfig(
+        group_size=8, steps=4, eval_every=4, eval_size=8, lr_warmup_steps=2, policy=PolicyConfig(sft_steps=20)
+    )
+    (grpo,) = parse_estimators("grpo")
+    weights = {}
+
+    def keep_weights(step, model, batch):
+        weights[step] = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+
+    train(config, grpo, 0, tmp_path / "ramp.jsonl", comparison / "cache", on_rollout=keep_weights)
+    rates = read_metrics(tmp_path / "ramp.jsonl").loc[1:, "actor/lr"].tolist()
+    assert rates == pytest.approx([0.0, config.lr / 2, config.lr, config.lr])
+    assert torch.equal(weights[1], weights[2])  # step 1 trained at rate 0
+    assert not torch.equal(weights[2], weights[3])
+    constant = read_metrics(comparison / "runs" / "grpo" / "seed0.jsonl")  # lr_warmup_steps=0: lr from step 1
+    assert constant.loc[1:, "actor/lr"].tolist() == pytest.approx([config.lr] * 4)
 
 
 def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):
