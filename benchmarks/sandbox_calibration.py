@@ -211,6 +211,16 @@ SETTINGS: dict[str, dict] = {
         "lr_warmup_steps": 200,
         "policy": {"sft_steps": 700},
     },
+    # sft700_g16_360_warm150's epochs mode over 480 prompts (each seen 12 times).
+    "sft700_g16_360_warm150_epochs480": {
+        "eval_size": 200,
+        "steps": 360,
+        "eval_every": 20,
+        "group_size": 16,
+        "lr_warmup_steps": 150,
+        "train_set": 480,
+        "policy": {"sft_steps": 700},
+    },
     # Half the rate over half again as many steps: lr1e-4's curve still rose at step 280.
     "sft700_g16_450_lr1e-4": {
         "eval_size": 200,
