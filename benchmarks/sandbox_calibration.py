@@ -240,6 +240,17 @@ SETTINGS: dict[str, dict] = {
         "train_set": 960,
         "policy": {"sft_steps": 700},
     },
+    # The second calibration's kept setting (sft700_g16_300) as the defaults were then, validated on seeds
+    # 3000-3009 (rows named "defaults" and "defaults_epochs" until the third calibration changed the defaults).
+    "defaults_300": {"eval_size": 200, "steps": 300, "eval_every": 20, "group_size": 16, "policy": {"sft_steps": 700}},
+    "defaults_300_epochs": {
+        "eval_size": 200,
+        "steps": 300,
+        "eval_every": 20,
+        "group_size": 16,
+        "train_set": 480,
+        "policy": {"sft_steps": 700},
+    },
     # Half the rate over half again as many steps: lr1e-4's curve still rose at step 280.
     "sft700_g16_450_lr1e-4": {
         "eval_size": 200,
@@ -251,10 +262,10 @@ SETTINGS: dict[str, dict] = {
     },
 }
 
-# The settings at the sandbox's defaults as they are now (sft700_g16_300, kept by the second calibration), as
-# overrides of SandboxConfig(): the validation seeds, and the epochs mode (480 prompts: 40 of 1+1, 147 a level
-# else; each seen 10 times).
-AT_DEFAULTS: dict[str, dict] = {"defaults": {}, "defaults_epochs": {"train_set": 480}}
+# The settings at the sandbox's defaults as they are now (sft700_g16_360_warm150, kept by the third calibration),
+# as overrides of SandboxConfig(): the validation seeds, and the epochs mode (960 prompts: 40 of 1+1, 306-307 a
+# level else; each seen 6 times).
+AT_DEFAULTS: dict[str, dict] = {"defaults": {}, "defaults_epochs": {"train_set": 960}}
 
 MEASURES = ["acc_0", "final", "gain", "acc_half", "acr", "mean8_0", "mean8_final", "pass8_0", "seconds"]
 

@@ -59,18 +59,19 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 @dataclass(frozen=True)
 class SandboxConfig:
     """Everything a sandbox run depends on besides the estimator and the seed. The defaults are the
-    calibrated instrument (docs/sandbox_calibration.md): a 700-step warm-up, then 300 steps of 16 prompts x 16
-    answers, 200 held-out problems per level where a level has them, evaluated every 20 steps."""
+    calibrated instrument (docs/sandbox_calibration.md): a 700-step warm-up, then 360 steps of 16 prompts x 16
+    answers, the rate rising from 0 over the first 150, 200 held-out problems per level where a level has them,
+    evaluated every 20 steps."""
 
     levels: str = "1+1,2+1,2+2,2*1"
-    steps: int = 300
+    steps: int = 360
     prompts_per_step: int = 16
     group_size: int = 16
     temperature: float = 1.0
     lr: float = 2e-4
     # verl's actor.optim.lr_warmup_steps: the rate rises linearly from 0 to lr over this many steps, then
     # holds (verl's get_constant_schedule_with_warmup); 0 holds it from the first step.
-    lr_warmup_steps: int = 0
+    lr_warmup_steps: int = 150
     clip_ratio: float = 0.2
     mini_batches: int = 2
     grad_clip: float = 1.0
@@ -100,10 +101,13 @@ class SandboxConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
-        if not 0 <= self.lr_warmup_steps <= self.steps:
-            raise ValueError(
-                f"lr_warmup_steps={self.lr_warmup_steps} is invalid: expected an integer from 0 (no warm-up) to "
-                f"steps={self.steps}"
+        if self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps={self.lr_warmup_steps} is invalid: expected an integer >= 0 (0: none)")
+        if self.lr_warmup_steps > self.steps:
+            warnings.warn(
+                f"lr_warmup_steps={self.lr_warmup_steps} is longer than steps={self.steps}: the rate reaches only "
+                f"{self.steps - 1}/{self.lr_warmup_steps} of lr={self.lr:g}; use lr_warmup_steps <= {self.steps}",
+                stacklevel=3,  # past __post_init__ and the dataclass's generated __init__
             )
         if self.max_gen_batches < 1:
             raise ValueError(
