@@ -183,14 +183,14 @@ SETTINGS: dict[str, dict] = {
         "group_size": 16,
         "policy": {"sft_steps": 700},
     },
-    # Third calibration: the rate ramped up from 0 over the first steps (verl's lr_warmup_steps), so that the
+    # Third calibration: the rate ramped up from 0 over the first steps (verl's lr_warmup_steps_ratio), so that the
     # fast early gains (1+1's 40 RL prompts, learned in 40 steps at any constant rate) come later.
     "sft700_g16_300_warm150": {
         "eval_size": 200,
         "steps": 300,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 150,
+        "lr_warmup_steps_ratio": 0.5,
         "policy": {"sft_steps": 700},
     },
     # The ramp over longer runs, so that the plateau the constant rate reaches by step 180 falls in the last
@@ -200,7 +200,7 @@ SETTINGS: dict[str, dict] = {
         "steps": 360,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 150,
+        "lr_warmup_steps_ratio": 150 / 360,
         "policy": {"sft_steps": 700},
     },
     "sft700_g16_400_warm200": {
@@ -208,7 +208,7 @@ SETTINGS: dict[str, dict] = {
         "steps": 400,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 200,
+        "lr_warmup_steps_ratio": 0.5,
         "policy": {"sft_steps": 700},
     },
     # sft700_g16_360_warm150's epochs mode over 480 prompts (each seen 12 times).
@@ -217,7 +217,7 @@ SETTINGS: dict[str, dict] = {
         "steps": 360,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 150,
+        "lr_warmup_steps_ratio": 150 / 360,
         "train_set": 480,
         "policy": {"sft_steps": 700},
     },
@@ -227,7 +227,7 @@ SETTINGS: dict[str, dict] = {
         "steps": 360,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 150,
+        "lr_warmup_steps_ratio": 150 / 360,
         "train_set": 720,
         "policy": {"sft_steps": 700},
     },
@@ -236,7 +236,7 @@ SETTINGS: dict[str, dict] = {
         "steps": 360,
         "eval_every": 20,
         "group_size": 16,
-        "lr_warmup_steps": 150,
+        "lr_warmup_steps_ratio": 150 / 360,
         "train_set": 960,
         "policy": {"sft_steps": 700},
     },

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -179,14 +180,15 @@ def test_same_seed_same_metrics(comparison, tmp_path):
 
 
 def test_the_rate_ramps_up_as_verls_constant_schedule_with_warm_up(comparison, tmp_path):
-    """lr_warmup_steps=2: the rate of steps 1..4 is 0, lr/2, lr, lr (verl's get_constant_schedule_with_warmup),
-    logged as actor/lr; at rate 0 the first update leaves the warmed-up policy as it was."""
+    """A ramp over half of 4 steps: the rate of steps 1..4 is 0, lr/2, lr, lr (verl's
+    get_constant_schedule_with_warmup over int(0.5 * 4) steps), logged as actor/lr; at rate 0 the first update
+    leaves the warmed-up policy as it was. Without a ramp every step trains at lr."""
     from verl_avspo.sandbox.config import PolicyConfig, SandboxConfig
     from verl_avspo.sandbox.estimators import parse_estimators
     from verl_avspo.sandbox.loop import train
 
     config = SandboxConfig(
-        group_size=8, steps=4, eval_every=4, eval_size=8, lr_warmup_steps=2, policy=PolicyConfig(sft_steps=20)
+        group_size=8, steps=4, eval_every=4, eval_size=8, lr_warmup_steps_ratio=0.5, policy=PolicyConfig(sft_steps=20)
     )
     (grpo,) = parse_estimators("grpo")
     weights = {}
@@ -199,8 +201,8 @@ def test_the_rate_ramps_up_as_verls_constant_schedule_with_warm_up(comparison, t
     assert rates == pytest.approx([0.0, config.lr / 2, config.lr, config.lr])
     assert torch.equal(weights[1], weights[2])  # step 1 trained at rate 0
     assert not torch.equal(weights[2], weights[3])
-    constant = read_metrics(comparison / "runs" / "grpo" / "seed0.jsonl")  # lr_warmup_steps=0: lr from step 1
-    assert constant.loc[1:, "actor/lr"].tolist() == pytest.approx([config.lr] * 4)
+    train(replace(config, lr_warmup_steps_ratio=0), grpo, 0, tmp_path / "constant.jsonl", comparison / "cache")
+    assert read_metrics(tmp_path / "constant.jsonl").loc[1:, "actor/lr"].tolist() == [config.lr] * 4
 
 
 def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):

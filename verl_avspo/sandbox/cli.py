@@ -97,11 +97,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lr", type=float, default=defaults.lr, help=f"RL learning rate, AdamW (default {defaults.lr:g})"
     )
     parser.add_argument(
-        "--lr-warmup-steps",
-        type=int,
-        default=defaults.lr_warmup_steps,
-        help="steps over which the rate rises linearly from 0 to --lr, as verl's actor.optim.lr_warmup_steps "
-        f"(default {defaults.lr_warmup_steps})",
+        "--lr-warmup-steps-ratio",
+        type=float,
+        default=defaults.lr_warmup_steps_ratio,
+        help="the share of the steps over which the rate rises linearly from 0 to --lr, as verl's "
+        f"actor.optim.lr_warmup_steps_ratio (default {defaults.lr_warmup_steps_ratio:.4g}: 150 of 360 steps)",
     )
     parser.add_argument(
         "--eval-every",
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
             group_size=args.group_size,
             temperature=args.temperature,
             lr=args.lr,
-            lr_warmup_steps=args.lr_warmup_steps,
+            lr_warmup_steps_ratio=args.lr_warmup_steps_ratio,
             eval_every=args.eval_every,
             eval_size=args.eval_size,
             loss_agg_mode=args.loss_agg_mode,

@@ -69,9 +69,10 @@ class SandboxConfig:
     group_size: int = 16
     temperature: float = 1.0
     lr: float = 2e-4
-    # verl's actor.optim.lr_warmup_steps: the rate rises linearly from 0 to lr over this many steps, then
-    # holds (verl's get_constant_schedule_with_warmup); 0 holds it from the first step.
-    lr_warmup_steps: int = 150
+    # verl's actor.optim.lr_warmup_steps_ratio: the rate rises linearly from 0 to lr over the first
+    # int(ratio * steps) steps, then holds (verl's get_constant_schedule_with_warmup); 0 holds it from the
+    # first step. A share of the run, so that --steps keeps the calibrated shape: 150 of the 360 steps.
+    lr_warmup_steps_ratio: float = 150 / 360
     clip_ratio: float = 0.2
     mini_batches: int = 2
     grad_clip: float = 1.0
@@ -101,13 +102,10 @@ class SandboxConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: expected a positive integer")
-        if self.lr_warmup_steps < 0:
-            raise ValueError(f"lr_warmup_steps={self.lr_warmup_steps} is invalid: expected an integer >= 0 (0: none)")
-        if self.lr_warmup_steps > self.steps:
-            warnings.warn(
-                f"lr_warmup_steps={self.lr_warmup_steps} is longer than steps={self.steps}: the rate reaches only "
-                f"{self.steps - 1}/{self.lr_warmup_steps} of lr={self.lr:g}; use lr_warmup_steps <= {self.steps}",
-                stacklevel=3,  # past __post_init__ and the dataclass's generated __init__
+        if not 0 <= self.lr_warmup_steps_ratio <= 1:
+            raise ValueError(
+                f"lr_warmup_steps_ratio={self.lr_warmup_steps_ratio} is invalid: expected a share of the steps "
+                "from 0 (no warm-up) to 1"
             )
         if self.max_gen_batches < 1:
             raise ValueError(
@@ -152,6 +150,11 @@ class SandboxConfig:
                 f"{MIN_EPOCHS} epochs: use {' or '.join(fixes)}",
                 stacklevel=4,  # past this method, __post_init__ and the dataclass's generated __init__
             )
+
+    @property
+    def lr_warmup_steps(self) -> int:
+        """The steps of the rate's warm-up, as verl's actor counts them from lr_warmup_steps_ratio."""
+        return int(self.lr_warmup_steps_ratio * self.steps)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -4,17 +4,17 @@ the machine that measured the README's table did.
 It runs the start of ``make demo``'s first run, shortened (``FINGERPRINT_SETTINGS``: the first
 50 warm-up steps, 8 held-out problems per level, 3 RL steps of GRPO, seed 0), and prints two
 hashes: of the weights the RL steps start from (every bit of 50 steps of forward, backward and
-AdamW) and of the tokens sampled at the three RL steps (the later steps' from the weights after
-the earlier updates; the rate's warm-up, kept as in the full run, makes the first update's rate
-0). Equal weights mean this machine rounds as the reference one did; equal samples, that its
-decisions agree. Both depend on the versions of torch and transformers, which the line names.
+AdamW) and of the tokens sampled at the three RL steps (each step's from the weights after the
+updates before it; the rate's warm-up, over 5/12 of the steps as in the full run, gives the first
+update the rate 0 and the second the full rate). Equal weights mean this machine rounds as the
+reference one did; equal samples, that its decisions agree. Both depend on the versions of torch
+and transformers, which the line names.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,14 +32,12 @@ FINGERPRINT_SETTINGS = {"sft_steps": 50, "eval_size": 8, "steps": 3, "seed": 0}
 
 def fingerprint(config: SandboxConfig) -> str:
     """One line: the hashes of ``config``'s shortened first run (``FINGERPRINT_SETTINGS``)."""
-    with warnings.catch_warnings():  # the full run's rate warm-up is meant to outlast the shortened run
-        warnings.filterwarnings("ignore", message="lr_warmup_steps=", category=UserWarning)
-        short = replace(
-            config,
-            steps=FINGERPRINT_SETTINGS["steps"],
-            eval_size=FINGERPRINT_SETTINGS["eval_size"],
-            policy=replace(config.policy, sft_steps=FINGERPRINT_SETTINGS["sft_steps"]),
-        )
+    short = replace(
+        config,
+        steps=FINGERPRINT_SETTINGS["steps"],
+        eval_size=FINGERPRINT_SETTINGS["eval_size"],
+        policy=replace(config.policy, sft_steps=FINGERPRINT_SETTINGS["sft_steps"]),
+    )
     weights, samples = hashlib.sha256(), hashlib.sha256()
 
     def record(step: int, model: transformers.PreTrainedModel, batch) -> None:

@@ -29,6 +29,7 @@ step's ACR and the prompt history. The update's mini-batches are of whole groups
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -301,7 +302,9 @@ def train(
                 losses.append(loss.item())
                 clipfracs.append(pg_metrics["actor/pg_clipfrac"])
             metrics["actor/lr"] = lr_schedule.get_last_lr()[0]  # the rate this step's update used, as verl logs it
-            lr_schedule.step()
+            with warnings.catch_warnings():  # a step with no update (dapo kept nothing) still counts, as in verl
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+                lr_schedule.step()
 
             metrics.update(
                 {

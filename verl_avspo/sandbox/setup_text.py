@@ -23,6 +23,11 @@ def _baselines_text(estimators) -> str:
     return "".join(f" {text}" for name, text in sentences.items() if name in labels)
 
 
+def _warm_up_text(config) -> str:
+    ramp = config.lr_warmup_steps
+    return f" rising linearly from 0 over the first {ramp} steps" if ramp else ""
+
+
 def _dapo_text(estimators) -> str:
     """What dapo does ("" if it is not in this comparison)."""
     if not any(spec.drop_collapsed and not spec.resample for spec in estimators):
@@ -103,7 +108,7 @@ def setup_text(config, estimators, seeds: range, first_steps: int) -> str:
         "rollouts a step where every prompt gets one group of G; what each estimator generated, per step and in all, "
         f"is beside its accuracy below), temperature {config.temperature:g}, verl's `compute_advantage` "
         f"and `vanilla` PPO-clip loss (clip {config.clip_ratio}, {config.mini_batches} mini-batches, "
-        f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}; seeds "
+        f"`{config.loss_agg_mode}` aggregation), AdamW lr {config.lr}{_warm_up_text(config)}; seeds "
         f"{seeds[0]}..{seeds[-1]} (same seed: same prompts for every estimator).{_dapo_text(estimators)}"
         f"{_resample_text(config, estimators)}"
         f"{_skip_text(config, estimators)}{_alloc_text(config, estimators)}"
