@@ -138,9 +138,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(evenly over the levels as far as each level's training pool goes) and train over it in epochs, each a "
         "fresh permutation without replacement (the skip rule's refills and dapo_resample's further batches draw on "
         "from the current epoch); choose N so that --steps x --prompts-per-step is at least 5 N, each prompt seen "
-        "at least 5 times (a shorter run is refused before training, naming the --steps that would do; default: "
-        "draw every step's prompts with replacement from "
-        "the levels' whole pools)",
+        "at least 5 times (a shorter run is refused before training, naming the --steps that would do); the "
+        "calibrated epochs mode is 960 (docs/sandbox_calibration.md); default: draw every step's prompts with "
+        "replacement from the levels' whole pools",
     )
     parser.add_argument(
         "--sft-steps",
