@@ -240,17 +240,6 @@ SETTINGS: dict[str, dict] = {
         "train_set": 960,
         "policy": {"sft_steps": 700},
     },
-    # The second calibration's kept setting (sft700_g16_300) as the defaults were then, validated on seeds
-    # 3000-3009 (rows named "defaults" and "defaults_epochs" until the third calibration changed the defaults).
-    "defaults_300": {"eval_size": 200, "steps": 300, "eval_every": 20, "group_size": 16, "policy": {"sft_steps": 700}},
-    "defaults_300_epochs": {
-        "eval_size": 200,
-        "steps": 300,
-        "eval_every": 20,
-        "group_size": 16,
-        "train_set": 480,
-        "policy": {"sft_steps": 700},
-    },
     # Half the rate over half again as many steps: lr1e-4's curve still rose at step 280.
     "sft700_g16_450_lr1e-4": {
         "eval_size": 200,
@@ -261,6 +250,11 @@ SETTINGS: dict[str, dict] = {
         "policy": {"sft_steps": 700},
     },
 }
+
+# The second calibration's validation (seeds 3000-3009) of its kept setting and epochs mode, rows named "defaults"
+# and "defaults_epochs" until the third calibration changed the defaults.
+SETTINGS["defaults_300"] = SETTINGS["sft700_g16_300"]
+SETTINGS["defaults_300_epochs"] = SETTINGS["sft700_g16_300_epochs480"]
 
 # The settings at the sandbox's defaults as they are now (sft700_g16_360_warm150, kept by the third calibration),
 # as overrides of SandboxConfig(): the validation seeds, and the epochs mode (960 prompts: 40 of 1+1, 306-307 a
