@@ -48,15 +48,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "results" / "sandbox_calibration.csv"
 
 # The sandbox's defaults before the calibration (make demo at 80cafa3), which every setting of SETTINGS
-# overrides; the warm-up's own pool and the sampler's KV cache, which have no switch, are in all of them.
+# overrides; the warm-up's own pool and the sampler's KV cache, which have no switch, are in all of them. Every
+# default a calibration changed is pinned here, so that a setting means what it meant when its rows were run.
 BEFORE: dict = {
     "levels": "1+1,2+1,2+2,2*1",
     "steps": 60,
     "prompts_per_step": 16,
     "group_size": 8,
     "lr": 2e-4,
+    "lr_warmup_steps_ratio": 0.0,
     "eval_size": 64,
     "eval_every": 5,
+    "policy": {"sft_steps": 1000},
 }
 
 # Every setting tried, in the order tried, as overrides of BEFORE (``policy``: of PolicyConfig()). Never
@@ -269,8 +272,8 @@ def config_of(name: str) -> SandboxConfig:
         return replace(SandboxConfig(), **AT_DEFAULTS[name])
     overrides = {**BEFORE, **SETTINGS[name]}
     defaults = SandboxConfig()
-    policy = replace(defaults.policy, **overrides.pop("policy", {}))
-    return replace(defaults, **overrides, policy=policy)
+    policy = replace(defaults.policy, **{**BEFORE["policy"], **SETTINGS[name].get("policy", {})})
+    return replace(defaults, **{**overrides, "policy": policy})
 
 
 def measure(frame: pd.DataFrame, steps: int) -> dict[str, float]:
