@@ -1,9 +1,11 @@
 """Metric curves: a series of one logged point is drawn as a marker (a line through one point is
 invisible) on axes around it, a longer one as a plain line; every (run, metric) series has its own
 colour and the legend sits beside the axes, not on the data; the PNG is written through
-``atomic_write`` (``savefig`` into the temporary path with an explicit format)."""
+``atomic_write`` (``savefig`` into the temporary path with an explicit format); a title too long for
+the axes is wrapped to stay inside the figure."""
 
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from verl_avspo.tools.plots import plot_metrics
@@ -51,3 +53,19 @@ def test_every_series_has_its_own_colour_and_the_legend_is_off_the_data(tmp_path
     assert anchor.x0 > 1.0  # right of the axes
     # Written to a temporary path beside the target, in an explicit format, then renamed into place.
     assert kwargs["format"] == "png" and args[0] != path and args[0].parent == path.parent
+
+
+def test_a_long_title_is_wrapped_inside_the_figure(tmp_path, monkeypatch):
+    # The sandbox's accuracy title beside a legend of long labels: centred on the narrowed axes, one line
+    # would start left of the figure.
+    drawn = capture(monkeypatch)
+    frame = pd.DataFrame({"eval/acc_mean": [0.3, 0.4]}, index=pd.Index([0, 20], name="step"))
+    title = (
+        "Held-out greedy accuracy, mean over levels (band: ± std over seeds; no training: the warmed-up policy's "
+        "step-0 accuracy)"
+    )
+    plot_metrics({"avspo:paper_code": frame, "no training": frame}, ["eval/acc_mean"], tmp_path / "a.png", title, "y")
+    ((figure, _, _),) = drawn
+    box = figure.axes[0].title.get_window_extent(FigureCanvasAgg(figure).get_renderer())
+    assert figure.axes[0].get_title().count("\n") >= 1
+    assert 0 <= box.x0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height

@@ -7,6 +7,7 @@ frames (one per seed) is drawn as the mean over seeds with a band of ± one stan
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -86,7 +87,6 @@ def plot_metrics(
             drawn += 1
     if not drawn:
         raise ValueError(f"none of the columns {list(columns)} occurs in the metrics of runs {list(frames)}")
-    axes.set_title(title, y=1.0)  # a fixed place (no ticks on top): matplotlib then skips measuring the axes for it
     axes.set_xlabel("training step")
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
@@ -97,7 +97,12 @@ def plot_metrics(
     legend = axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     # Room on the right for the legend: its handles and its longest label (about 0.0068 of the width a character).
     longest = max(len(text.get_text()) for text in legend.get_texts())
-    figure.subplots_adjust(left=0.07, bottom=0.12, top=0.91, right=max(0.45, 0.9 - 0.0068 * longest))
+    right = max(0.45, 0.9 - 0.0068 * longest)
+    # The title is centred on the axes: wrapped to their width (about 110 characters of the figure's), it stays
+    # inside the figure however wide the legend makes the right margin.
+    lines = textwrap.wrap(title, width=int((right - 0.07) * 110))
+    axes.set_title("\n".join(lines), y=1.0)  # a fixed place (no ticks on top): matplotlib skips measuring the axes
+    figure.subplots_adjust(left=0.07, bottom=0.12, top=0.91 - 0.05 * (len(lines) - 1), right=right)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as temporary:
