@@ -271,9 +271,13 @@ SETTINGS["defaults_300"] = SETTINGS["sft700_g16_300"]
 SETTINGS["defaults_300_epochs"] = SETTINGS["sft700_g16_300_epochs480"]
 
 # The settings at the sandbox's defaults as they are now (sft700_g16_360_warm150, kept by the third calibration),
-# as overrides of SandboxConfig(): the validation seeds, and the epochs mode (960 prompts: 40 of 1+1, 306-307 a
-# level else; each seen 6 times).
-AT_DEFAULTS: dict[str, dict] = {"defaults": {}, "defaults_epochs": {"train_set": 960}}
+# as overrides of SandboxConfig(): the validation seeds, and the epochs modes validated: 960 prompts (40 of 1+1,
+# 306-307 a level else; each seen 6 times), then 1152 (each seen 5 times), the one kept.
+AT_DEFAULTS: dict[str, dict] = {
+    "defaults": {},
+    "defaults_epochs960": {"train_set": 960},
+    "defaults_epochs1152": {"train_set": 1152},
+}
 
 MEASURES = ["acc_0", "final", "gain", "acc_half", "acr", "mean8_0", "mean8_final", "pass8_0", "seconds"]
 
