@@ -254,6 +254,26 @@ SETTINGS: dict[str, dict] = {
         "train_set": 1152,
         "policy": {"sft_steps": 700},
     },
+    # After the 1152-prompt validation (half-way share 0.88): prompts that recur are learned sooner, so the epochs
+    # mode's rise comes earlier than the default mode's at the same ramp; a longer ramp over 960 prompts.
+    "sft700_g16_360_warm180_epochs960": {
+        "eval_size": 200,
+        "steps": 360,
+        "eval_every": 20,
+        "group_size": 16,
+        "lr_warmup_steps_ratio": 0.5,
+        "train_set": 960,
+        "policy": {"sft_steps": 700},
+    },
+    "sft700_g16_360_warm216_epochs960": {
+        "eval_size": 200,
+        "steps": 360,
+        "eval_every": 20,
+        "group_size": 16,
+        "lr_warmup_steps_ratio": 0.6,
+        "train_set": 960,
+        "policy": {"sft_steps": 700},
+    },
     # Half the rate over half again as many steps: lr1e-4's curve still rose at step 280.
     "sft700_g16_450_lr1e-4": {
         "eval_size": 200,
