@@ -3,44 +3,29 @@ the pre-registered tests against closed forms and brute force, the paired report
 the interpolation at a rollout budget, the rollout table's mean ± std and paired ± s.e. cells
 on written runs, paired by seed (not by position), and benchmarks/study_plots.py on a one-seed study."""
 
-import importlib.util
 import itertools
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_benchmark
 
 from verl_avspo.tools.seed_stats import paired_t
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name):
-    sys.path.insert(0, str(BENCHMARKS))  # rollout_plots imports study_plots from beside it
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
 
 
 @pytest.fixture(scope="module")
 def paired():
-    return _load("paired_test")
+    return load_benchmark("paired_test")
 
 
 @pytest.fixture(scope="module")
 def rollouts():
-    return _load("rollout_plots")
+    return load_benchmark("rollout_plots")
 
 
 @pytest.fixture(scope="module")
 def study():
-    return _load("study_plots")
+    return load_benchmark("study_plots")
 
 
 def _brute_force_wilcoxon(diffs):

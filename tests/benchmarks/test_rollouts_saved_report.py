@@ -6,29 +6,21 @@ baseline, the pairs and baselines a study names, and the report recomputed from 
 no-training row, the gate on grpo's gain over it and the gated verdicts, and the figures docs/results.md
 quotes from the committed CSVs (grpo's gain, not training passing the registered test on the easy mix)."""
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import load_benchmark
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def saved():
-    sys.path.insert(0, str(BENCHMARKS))  # it imports paired_test, rollout_plots and study_plots from beside it
-    try:
-        spec = importlib.util.spec_from_file_location("rollouts_saved_report", BENCHMARKS / "rollouts_saved_report.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("rollouts_saved_report")
 
 
 def _write_run(path, accuracies, per_step, skipped=0):

@@ -3,30 +3,21 @@ setting means what it meant when its rows were run, whatever today's defaults ar
 calibration changed is pinned), each row ran its setting's steps, and the page's table is what ``report``
 prints from the committed CSV."""
 
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import load_benchmark
 
 pytestmark = pytest.mark.verl
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def calibration():
-    sys.path.insert(0, str(BENCHMARKS))  # it imports rollouts_saved_report from beside it
-    try:
-        spec = importlib.util.spec_from_file_location("sandbox_calibration", BENCHMARKS / "sandbox_calibration.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("sandbox_calibration")
 
 
 def test_a_setting_does_not_follow_the_defaults(calibration, monkeypatch):

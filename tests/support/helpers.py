@@ -1,8 +1,9 @@
 """Test set-up that several test files share, written once: hand-built outcome batches (each
 response's score on its last valid token, the response mask, one uid per prompt group), the same
 batch as verl's ``DataProto`` and as the V1 trainer finds it in TransferQueue, verl's V1
-trainer built from our config with its GPU parts stubbed, and the authors' released advantage rule
-(the reference of the core's and the TRL adapter's ``paper_code`` tests).
+trainer built from our config with its GPU parts stubbed, the authors' released advantage rule
+(the reference of the core's and the TRL adapter's ``paper_code`` tests), and a script of benchmarks/
+loaded as a module.
 
 Imported as ``helpers``: tests/conftest.py puts this folder on ``sys.path`` (``tests`` is no package
 here, and verl installs a top-level package of that name). The framework imports sit inside the
@@ -12,8 +13,11 @@ use the batch builders.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -160,3 +164,19 @@ def released_code_rule(rewards, group_size):
         normaliser = torch.cat([grouped, torch.full((grouped.shape[0], 1), float(virtual))], dim=1)
     mean, std = normaliser.mean(dim=1, keepdim=True), normaliser.std(dim=1, keepdim=True)
     return ((grouped - mean) / (std + 1e-4)).reshape(-1)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module; the scripts import each other from beside them, so that folder is on
+    ``sys.path`` while it loads."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
