@@ -203,6 +203,8 @@ def test_the_rate_ramps_up_as_verls_constant_schedule_with_warm_up(comparison, t
     assert not torch.equal(weights[2], weights[3])
     train(replace(config, lr_warmup_steps_ratio=0), grpo, 0, tmp_path / "constant.jsonl", comparison / "cache")
     assert read_metrics(tmp_path / "constant.jsonl").loc[1:, "actor/lr"].tolist() == [config.lr] * 4
+    # The summary names the ramp: the comparison's 4 steps at the default share (150/360) ramp over int(1.67) = 1.
+    assert "AdamW lr 0.0002 at 0 for the first step; seeds" in (comparison / "summary.md").read_text()
 
 
 def test_seed_start_runs_the_seeds_it_names(comparison, tmp_path):

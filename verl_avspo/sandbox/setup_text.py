@@ -24,8 +24,11 @@ def _baselines_text(estimators) -> str:
 
 
 def _warm_up_text(config) -> str:
+    """The rate's warm-up ("" without one)."""
     ramp = config.lr_warmup_steps
-    return f" rising linearly from 0 over the first {ramp} steps" if ramp else ""
+    if not ramp:
+        return ""
+    return f" rising linearly from 0 over the first {ramp} steps" if ramp > 1 else " at 0 for the first step"
 
 
 def _dapo_text(estimators) -> str:
