@@ -101,7 +101,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.lr_warmup_steps_ratio,
         help="the share of the steps over which the rate rises linearly from 0 to --lr, as verl's "
-        f"actor.optim.lr_warmup_steps_ratio (default {defaults.lr_warmup_steps_ratio:.4g}: 150 of 360 steps)",
+        f"actor.optim.lr_warmup_steps_ratio (default {defaults.lr_warmup_steps_ratio:.4g}: "
+        f"{defaults.lr_warmup_steps} of {defaults.steps} steps)",
     )
     parser.add_argument(
         "--eval-every",

@@ -5,7 +5,7 @@ It runs the start of ``make demo``'s first run, shortened (``FINGERPRINT_SETTING
 50 warm-up steps, 8 held-out problems per level, 3 RL steps of GRPO, seed 0), and prints two
 hashes: of the weights the RL steps start from (every bit of 50 steps of forward, backward and
 AdamW) and of the tokens sampled at the three RL steps (each step's from the weights after the
-updates before it; the rate's warm-up, over 5/12 of the steps as in the full run, gives the first
+updates before it; the rate's warm-up, over the full run's share of the steps, gives the first
 update the rate 0 and the second the full rate). Equal weights mean this machine rounds as the
 reference one did; equal samples, that its decisions agree. Both depend on the versions of torch
 and transformers, which the line names.

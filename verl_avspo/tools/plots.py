@@ -97,12 +97,12 @@ def plot_metrics(
     legend = axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     # Room on the right for the legend: its handles and its longest label (about 0.0068 of the width a character).
     longest = max(len(text.get_text()) for text in legend.get_texts())
-    right = max(0.45, 0.9 - 0.0068 * longest)
+    left, right = 0.07, max(0.45, 0.9 - 0.0068 * longest)
     # The title is centred on the axes: wrapped to their width (about 110 characters of the figure's), it stays
     # inside the figure however wide the legend makes the right margin.
-    lines = textwrap.wrap(title, width=int((right - 0.07) * 110))
+    lines = textwrap.wrap(title, width=int((right - left) * 110))
     axes.set_title("\n".join(lines), y=1.0)  # a fixed place (no ticks on top): matplotlib skips measuring the axes
-    figure.subplots_adjust(left=0.07, bottom=0.12, top=0.91 - 0.05 * (len(lines) - 1), right=right)
+    figure.subplots_adjust(left=left, bottom=0.12, top=0.91 - 0.05 * (len(lines) - 1), right=right)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as temporary:
