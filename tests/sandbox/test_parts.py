@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verl_avspo.cli import main
+from verl_avspo.sandbox.cli import _check_allocation
 from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.policy import Rollout
@@ -117,9 +118,11 @@ def test_estimator_specs():
 def test_alloc_specs_carry_the_budget_share_and_refuse_what_they_cannot_combine_with():
     grpo, half, code = parse_estimators("grpo+alloc,grpo+alloc=0.5,avspo:paper_code+alloc")
     assert (grpo.budget_share, half.budget_share, code.budget_share, code.preset) == (1.0, 0.5, 1.0, "paper_code")
-    allocation = half.prompt_allocation(seed=7)
+    allocation = half.prompt_allocation(seed=7, group_size=16)
     assert (allocation.enable, allocation.budget_share, allocation.seed) == (True, 0.5, 7)
-    assert parse_estimators("grpo")[0].prompt_allocation(seed=7) is None
+    # The largest group is 2G at any G: at G = 16 the allocator's default (16) would turn the extras off.
+    assert [half.prompt_allocation(7, g).max_group_size for g in (4, 8, 16)] == [8, 16, 32]
+    assert parse_estimators("grpo")[0].prompt_allocation(seed=7, group_size=16) is None
     for spec in ("grpo+skip+alloc", "dapo+alloc", "dapo_resample+alloc"):
         with pytest.raises(ValueError, match=r"\+alloc does not combine with dapo, dapo_resample or \+skip"):
             parse_estimators(spec)
@@ -157,9 +160,10 @@ def test_cli_rejects_bad_values_before_loading_anything(capsys):
             SystemExit, match=rf"lr_warmup_steps_ratio={ratio} is invalid: .* from 0 \(no warm-up\) to 1"
         ):
             main(["sandbox", "--lr-warmup-steps-ratio", ratio])
-    for size in ("2", "17"):  # a pilot of 2 must be below G, and the largest group of 16 at least G
-        with pytest.raises(SystemExit, match=rf"--group-size={size} is invalid with grpo\+alloc: .* between 3 and 16"):
-            main(["sandbox", "--estimators", "grpo,grpo+alloc", "--group-size", size])
+    # A pilot of 2 must be below G; the largest group, 2G, holds any G.
+    with pytest.raises(SystemExit, match=r"--group-size=2 is invalid with grpo\+alloc: .* of at least 3, or drop"):
+        main(["sandbox", "--estimators", "grpo,grpo+alloc", "--group-size", "2"])
+    _check_allocation(33, parse_estimators("grpo+alloc"))
 
 
 def test_cli_refuses_unwritable_folders_before_creating_any(tmp_path, monkeypatch):

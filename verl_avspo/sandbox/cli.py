@@ -175,13 +175,12 @@ def _check_allocation(group_size: int, estimators) -> None:
     from verl_avspo.core.prompt_allocation import allocation_problems
 
     for spec in estimators:
-        allocation = spec.prompt_allocation(0)
+        allocation = spec.prompt_allocation(0, group_size)
         if allocation is not None and allocation_problems(allocation, group_size, "prompt_allocation", "G"):
             raise ValueError(
                 f"--group-size={group_size} is invalid with {spec.label}: the rollout allocator's pilot of "
-                f"{allocation.pilot_size} answers must be smaller than the group and its largest group of "
-                f"{allocation.max_group_size} at least the group. Use --group-size between {allocation.pilot_size + 1} "
-                f"and {allocation.max_group_size}, or drop +alloc"
+                f"{allocation.pilot_size} answers must be smaller than the group. Use --group-size of at least "
+                f"{allocation.pilot_size + 1}, or drop +alloc"
             )
 
 

@@ -18,7 +18,7 @@ on the groups it has (fewer, or none: then the step makes no update) and logs
 ``train/resample_capped``.
 
 A ``+skip`` suffix (``grpo+skip``, ``avspo+skip``, ``avspo:paper_code+skip``) adds the pre-rollout skip
-rule (``core.prompt_skip``, GRESO's rule with its default settings, seeded by the run's seed): each step
+rule (``core.prompt_skip``, GRESO's rule with its default settings but the largest group, 2G, seeded by the run's seed): each step
 draws batches of ``prompts_per_step`` candidate prompts, rolls out only those the rule keeps, and
 draws again until ``prompts_per_step`` prompts are kept (at most ``max_gen_batches`` draws; at the cap
 it trains on the prompts it kept). It generates as many rollouts per step as the estimator without
@@ -28,7 +28,7 @@ the step up only if needed: those rollouts are never generated (``prompts/rollou
 
 An ``+alloc`` suffix (``grpo+alloc``, ``avspo+alloc``; ``grpo+alloc=0.5`` sets the budget share) gives the
 step's prompts unequal rollout counts with the per-prompt rollout allocator (``core.prompt_allocation``,
-its default settings, seeded by the run's seed): each step draws ``prompts_per_step`` candidates, rolls
+its default settings but the largest group, 2G, seeded by the run's seed): each step draws ``prompts_per_step`` candidates, rolls
 out a pilot of 2 for those whose history predicts a collapse, the full group for the others and more
 for those near a pass rate of 1/2, then the rest of the group for each pilot that showed a spread; a
 collapsed pilot is dropped (it counts in the step's ACR and the history). The budget share (default 1)
@@ -125,12 +125,16 @@ class EstimatorSpec:
         """The skip rule's settings (its defaults, seeded by the run's seed), or None without ``+skip``."""
         return PromptSkipConfig(enable=True, seed=seed) if self.skip else None
 
-    def prompt_allocation(self, seed: int) -> PromptAllocationConfig | None:
-        """The rollout allocator's settings (its defaults, the spec's budget share, seeded by the run's seed),
-        or None without ``+alloc``."""
+    def prompt_allocation(self, seed: int, group_size: int) -> PromptAllocationConfig | None:
+        """The rollout allocator's settings (its defaults, the spec's budget share, seeded by the run's seed,
+        the largest group 2G), or None without ``+alloc``."""
         if self.budget_share is None:
             return None
-        return PromptAllocationConfig(enable=True, budget_share=self.budget_share, seed=seed)
+        # 2G, the ratio the allocator's default of 16 keeps at G = 8: at the sandbox's G = 16 the default
+        # would equal G and turn the extras near p = 1/2 off.
+        return PromptAllocationConfig(
+            enable=True, budget_share=self.budget_share, seed=seed, max_group_size=2 * group_size
+        )
 
     def algorithm_config(self, seed: int) -> DictConfig:
         """The ``config.algorithm`` that verl's ``compute_advantage`` passes to the estimator."""

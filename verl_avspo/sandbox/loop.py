@@ -162,7 +162,7 @@ def train(
     # The run's one owner of each step's ACR, alert and state (AVSPO's controller, DCPO's history).
     tracker = run_state.start_run(algorithm)
     tracker.set_prompt_skip(estimator.prompt_skip(seed))
-    tracker.set_prompt_allocation(estimator.prompt_allocation(seed))
+    tracker.set_prompt_allocation(estimator.prompt_allocation(seed, config.group_size))
     skip_rule = None
     if estimator.skip:
 
