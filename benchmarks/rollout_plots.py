@@ -32,7 +32,7 @@ import argparse
 import functools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +234,13 @@ def plot_curves(
     title: str,
     path: Path,
     budget: float | None = None,
-    target: float | None = None,
+    targets: Sequence[float] = (),
     untrained: float | None = None,
 ) -> None:
     """Held-out accuracy against cumulative rollouts: per label, the mean of its runs' curves
     ((rollouts, accuracy in points) each) with a ± std band, on the range every run reached; a dotted
-    vertical line at ``budget``, a dashed horizontal one at ``target`` and a dash-dotted one at ``untrained``
-    (the no-training row: the warmed-up policy's accuracy, at any number of rollouts) where given."""
+    vertical line at ``budget``, a dashed horizontal one at each of ``targets`` and a dash-dotted one at
+    ``untrained`` (the no-training row: the warmed-up policy's accuracy, at any number of rollouts) where given."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, runs in curves.items():
         grid = np.linspace(0, min(r[-1] for r, _ in runs), 60)
@@ -252,9 +252,10 @@ def plot_curves(
     if budget is not None:
         ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
         xlabel += " (dotted: the equal-rollout budget)"
-    if target is not None:
+    for target in targets:
         ax.axhline(target, color="grey", linestyle="--", linewidth=1)
-        xlabel += " (dashed: the target accuracy)"
+    if targets:
+        xlabel += " (dashed: the target accuracy)" if len(targets) == 1 else " (dashed: the target accuracies)"
     if untrained is not None:
         ax.axhline(untrained, color="black", linestyle="-.", linewidth=1, label="no training (0 rollouts)")
     ax.set_xlabel(xlabel)

@@ -160,7 +160,8 @@ def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
     starts from it) as its final accuracy and at every evaluation, 0 rollouts, no ACR, nothing skipped."""
     starts = frame.groupby("seed", sort=True)["acc_0"].first()
     steps = sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
-    target = float(frame["target"].iloc[0])
+    # A study whose targets the report derives (benchmarks/instrument_study_report.py) has no target column.
+    target = float(frame["target"].iloc[0]) if "target" in frame else math.nan
     rows = pd.DataFrame(
         {
             "mix": frame["mix"].iloc[0],
@@ -458,7 +459,7 @@ def report(
         path = out / f"{prefix}{mix}_accuracy_per_rollout.png"
         title = f"{mix}: held-out accuracy per rollout (mean, band ± std over seeds)"
         untrained = float(no_training_rows(frame)["final_acc"].mean())
-        plot_curves(curves(frame), title, path, target=target, untrained=untrained)
+        plot_curves(curves(frame), title, path, targets=(target,), untrained=untrained)
         gate = learning_gate(frame, alpha, fraction)
         part = (
             f"## {mix}\n\n### Gate: `{BASELINE}` against not training\n\n"
