@@ -18,7 +18,7 @@ on the groups it has (fewer, or none: then the step makes no update) and logs
 ``train/resample_capped``.
 
 A ``+skip`` suffix (``grpo+skip``, ``avspo+skip``, ``avspo:paper_code+skip``) adds the pre-rollout skip
-rule (``core.prompt_skip``, GRESO's rule with its default settings but the largest group, 2G, seeded by the run's seed): each step
+rule (``core.prompt_skip``, GRESO's rule with its default settings, seeded by the run's seed): each step
 draws batches of ``prompts_per_step`` candidate prompts, rolls out only those the rule keeps, and
 draws again until ``prompts_per_step`` prompts are kept (at most ``max_gen_batches`` draws; at the cap
 it trains on the prompts it kept). It generates as many rollouts per step as the estimator without
@@ -28,12 +28,13 @@ the step up only if needed: those rollouts are never generated (``prompts/rollou
 
 An ``+alloc`` suffix (``grpo+alloc``, ``avspo+alloc``; ``grpo+alloc=0.5`` sets the budget share) gives the
 step's prompts unequal rollout counts with the per-prompt rollout allocator (``core.prompt_allocation``,
-its default settings but the largest group, 2G, seeded by the run's seed): each step draws ``prompts_per_step`` candidates, rolls
-out a pilot of 2 for those whose history predicts a collapse, the full group for the others and more
-for those near a pass rate of 1/2, then the rest of the group for each pilot that showed a spread; a
-collapsed pilot is dropped (it counts in the step's ACR and the history). The budget share (default 1)
-is the step's rollout budget as a share of ``prompts_per_step`` x G. Not with ``dapo``, ``dapo_resample``
-or ``+skip``: each already decides which groups are generated or trained on, by other rules.
+its default settings but the largest group, 2G, seeded by the run's seed): each step draws
+``prompts_per_step`` candidates, rolls out a pilot of 2 for those whose history predicts a collapse, the
+full group for the others and more (up to 2G) for those near a pass rate of 1/2, then the rest of the
+group for each pilot that showed a spread; a collapsed pilot is dropped (it counts in the step's ACR and
+the history). The budget share (default 1) is the step's rollout budget as a share of
+``prompts_per_step`` x G. Not with ``dapo``, ``dapo_resample`` or ``+skip``: each already decides which
+groups are generated or trained on, by other rules.
 
 The paper's other baselines:
 
