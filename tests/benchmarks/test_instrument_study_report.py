@@ -5,15 +5,19 @@ as in --levels); the targets derived from GRPO's gain (T50, T90) and the rollout
 censored; the accuracy at equal rollouts; and the report's verdicts on constructed runs whose closed forms are
 known: a ratio of rollouts per step is the ratio of rollouts to a target when the curves per step agree, the
 goal figures met below 0.5 and 0.25 and not above, the gate withholding every verdict where GRPO did not
-learn, a censored arm reported as a bound."""
+learn, a censored arm reported as a bound; and the committed study's figures as README and docs/results.md
+quote them."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import load_benchmark
+
+from verl_avspo.tools.seed_stats import paired_t
 
 LEVELS = ("1+1", "2+1", "2+2", "2*1")
 
@@ -185,3 +189,33 @@ def test_bootstrap_intervals_are_seeded_and_paired(study, tmp_path):
     again = study.rollout_ratio(frame[frame["mix"] == "default"], "grpo+alloc", "grpo", 0.9)
     assert first == again and first["ratio"] == pytest.approx(0.25 * 1.5)
     assert first["low"] < first["ratio"] < first["high"] and not first["bound"]
+
+
+def _minus(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def test_the_committed_study_is_what_readme_and_results_md_quote(study, tmp_path):
+    """The figures README's "Which estimator" and docs/results.md quote, recomputed from the committed CSV:
+    GRPO's gain and its interval per setting, AVSPO's difference from GRPO, the half-budget allocator's
+    rollouts to T90 and its accuracy cost, and the goal figures not met."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    table = pd.read_csv(docs / "results" / "instrument_study.csv")
+    assert len(table) == 2 * len(study.ARMS) * 10 and set(table["seed"]) == set(range(6000, 6010))
+    results = " ".join((docs / "results.md").read_text().split())
+    readme = " ".join((docs.parent / "README.md").read_text().split())
+    text = study.report(table, tmp_path)
+    for _, frame in table.groupby("mix"):
+        gate = study.learning_gate(frame, 0.05, study.MARGIN_FRACTION)
+        assert gate["passed"]
+        assert f"{gate['mean']:+.2f} ± {gate['se']:.2f}" in results
+        assert f"[{gate['ci_low']:+.1f}, {gate['ci_high']:+.1f}]" in readme
+        avspo = paired_t(np.subtract(*study._paired(frame, "avspo", "grpo", "final_acc")))
+        cell = f"{_minus(avspo['mean'], 2)} [{_minus(avspo['ci_low'], 2)}, {_minus(avspo['ci_high'], 2)}]"
+        assert cell in results and cell in readme
+        frame = study.with_targets(frame, gate["mean"])
+        half = study.rollout_ratio(frame, "grpo+alloc=0.5", "grpo", 0.9)
+        assert f"{half['ratio']:.3f} [{half['low']:.3f}, {half['high']:.3f}]" in results
+        assert f"{half['ratio']:.2f}× [{half['low']:.2f}, {half['high']:.2f}]" in readme
+        assert half["high"] > study.GOALS["grpo"]  # the goal is not met
+    assert "**met**" not in text and "1.42× and 2.5×" in readme
