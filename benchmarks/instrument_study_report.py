@@ -57,6 +57,7 @@ from rollouts_saved_report import (  # noqa: E402
     arm_table,
     bootstrap_ratio,
     curves,
+    evaluation_steps,
     learning_gate,
     log_ratio_interval,
     no_training_rows,
@@ -107,16 +108,12 @@ def export(study: Path, levels: str = SandboxConfig().levels) -> pd.DataFrame:
     return table.sort_values(["mix", "arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c)
 
 
-def _steps(frame: pd.DataFrame) -> list[int]:
-    return sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
-
-
 def with_targets(frame: pd.DataFrame, gain: float) -> pd.DataFrame:
     """``frame`` with, per run and share s of :data:`TARGET_SHARES`, ``target_<s>`` (its step-0 accuracy plus
     s x ``gain``, points) and ``rollouts_to_<s>`` (its cumulative rollouts at the first crossing, linearly
     interpolated; NaN when never reached) and ``equal_rollouts_acc`` (its accuracy at
     :data:`EQUAL_ROLLOUTS`; NaN when its run ended before)."""
-    steps = _steps(frame)
+    steps = evaluation_steps(frame)
     rollouts = frame[[f"rollouts_{s}" for s in steps]].to_numpy(float)
     accuracy = frame[[f"acc_{s}" for s in steps]].to_numpy(float)
     frame = frame.copy()

@@ -120,6 +120,11 @@ def _last(frame: pd.DataFrame, column: str) -> float:
     return float(values.iloc[-1]) if len(values) else math.nan
 
 
+def evaluation_steps(table: pd.DataFrame) -> list[int]:
+    """The evaluation steps of a CSV's curve columns (``acc_<step>``), in order."""
+    return sorted(int(column[4:]) for column in table if column.startswith("acc_"))
+
+
 def run_row(frame: pd.DataFrame, mix: str, arm: str, target: float, last: int = LAST_EVALUATIONS) -> dict:
     """One run's row of the CSV (:data:`COLUMNS`, then its curve)."""
     rollouts, accuracy = curve(frame)
@@ -159,7 +164,7 @@ def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """One mix's no-training row, one per seed: the warmed-up policy's step-0 accuracy (every run of a seed
     starts from it) as its final accuracy and at every evaluation, 0 rollouts, no ACR, nothing skipped."""
     starts = frame.groupby("seed", sort=True)["acc_0"].first()
-    steps = sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
+    steps = evaluation_steps(frame)
     # A study whose targets the report derives (benchmarks/instrument_study_report.py) has no target column.
     target = float(frame["target"].iloc[0]) if "target" in frame else math.nan
     rows = pd.DataFrame(
@@ -427,7 +432,7 @@ def arm_table(frame: pd.DataFrame) -> str:
 
 def curves(frame: pd.DataFrame) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
     """Per arm, each run's (cumulative rollouts, accuracy) at its evaluations, from the CSV's columns."""
-    steps = sorted(int(column[4:]) for column in frame if column.startswith("acc_"))
+    steps = evaluation_steps(frame)
     result = {}
     for arm, runs in frame.groupby("arm", sort=False):
         result[arm] = []
