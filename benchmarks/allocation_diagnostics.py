@@ -81,6 +81,8 @@ def record(config: SandboxConfig, estimator: str, seed: int, cache_dir: Path | N
                 }
             )
 
+    # The loop's on_rollout sees only the groups trained on; the plan and the extensions are read by wrapping
+    # the tracker's two allocator calls for this run (restored after it), which changes nothing they return.
     RunTracker.allocate_prompts, RunTracker.extend_pilots = allocate_prompts, extend_pilots
     try:
         with tempfile.TemporaryDirectory() as folder:
