@@ -6,7 +6,7 @@
 # (setting, arm) invocations, $JOBS at a time, the costliest first; each writes
 # $OUT/<setting>/<arm>/runs/<arm>/seed<k>.jsonl. Stage "export": the per-seed CSV beside the page. Stage
 # "report": every table and plot recomputed from that CSV alone (benchmarks/instrument_study_report.py).
-# Usage: bash benchmarks/instrument_study.sh                 (both stages)
+# Usage: bash benchmarks/instrument_study.sh                 (all three stages)
 #        STAGES=report bash benchmarks/instrument_study.sh   (the tables and plots again, from the CSV)
 # A smoke test with tiny settings (a few minutes):
 #   OUT=runs/smoke CSV=runs/smoke/instrument_study.csv PLOTS=runs/smoke/plots SEEDS=2 TRAIN_SET=16 \

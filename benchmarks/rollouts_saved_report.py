@@ -165,19 +165,21 @@ def no_training_rows(frame: pd.DataFrame) -> pd.DataFrame:
     starts from it) as its final accuracy and at every evaluation, 0 rollouts, no ACR, nothing skipped."""
     starts = frame.groupby("seed", sort=True)["acc_0"].first()
     steps = evaluation_steps(frame)
-    # A study whose targets the report derives (benchmarks/instrument_study_report.py) has no target column.
-    target = float(frame["target"].iloc[0]) if "target" in frame else math.nan
+    # A fixed target where the CSV has one; the instrument study derives its targets in its report.
+    target = {}
+    if "target" in frame:
+        value = float(frame["target"].iloc[0])
+        target = {"target": value, "rollouts_to_target": np.where(starts.to_numpy() >= value, 0.0, math.nan)}
     rows = pd.DataFrame(
         {
             "mix": frame["mix"].iloc[0],
             "arm": NO_TRAINING,
             "seed": starts.index,
             "steps": frame["steps"].max(),
-            "target": target,
+            **target,
             "final_acc": starts.to_numpy(),
             "rollouts_per_step": 0.0,
             "rollouts_cumulative": 0.0,
-            "rollouts_to_target": np.where(starts.to_numpy() >= target, 0.0, math.nan),
             "raw_acr": math.nan,
             **{column: 0.0 for column in COLUMNS if column in frame and column.startswith(("prompts_", "rollouts_s"))},
             **{column: 0.0 for column in ("pilots", "pilots_extended", "extra_rollouts") if column in frame},
