@@ -141,6 +141,11 @@ def _interval(test: dict, digits: int = 2) -> str:
     )
 
 
+def _difference_verdict(test: dict, above: str, below: str) -> str:
+    """``above`` when the 95% interval of a paired difference lies above 0, ``below`` when below 0."""
+    return above if test["ci_low"] > 0 else below if test["ci_high"] < 0 else "no detectable difference"
+
+
 def _arms(frame: pd.DataFrame) -> list[str]:
     present = set(frame["arm"])
     return [arm for arm in ARMS if arm in present] + sorted(present - set(ARMS))
@@ -164,7 +169,7 @@ def outcome_a(frame: pd.DataFrame, margin: float, alpha: float, gated: bool) -> 
             continue
         test = non_inferiority(np.subtract(*_paired(frame, arm, BASELINE, "final_acc")), margin, alpha)
         verdict = test["verdict"] if gated else f"none (gate failed; {test['verdict']})"
-        sign = "better" if test["ci_low"] > 0 else "worse" if test["ci_high"] < 0 else "no detectable difference"
+        sign = _difference_verdict(test, "better", "worse")
         rows.append([*cells, _interval(test), f"{test['p']:.2g}", f"**{verdict}**", sign])
     header = [
         "arm",
@@ -194,8 +199,7 @@ def outcome_b(frame: pd.DataFrame) -> str:
             rows.append([f"`{arm}`", cell, "—", "—"])
             continue
         test = paired_t(np.subtract(*_paired(frame, arm, BASELINE, "equal_rollouts_acc")))
-        sign = "higher" if test["ci_low"] > 0 else "lower" if test["ci_high"] < 0 else "no detectable difference"
-        rows.append([f"`{arm}`", cell, _interval(test), sign])
+        rows.append([f"`{arm}`", cell, _interval(test), _difference_verdict(test, "higher", "lower")])
     header = ["arm", f"accuracy at {EQUAL_ROLLOUTS:,} rollouts (%)", f"− `{BASELINE}` [95% CI]", "verdict"]
     return render_table(header, rows)
 
