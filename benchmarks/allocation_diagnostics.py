@@ -28,6 +28,7 @@ from verl_avspo.sandbox.config import SandboxConfig
 from verl_avspo.sandbox.estimators import parse_estimators
 from verl_avspo.sandbox.loop import train
 from verl_avspo.sandbox.sampling import group_sizes
+from verl_avspo.sandbox.task import Level
 from verl_avspo.tools.logs import read_metrics
 from verl_avspo.tools.markdown import render_table
 from verl_avspo.tools.stats import FINAL_EVALUATIONS, window_mean
@@ -38,7 +39,7 @@ def level_of(prompt: str) -> str:
     for op in "+*":
         if op in prompt:
             left, right = prompt.rstrip("=").split(op)
-            return f"{len(left)}{op}{len(right)}"
+            return Level(len(left), op, len(right)).name
     raise ValueError(f"not a sandbox prompt: {prompt!r}")
 
 
