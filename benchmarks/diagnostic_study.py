@@ -40,6 +40,7 @@ from verl_avspo.core.alert import ALERT_SIGNALS, stalled_steps  # noqa: E402
 from verl_avspo.core.config import AlertConfig  # noqa: E402
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
 from verl_avspo.tools.markdown import render_table  # noqa: E402
+from verl_avspo.tools.plots import save_png  # noqa: E402
 from verl_avspo.tools.stats import early_acr, early_window  # noqa: E402
 
 MIXES = {"easy": "1+1,2+1,1*1", "default": "1+1,2+1,2+2,2*1", "hard": "2+2,2*1,3+2,1+1"}
@@ -241,7 +242,7 @@ def plot(table: pd.DataFrame, fits: dict, folder: Path, early: int) -> None:
         axes[0].set_ylabel(label)
         axes[0].legend(title="mix (size: G)", fontsize=8)
         figure.tight_layout()
-        figure.savefig(folder / f"{outcome}_vs_early_acr.png", dpi=110)
+        save_png(figure, folder / f"{outcome}_vs_early_acr.png", dpi=110)
         plt.close(figure)
 
 

@@ -43,6 +43,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from verl_avspo.tools.markdown import render_table  # noqa: E402
+from verl_avspo.tools.plots import save_png  # noqa: E402
 from verl_avspo.tools.seed_stats import mean_std, mean_std_cell, paired_difference, paired_t  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -263,7 +264,7 @@ def plot_curves(
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

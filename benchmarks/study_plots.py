@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from verl_avspo.tools.logs import read_metrics  # noqa: E402
 from verl_avspo.tools.markdown import render_table  # noqa: E402
-from verl_avspo.tools.plots import plot_metrics  # noqa: E402
+from verl_avspo.tools.plots import plot_metrics, save_png  # noqa: E402
 from verl_avspo.tools.seed_stats import mean_std, mean_std_cell, paired_difference  # noqa: E402
 
 
@@ -79,7 +79,7 @@ def bar_chart(mixes: dict[str, dict[str, list]], path: Path) -> None:
         ax.set_ylim(0, 1.2 * max(pass_mean + pass_std))
         ax.legend(fontsize=8, loc="upper center", ncols=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -2,9 +2,11 @@
 invisible) on axes around it, a longer one as a plain line; every (run, metric) series has its own
 colour and the legend sits beside the axes, not on the data; the PNG is written through
 ``atomic_write`` (``savefig`` into the temporary path with an explicit format); a title too long for
-the axes is wrapped to stay inside the figure."""
+the axes is wrapped to stay inside the figure; ``save_png``, the benchmarks' plots' writer, keeps an earlier
+file whole when ``savefig`` fails."""
 
 import pandas as pd
+import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -69,3 +71,20 @@ def test_a_long_title_is_wrapped_inside_the_figure(tmp_path, monkeypatch):
     box = figure.axes[0].title.get_window_extent(FigureCanvasAgg(figure).get_renderer())
     assert figure.axes[0].get_title().count("\n") >= 1
     assert 0 <= box.x0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height
+
+
+def test_save_png_never_leaves_half_a_plot(tmp_path):
+    # A benchmark's plot goes through the same atomic write: a failing savefig keeps the earlier file as it
+    # was and leaves no temporary beside it; a good one writes a PNG, creating the folder.
+    from verl_avspo.tools.plots import save_png
+
+    figure = Figure()
+    figure.add_subplot().plot([0, 1], [0, 1])
+    path = save_png(figure, tmp_path / "new" / "curve.png", dpi=50)
+    assert path.read_bytes().startswith(b"\x89PNG")
+    earlier = path.read_bytes()
+    broken = Figure()
+    broken.savefig = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("disk full"))
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_png(broken, path, dpi=50)
+    assert path.read_bytes() == earlier and sorted(p.name for p in path.parent.iterdir()) == ["curve.png"]

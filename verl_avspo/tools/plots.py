@@ -7,6 +7,7 @@ frames (one per seed) is drawn as the mean over seeds with a band of ± one stan
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from verl_avspo.core.files import atomic_write
 
-__all__ = ["seed_statistics", "plot_metrics"]
+__all__ = ["seed_statistics", "plot_metrics", "save_png"]
 
 _LINESTYLES = ("-", "--", ":", "-.")
 
@@ -103,8 +104,14 @@ def plot_metrics(
     lines = textwrap.wrap(title, width=int((right - left) * 110))
     axes.set_title("\n".join(lines), y=1.0)  # a fixed place (no ticks on top): matplotlib skips measuring the axes
     figure.subplots_adjust(left=left, bottom=0.12, top=0.91 - 0.05 * (len(lines) - 1), right=right)
+    return save_png(figure, path, dpi=120)
+
+
+def save_png(figure: Figure, path: str | os.PathLike, dpi: int) -> Path:
+    """Write ``figure`` as a PNG to ``path`` through ``atomic_write`` (parent folders created), so that a reader
+    never sees half a plot; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as temporary:
-        figure.savefig(temporary, dpi=120, format="png")
+        figure.savefig(temporary, dpi=dpi, format="png")
     return path
